@@ -1,0 +1,22 @@
+"""Interchangeable GPU-feeding image loaders for PyTorch.
+
+Example:
+    >>> from pipelines import AugmentSpec, LoaderConfig, create_loader
+    >>> cfg = LoaderConfig(root="data/train", batch_size=256, dtype="bfloat16", channels_last=True)
+    >>> with create_loader("dali", cfg) as loader:            # or "pinned", "pageable"
+    ...     for epoch in range(90):
+    ...         loader.set_epoch(epoch)
+    ...         for images, labels in loader:
+    ...             ...
+"""
+from .augment import AugmentSpec, Mode
+from .config import LastBatchPolicy, LoaderConfig, OutputDType
+from .factory import Backend, available_backends, create_loader, dali_available
+from .indexing import DatasetRootError, epoch_batches, list_samples, num_batches
+from .types import Batch, BatchLoader
+
+__all__ = [
+    "AugmentSpec", "Mode", "LastBatchPolicy", "LoaderConfig", "OutputDType", "Backend",
+    "available_backends", "create_loader", "dali_available", "DatasetRootError", "epoch_batches",
+    "list_samples", "num_batches", "Batch", "BatchLoader",
+]

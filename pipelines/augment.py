@@ -1,0 +1,125 @@
+"""``AugmentSpec``: the single description of the augmentation that every backend is built from."""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Tuple
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class Mode(str, enum.Enum):
+    """Which augmentation recipe to run.
+
+    * ``TRAIN``: RandomResizedCrop(size, scale, ratio) then horizontal flip with probability ``flip_p``.
+    * ``EVAL``: resize the shorter side to ``resize_size`` then centre-crop ``size`` x ``size``.
+    """
+
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    """The augmentation, described once.
+
+    Both the torchvision v2 transform (:meth:`to_torchvision`) and the DALI graph
+    (``pipelines.dali.graph``) are built from this object, so every backend crops, flips and
+    normalises the same way.
+
+    Args:
+        mode: ``Mode.TRAIN`` or ``Mode.EVAL``.
+        size: output side in pixels (square output).
+        scale: RandomResizedCrop area range, as fractions of the image area.
+        ratio: RandomResizedCrop aspect-ratio range (w / h).
+        flip_p: probability of a horizontal flip in train mode.
+        resize_size: shorter-side size before the centre crop in eval mode
+            (default ``round(size / 0.875)``, i.e. 256 for 224).
+        mean: per-channel mean on the 0..1 scale.
+        std: per-channel std on the 0..1 scale.
+
+    Example:
+        >>> spec = AugmentSpec(mode="eval", size=224)
+        >>> spec.resize_size
+        256
+    """
+
+    mode: Mode = Mode.TRAIN
+    size: int = 224
+    scale: Tuple[float, float] = (0.08, 1.0)
+    ratio: Tuple[float, float] = (3 / 4, 4 / 3)
+    flip_p: float = 0.5
+    resize_size: int | None = None
+    mean: Tuple[float, float, float] = IMAGENET_MEAN
+    std: Tuple[float, float, float] = IMAGENET_STD
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "mode", Mode(self.mode))
+        except ValueError:
+            raise ValueError(
+                f"mode={self.mode!r} is not valid; choose one of {[m.value for m in Mode]}"
+            ) from None
+        if not isinstance(self.size, int) or self.size < 1:
+            raise ValueError(f"size={self.size!r} must be a positive int")
+        object.__setattr__(self, "scale", tuple(float(v) for v in self.scale))
+        object.__setattr__(self, "ratio", tuple(float(v) for v in self.ratio))
+        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
+        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
+        lo, hi = self.scale
+        if len(self.scale) != 2 or not (0 < lo <= hi <= 1):
+            raise ValueError(f"scale={self.scale!r} must be (lo, hi) with 0 < lo <= hi <= 1")
+        lo, hi = self.ratio
+        if len(self.ratio) != 2 or not (0 < lo <= hi):
+            raise ValueError(f"ratio={self.ratio!r} must be (lo, hi) with 0 < lo <= hi")
+        if not 0.0 <= self.flip_p <= 1.0:
+            raise ValueError(f"flip_p={self.flip_p!r} must be in [0, 1]")
+        if self.resize_size is None:
+            object.__setattr__(self, "resize_size", int(round(self.size / 0.875)))
+        if self.resize_size < self.size:
+            raise ValueError(f"resize_size={self.resize_size!r} must be >= size={self.size}")
+        if len(self.mean) != 3 or len(self.std) != 3:
+            raise ValueError(f"mean={self.mean!r} and std={self.std!r} need 3 values each")
+        if any(s <= 0 for s in self.std):
+            raise ValueError(f"std={self.std!r} must be positive")
+
+    @property
+    def mean_255(self) -> Tuple[float, float, float]:
+        """Mean on the 0..255 scale (what uint8 images are normalised with)."""
+        return tuple(m * 255.0 for m in self.mean)  # type: ignore[return-value]
+
+    @property
+    def std_255(self) -> Tuple[float, float, float]:
+        """Std on the 0..255 scale."""
+        return tuple(s * 255.0 for s in self.std)  # type: ignore[return-value]
+
+    def log_ratio(self) -> Tuple[float, float]:
+        return (math.log(self.ratio[0]), math.log(self.ratio[1]))
+
+    def to_torchvision(self, *, normalize: bool = False):
+        """Build the torchvision v2 transform for this spec.
+
+        Args:
+            normalize: ``False`` (default) returns ``uint8`` CHW tensors, to be normalised later
+                (on the GPU). ``True`` appends ``ToDtype(float32, scale=True)`` and ``Normalize``,
+                which is the classic CPU recipe the ``pageable`` baseline runs.
+
+        Returns:
+            A ``torchvision.transforms.v2.Compose`` taking a PIL image.
+        """
+        import torch
+        from torchvision.transforms import v2
+
+        if self.mode is Mode.TRAIN:
+            ops = [
+                v2.RandomResizedCrop(self.size, scale=self.scale, ratio=self.ratio, antialias=True),
+                v2.RandomHorizontalFlip(p=self.flip_p),
+            ]
+        else:
+            ops = [v2.Resize(self.resize_size, antialias=True), v2.CenterCrop(self.size)]
+        ops.append(v2.PILToTensor())
+        if normalize:
+            ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)]
+        return v2.Compose(ops)

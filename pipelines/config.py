@@ -1,0 +1,166 @@
+"""``LoaderConfig``: one frozen, validated description of a loader, shared by every backend."""
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from .augment import AugmentSpec
+
+
+class LastBatchPolicy(str, enum.Enum):
+    """What happens to the final, incomplete batch of an epoch (per shard).
+
+    Worked example: samples ``[1..7]``, ``batch_size=3``:
+
+    * ``DROP``    → batches ``[1,2,3] [4,5,6]``; sample 7 is not seen this epoch. ``len == 2``.
+    * ``PARTIAL`` → batches ``[1,2,3] [4,5,6] [7]``; the last batch is short. ``len == 3``.
+    * ``PAD``     → batches ``[1,2,3] [4,5,6] [7,1,2]``; the last batch is filled by wrapping
+      around to the start of this epoch's order, so every batch is full. ``len == 3``.
+    """
+
+    DROP = "drop"
+    PARTIAL = "partial"
+    PAD = "pad"
+
+
+class OutputDType(str, enum.Enum):
+    """The dtype of ``Batch.images``."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+
+    @property
+    def torch(self) -> torch.dtype:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            self.value
+        ]
+
+
+def _default_workers() -> int:
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, n - 2) if n > 2 else n
+
+
+def _dist_rank_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _enum(cls, name: str, value):
+    try:
+        return cls(value)
+    except ValueError:
+        raise ValueError(
+            f"{name}={value!r} is not valid; choose one of {[m.value for m in cls]}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """Everything a loader needs. Invalid values raise ``ValueError`` naming the option.
+
+    Args:
+        root: dataset root in ImageFolder layout (one sub-folder per class, ``.jpg``/``.jpeg``).
+        batch_size: samples per batch (per rank).
+        augment: the ``AugmentSpec`` every backend is built from.
+        shuffle: shuffle each epoch with a permutation drawn from ``(seed, epoch)``.
+        seed: base seed for the order and for the augmentation.
+        last_batch: a ``LastBatchPolicy`` (or its name).
+        num_workers: CPU workers (torch backends) or decoder threads (DALI). Default: cores - 2.
+        prefetch: batches in flight ahead of the consumer (H2D prefetch depth for ``pinned``,
+            DALI's ``prefetch_queue_depth``).
+        dtype: an ``OutputDType`` (or its name) for ``Batch.images``.
+        channels_last: return images with channels-last strides.
+        device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"``.
+        rank, world_size: the shard to read. Default: from ``torch.distributed`` when initialised.
+        streams: ``pinned`` only; side CUDA streams for H2D copies. ``0`` means pin-memory only,
+            copies on the consumer's stream (the "pin_memory only" recipe).
+        persistent_workers: keep DataLoader workers alive between epochs (torch backends).
+        dali_hw_decoder_load: share of JPEGs sent to the hardware decoder (0..1, DALI only).
+        dali_device_memory_padding, dali_host_memory_padding: nvJPEG buffer padding in bytes.
+        dali_preallocate_width_hint, dali_preallocate_height_hint: decoder preallocation hints.
+        debug_indices: also record the dataset index of every yielded sample in
+            ``loader.last_indices`` (used by the contract tests).
+    """
+
+    root: str | os.PathLike
+    batch_size: int = 256
+    augment: AugmentSpec = field(default_factory=AugmentSpec)
+    shuffle: bool = True
+    seed: int = 0
+    last_batch: LastBatchPolicy = LastBatchPolicy.PARTIAL
+    num_workers: int | None = None
+    prefetch: int = 2
+    dtype: OutputDType = OutputDType.FLOAT32
+    channels_last: bool = False
+    device: str = "cuda"
+    rank: int | None = None
+    world_size: int | None = None
+    streams: int = 1
+    persistent_workers: bool = True
+    dali_hw_decoder_load: float = 0.65
+    dali_device_memory_padding: int = 211025920
+    dali_host_memory_padding: int = 140544512
+    dali_preallocate_width_hint: int = 0
+    dali_preallocate_height_hint: int = 0
+    debug_indices: bool = False
+
+    def __post_init__(self) -> None:
+        s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        s("root", Path(self.root))
+        if not isinstance(self.augment, AugmentSpec):
+            raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")
+        s("last_batch", _enum(LastBatchPolicy, "last_batch", self.last_batch))
+        s("dtype", _enum(OutputDType, "dtype", self.dtype))
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size!r} must be a positive int")
+        if self.num_workers is None:
+            s("num_workers", _default_workers())
+        if not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ValueError(f"num_workers={self.num_workers!r} must be an int >= 0")
+        if not isinstance(self.prefetch, int) or self.prefetch < 1:
+            raise ValueError(f"prefetch={self.prefetch!r} must be an int >= 1")
+        if not isinstance(self.streams, int) or self.streams < 0:
+            raise ValueError(f"streams={self.streams!r} must be an int >= 0")
+        try:
+            dev = torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"device={self.device!r} is not a valid torch device") from None
+        if dev.type not in ("cuda", "cpu"):
+            raise ValueError(f"device={self.device!r} must be 'cpu' or 'cuda[:N]'")
+        if self.rank is None or self.world_size is None:
+            r, w = _dist_rank_world()
+            s("rank", r if self.rank is None else self.rank)
+            s("world_size", w if self.world_size is None else self.world_size)
+        if self.world_size < 1:
+            raise ValueError(f"world_size={self.world_size!r} must be >= 1")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank={self.rank!r} must be in [0, world_size={self.world_size})")
+        if not 0.0 <= self.dali_hw_decoder_load <= 1.0:
+            raise ValueError(
+                f"dali_hw_decoder_load={self.dali_hw_decoder_load!r} must be in [0, 1]"
+            )
+        for k in ("dali_device_memory_padding", "dali_host_memory_padding",
+                  "dali_preallocate_width_hint", "dali_preallocate_height_hint"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"{k}={getattr(self, k)!r} must be >= 0")
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.device)
+
+    @property
+    def wants_cuda(self) -> bool:
+        return self.torch_device.type == "cuda"
+
+    def replace(self, **changes) -> "LoaderConfig":
+        """A copy with ``changes`` applied (and validated again)."""
+        return replace(self, **changes)

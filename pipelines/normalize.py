@@ -1,0 +1,30 @@
+"""uint8 -> normalised float on whichever device the batch is on (the torch backends' last step)."""
+from __future__ import annotations
+
+import torch
+from torchvision.transforms.v2 import functional as F
+
+from .augment import AugmentSpec
+
+
+def normalize_uint8(
+    images: torch.Tensor, spec: AugmentSpec, dtype: torch.dtype, channels_last: bool
+) -> torch.Tensor:
+    """Normalise a ``uint8`` ``N x 3 x H x W`` batch.
+
+    Uses the same torchvision ops as the CPU recipe (``to_dtype(scale=True)`` then ``normalize``)
+    so a batch normalised on the GPU equals, bit for bit, one normalised in the workers.
+    """
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    x = F.to_dtype(images, torch.float32, scale=True)
+    x = F.normalize(x, mean=list(spec.mean), std=list(spec.std), inplace=True)
+    return x if dtype == torch.float32 else x.to(dtype)
+
+
+def finish_float(images: torch.Tensor, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+    """Cast an already normalised float32 batch to the output dtype and memory format."""
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    if images.dtype == dtype and images.is_contiguous(memory_format=fmt):
+        return images
+    return images.to(dtype=dtype, memory_format=fmt)

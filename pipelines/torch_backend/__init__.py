@@ -1,0 +1,1 @@
+"""The torch DataLoader backends: ``pageable`` (baseline) and ``pinned`` (async, multi-stream)."""

@@ -1,0 +1,93 @@
+"""What the two torch backends share: the listing, the DataLoader, the lifecycle."""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+
+from ..config import LoaderConfig
+from ..indexing import list_samples
+from ..types import Batch
+from .dataset import JpegDataset, PlanBatchSampler
+
+
+class TorchLoaderBase:
+    """A DataLoader over the shared epoch plan. Subclasses turn its CPU batches into ``Batch``.
+
+    Args:
+        config: the ``LoaderConfig``.
+        normalize_in_workers: ``True`` runs float32 ``Normalize`` in the workers (pageable
+            recipe); ``False`` keeps uint8 and normalises later.
+        pin_memory: let DataLoader's pin thread copy batches into pinned memory.
+    """
+
+    def __init__(self, config: LoaderConfig, *, normalize_in_workers: bool, pin_memory: bool):
+        self.config = config
+        paths, labels, self.classes = list_samples(config.root)
+        self.dataset = JpegDataset(
+            paths, labels, config.augment.to_torchvision(normalize=normalize_in_workers), config.seed
+        )
+        self.sampler = PlanBatchSampler(len(paths), config)
+        nw = config.num_workers
+        self.loader = torch.utils.data.DataLoader(
+            self.dataset,
+            batch_sampler=self.sampler,
+            num_workers=nw,
+            pin_memory=pin_memory,
+            pin_memory_device=str(config.torch_device) if pin_memory else "",
+            persistent_workers=config.persistent_workers and nw > 0,
+            prefetch_factor=config.prefetch if nw > 0 else None,
+        )
+        self.last_indices: Optional[np.ndarray] = None
+        self._indices: list = []
+        self._closed = False
+
+    # -- contract -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch={epoch!r} must be an int >= 0")
+        self.sampler.epoch = epoch
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self._closed:
+            raise RuntimeError("this loader is closed; create a new one with create_loader()")
+        self._indices = []
+        for batch in self._batches(self._cpu_batches()):
+            yield batch
+        if self.config.debug_indices:
+            self.last_indices = np.concatenate(self._indices) if self._indices else np.empty(0)
+
+    def _cpu_batches(self):
+        for images, labels, idx in self.loader:
+            if self.config.debug_indices:
+                self._indices.append(idx.numpy())
+            yield images, labels
+
+    def _batches(self, cpu_batches) -> Iterator[Batch]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Shut the worker processes down. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        it = getattr(self.loader, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self.loader._iterator = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,27 @@
+"""``pageable``: the default recipe, kept faithful as the baseline.
+
+Workers decode, augment and normalise to float32 on the CPU; batches arrive in pageable memory
+and are copied to the device with a blocking ``.to(device)``. Nothing here is optimised, on
+purpose: it is what everything else is compared against.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..config import LoaderConfig
+from ..normalize import finish_float
+from ..types import Batch
+from .base import TorchLoaderBase
+
+
+class PageableLoader(TorchLoaderBase):
+    def __init__(self, config: LoaderConfig):
+        super().__init__(config, normalize_in_workers=True, pin_memory=False)
+        self.device = config.torch_device
+        self.dtype = config.dtype.torch
+
+    def _batches(self, cpu_batches) -> Iterator[Batch]:
+        for images, labels in cpu_batches:
+            images = images.to(self.device)  # blocking copy from pageable memory
+            labels = labels.to(self.device)
+            yield Batch(finish_float(images, self.dtype, self.config.channels_last), labels)

@@ -1,0 +1,54 @@
+"""``pinned``: uint8 batches in pinned memory, async H2D on side streams, normalise on the GPU."""
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Iterator
+
+import torch
+
+from ..config import LoaderConfig
+from ..normalize import normalize_uint8
+from ..types import Batch
+from .base import TorchLoaderBase
+from .prefetch import CudaPrefetcher
+
+
+class PinnedLoader(TorchLoaderBase):
+    """Workers return uint8 batches; DataLoader's pin thread pins them.
+
+    * ``streams >= 1``: :class:`CudaPrefetcher` keeps ``prefetch`` batches in flight on
+      ``streams`` high-priority side streams, normalising there.
+    * ``streams == 0``: pin-memory only; ``non_blocking`` copy and normalisation on the
+      consumer's stream, no prefetch (the seeds' "pin_memory only" row).
+    * No CUDA or ``device="cpu"``: runs as a plain loader (normalise in the main process), with
+      one warning.
+    """
+
+    def __init__(self, config: LoaderConfig):
+        self.on_cuda = config.wants_cuda and torch.cuda.is_available()
+        if config.wants_cuda and not self.on_cuda:
+            warnings.warn(
+                "backend='pinned': CUDA is not available, running as a plain CPU loader "
+                "(no pinning, no side streams)", RuntimeWarning, stacklevel=3,
+            )
+        super().__init__(config, normalize_in_workers=False, pin_memory=self.on_cuda)
+        self.device = config.torch_device if self.on_cuda else torch.device("cpu")
+        self._finish = functools.partial(
+            normalize_uint8, spec=config.augment, dtype=config.dtype.torch,
+            channels_last=config.channels_last,
+        )
+        self._prefetcher = (
+            CudaPrefetcher(self.device, config.streams, config.prefetch, self._finish)
+            if self.on_cuda and config.streams > 0 else None
+        )
+
+    def _batches(self, cpu_batches) -> Iterator[Batch]:
+        if self._prefetcher is not None:
+            yield from self._prefetcher(cpu_batches)
+            return
+        for images, labels in cpu_batches:
+            if self.on_cuda:
+                images = images.to(self.device, non_blocking=True)
+                labels = labels.to(self.device, non_blocking=True)
+            yield Batch(self._finish(images), labels)

@@ -1,0 +1,83 @@
+"""Async host-to-device prefetch on side CUDA streams.
+
+NOTE [stream safety]
+A batch is copied (``non_blocking=True``, from pinned memory) and normalised on a side stream
+``s``; the consumer uses it on its own current stream ``c``. Three rules keep this race-free:
+
+1. *Order*: before a batch is handed out, ``c.wait_event(ev)`` where ``ev`` was recorded on ``s``
+   after the copy and the normalisation. The wait is enqueued **before** the batch is yielded,
+   so any kernel the consumer launches on it runs after the copy (the bug in the seeds'
+   AsyncGPUDataLoader was yielding first).
+2. *Device-buffer lifetime*: the output tensors were allocated on ``s``; ``record_stream(c)``
+   tells the caching allocator not to hand their memory to ``s`` again until the work queued on
+   ``c`` at the time they are freed has finished. A slow consumer therefore never sees its batch
+   overwritten by the next copy.
+3. *Host-buffer lifetime*: the pinned source came from torch's caching host allocator, which
+   records an event for every ``non_blocking`` copy and does not reuse the block before it; we
+   also keep a reference until the batch is handed out.
+
+The side streams are created at high priority so a copy is not queued behind a long model step.
+``streams == 0`` skips all of this: copies go on the consumer's stream (pin-memory only).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Iterable, Iterator, Tuple
+
+import torch
+
+from ..types import Batch
+
+Transform = Callable[[torch.Tensor], torch.Tensor]
+
+
+class CudaPrefetcher:
+    """Keeps ``depth`` batches in flight on ``streams`` side streams (round robin).
+
+    Args:
+        device: the CUDA device.
+        streams: number of side streams (``>= 1``).
+        depth: batches in flight ahead of the consumer (``>= 1``).
+        finish: applied to the uint8 device batch on the side stream (normalise, cast, layout).
+    """
+
+    def __init__(self, device: torch.device, streams: int, depth: int, finish: Transform):
+        if streams < 1 or depth < 1:
+            raise ValueError(f"{streams=} and {depth=} must both be >= 1")
+        prio = min(torch.cuda.Stream.priority_range())  # lower number == higher priority
+        self.device = device
+        self.streams = [torch.cuda.Stream(device=device, priority=prio) for _ in range(streams)]
+        self.depth = depth
+        self.finish = finish
+
+    def _submit(self, k: int, cpu: Tuple[torch.Tensor, torch.Tensor]):
+        images, labels = cpu
+        s = self.streams[k % len(self.streams)]
+        with torch.cuda.stream(s):
+            x = images.to(self.device, non_blocking=True)
+            y = labels.to(self.device, non_blocking=True)
+            x = self.finish(x)
+            ev = torch.cuda.Event()
+            ev.record(s)
+        return x, y, ev, cpu
+
+    def __call__(self, source: Iterable[Tuple[torch.Tensor, torch.Tensor]]) -> Iterator[Batch]:
+        it = iter(source)
+        inflight: deque = deque()
+        k = 0
+        for cpu in it:
+            inflight.append(self._submit(k, cpu))
+            k += 1
+            if len(inflight) >= self.depth:
+                break
+        while inflight:
+            x, y, ev, _cpu = inflight.popleft()
+            consumer = torch.cuda.current_stream(self.device)
+            consumer.wait_event(ev)          # rule 1: order before use
+            x.record_stream(consumer)        # rule 2: device memory lifetime
+            y.record_stream(consumer)
+            yield Batch(x, y)
+            nxt = next(it, None)             # refill after the consumer has had its batch
+            if nxt is not None:
+                inflight.append(self._submit(k, nxt))
+                k += 1

@@ -1,0 +1,49 @@
+import pytest
+
+from pipelines import AugmentSpec, LastBatchPolicy, LoaderConfig, Mode, OutputDType
+
+
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"num_workers": -1}, "num_workers"),
+        ({"prefetch": 0}, "prefetch"),
+        ({"streams": -2}, "streams"),
+        ({"last_batch": "sometimes"}, "last_batch"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"device": "tpu"}, "device"),
+        ({"rank": 2, "world_size": 2}, "rank"),
+        ({"rank": 0, "world_size": 0}, "world_size"),
+        ({"dali_hw_decoder_load": 1.5}, "dali_hw_decoder_load"),
+    ],
+)
+def test_invalid_values_name_the_option(kw, name):
+    with pytest.raises(ValueError, match=name):
+        LoaderConfig(root="x", **kw)
+
+
+def test_enums_parse_from_names_and_config_is_frozen():
+    c = LoaderConfig(root="x", last_batch="pad", dtype="bfloat16", num_workers=3)
+    assert c.last_batch is LastBatchPolicy.PAD and c.dtype is OutputDType.BFLOAT16
+    assert c.rank == 0 and c.world_size == 1  # no torch.distributed here
+    with pytest.raises(Exception):
+        c.batch_size = 3  # type: ignore[misc]
+    assert c.replace(batch_size=3).batch_size == 3
+
+
+@pytest.mark.parametrize(
+    "kw, name",
+    [({"mode": "test"}, "mode"), ({"scale": (0.5, 0.1)}, "scale"), ({"ratio": (0, 1)}, "ratio"),
+     ({"flip_p": 2}, "flip_p"), ({"size": 0}, "size"), ({"std": (1, 0, 1)}, "std"),
+     ({"size": 224, "resize_size": 100}, "resize_size")],
+)
+def test_augment_spec_validation(kw, name):
+    with pytest.raises(ValueError, match=name):
+        AugmentSpec(**kw)
+
+
+def test_augment_spec_defaults():
+    s = AugmentSpec(mode="eval", size=224)
+    assert s.mode is Mode.EVAL and s.resize_size == 256
+    assert s.mean_255[0] == pytest.approx(0.485 * 255)
