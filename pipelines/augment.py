@@ -107,7 +107,7 @@ class AugmentSpec:
                 which is the classic CPU recipe the ``pageable`` baseline runs.
 
         Returns:
-            A ``torchvision.transforms.v2.Compose`` taking a PIL image.
+            A ``torchvision.transforms.v2.Compose`` taking a uint8 CHW tensor or a PIL image.
         """
         import torch
         from torchvision.transforms import v2

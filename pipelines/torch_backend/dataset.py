@@ -3,23 +3,38 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, List, Sequence, Tuple
 
+import warnings
+
 import numpy as np
 import torch
 from PIL import Image, ImageOps
+
+try:  # deprecated in torchvision 0.29 in favour of TorchCodec, still the fastest CPU path here
+    from torchvision.io import ImageReadMode, decode_image, read_file
+except ImportError:  # pragma: no cover - a torchvision that has dropped it
+    decode_image = None
+
+warnings.filterwarnings(
+    "ignore", message="The image decoding and encoding capabilities of TorchVision are deprecated",
+    category=DeprecationWarning,
+)
 
 from ..config import LoaderConfig
 from ..indexing import epoch_batches, num_batches, sample_seed
 
 
-def load_rgb(path: str) -> Image.Image:
-    """Decode a JPEG to an RGB PIL image.
+def decode_rgb(path: str) -> torch.Tensor:
+    """Decode an image file to a ``uint8`` ``3 x H x W`` RGB tensor on the CPU.
 
-    Grayscale and CMYK are converted to RGB, and the EXIF orientation is applied, as DALI's
-    decoders do by default (``adjust_orientation=True``), so every backend sees the same pixels.
+    ``torchvision.io`` (libjpeg-turbo) is used rather than PIL: measured on the default generated
+    set, decode + RandomResizedCrop + flip took a median 1.70 ms/img against 2.34 ms/img through
+    PIL (one thread, 300 images, 5 repeats; see the README). Grayscale and CMYK come out as RGB
+    and the EXIF orientation is applied, as DALI's decoders do by default.
     """
-    with Image.open(path) as im:
-        im = ImageOps.exif_transpose(im)
-        return im.convert("RGB")
+    if decode_image is None:  # pragma: no cover
+        with Image.open(path) as im:
+            return torch.from_numpy(np.asarray(ImageOps.exif_transpose(im).convert("RGB"))).permute(2, 0, 1)
+    return decode_image(read_file(path), mode=ImageReadMode.RGB, apply_exif_orientation=True)
 
 
 class JpegDataset(torch.utils.data.Dataset):
@@ -43,7 +58,7 @@ class JpegDataset(torch.utils.data.Dataset):
         epoch, index = key
         path = self.paths[index]
         try:
-            img = load_rgb(path)
+            img = decode_rgb(path)
             torch.manual_seed(sample_seed(self.seed, epoch, index))
             out = self.transform(img)
         except Exception as e:  # re-raised in the main process by DataLoader, with the file name

@@ -1,0 +1,50 @@
+"""GPU tests for the torch backends (run on the H200 through the device tool)."""
+import pytest
+import torch
+
+from pipelines import AugmentSpec, LoaderConfig, create_loader
+
+pytestmark = pytest.mark.cuda
+
+
+def _cfg(root, **kw):
+    base = dict(root=root, batch_size=64, device="cuda", num_workers=4, augment=AugmentSpec(size=224))
+    base.update(kw)
+    return LoaderConfig(**base)
+
+
+@pytest.mark.parametrize("streams", [0, 1, 2])
+def test_eval_pinned_equals_pageable_bit_for_bit(gpu_root, streams):
+    spec = AugmentSpec(mode="eval", size=224)
+    outs = {}
+    for b in ("pageable", "pinned"):
+        with create_loader(b, _cfg(gpu_root, augment=spec, shuffle=False, streams=streams)) as ld:
+            outs[b] = [(x.cpu(), y.cpu()) for x, y in ld]
+    assert len(outs["pageable"]) == len(outs["pinned"]) == 8
+    for (xa, ya), (xb, yb) in zip(outs["pageable"], outs["pinned"]):
+        assert torch.equal(ya, yb)
+        assert torch.equal(xa, xb)
+
+
+@pytest.mark.parametrize("streams, depth", [(1, 2), (2, 4)])
+def test_async_equals_sync_with_a_slow_consumer(gpu_root, streams, depth):
+    """A long kernel before every read: a stream race or early buffer reuse changes the sums."""
+    cfg = _cfg(gpu_root, seed=5, dtype="bfloat16", channels_last=True)
+    with create_loader("pinned", cfg.replace(streams=0)) as ref_loader:
+        ref = [x.double().sum().item() for x, _ in ref_loader]
+    sums = []
+    with create_loader("pinned", cfg.replace(streams=streams, prefetch=depth)) as loader:
+        for x, y in loader:
+            torch.cuda._sleep(20_000_000)      # ~10 ms of GPU time queued before we read x
+            sums.append(x.double().sum())      # queued behind the sleep
+            del x, y                           # memory freed while the read is still queued
+    torch.cuda.synchronize()
+    assert [s.item() for s in sums] == ref
+
+
+def test_first_batch_is_not_lost_and_labels_follow_images(gpu_root):
+    cfg = _cfg(gpu_root, shuffle=False, debug_indices=True, streams=2, prefetch=3)
+    with create_loader("pinned", cfg) as loader:
+        ys = [y.cpu() for _, y in loader]
+        assert len(ys) == len(loader) == 8
+        assert sorted(loader.last_indices.tolist()) == list(range(512))
