@@ -1,0 +1,116 @@
+"""``DaliLoader``: the DALI graph behind the common ``BatchLoader`` contract.
+
+DALI specifics (``DALIGenericIterator``'s ``List[Dict]``, its last-batch handling) stay here; the
+caller only sees ``Batch``. The last-batch policy is applied by the shared plan (full batches,
+a short last batch under PARTIAL, wrapped padding under PAD), so DALI itself always runs with
+``LastBatchPolicy.PARTIAL`` and stops when the source raises ``StopIteration``.
+"""
+from __future__ import annotations
+
+import gc
+import warnings
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
+from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+from ..config import LoaderConfig, OutputDType
+from ..indexing import epoch_batches, list_samples, num_batches
+from ..types import Batch
+from .graph import OUTPUTS, build_pipeline
+from .source import PlanSource
+
+
+class DaliLoader:
+    """Decode and augment with DALI (GPU when the config's device is CUDA, CPU operators otherwise)."""
+
+    def __init__(self, config: LoaderConfig):
+        self.config = config
+        self.paths, self.labels, self.classes = list_samples(config.root)
+        self.gpu = config.wants_cuda and torch.cuda.is_available()
+        if config.wants_cuda and not self.gpu:
+            warnings.warn("backend='dali': CUDA is not available, running DALI's CPU operators",
+                          RuntimeWarning, stacklevel=3)
+        self.device = config.torch_device if self.gpu else torch.device("cpu")
+        device_id = (self.device.index if self.device.index is not None
+                     else torch.cuda.current_device()) if self.gpu else None
+        self.source = PlanSource(self.paths, self.labels, self._plan,
+                                 readahead=config.prefetch + 1,
+                                 threads=min(8, max(2, config.num_workers // 2)))
+        self.pipe = build_pipeline(config, self.source, device_id)
+        self._it: Optional[DALIGenericIterator] = None
+        self._epoch = 0
+        self._in_epoch = False
+        self._closed = False
+        self.last_indices: Optional[np.ndarray] = None
+
+    def _plan(self, epoch: int):
+        c = self.config
+        return epoch_batches(len(self.paths), batch_size=c.batch_size, seed=c.seed, epoch=epoch,
+                             shuffle=c.shuffle, policy=c.last_batch, rank=c.rank,
+                             world_size=c.world_size)
+
+    # -- contract -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        c = self.config
+        return num_batches(len(self.paths), batch_size=c.batch_size, policy=c.last_batch,
+                           rank=c.rank, world_size=c.world_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch={epoch!r} must be an int >= 0")
+        self._epoch = epoch
+
+    def _start(self) -> DALIGenericIterator:
+        self.source.start_epoch(self._epoch)
+        if self._it is None:
+            self._it = DALIGenericIterator(
+                self.pipe, list(OUTPUTS), size=-1, auto_reset=False,
+                last_batch_policy=DaliPolicy.PARTIAL, prepare_first_batch=False,
+            )
+        else:
+            if self._in_epoch:  # the caller broke out early: finish the old epoch first
+                for _ in self._it:
+                    pass
+            self._it.reset()
+        return self._it
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self._closed:
+            raise RuntimeError("this loader is closed; create a new one with create_loader()")
+        it = self._start()
+        self._in_epoch = True
+        want_idx = self.config.debug_indices
+        seen = []
+        cast = self.config.dtype is OutputDType.BFLOAT16
+        for out in it:
+            d = out[0]
+            x, y = d["images"], d["labels"].view(-1)
+            if self.config.channels_last:
+                x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
+            if cast:
+                x = x.to(torch.bfloat16, memory_format=torch.preserve_format)
+            if want_idx:
+                seen.append(d["indices"].view(-1).cpu().numpy())
+            yield Batch(x, y)
+        self._in_epoch = False
+        if want_idx:
+            self.last_indices = np.concatenate(seen) if seen else np.empty(0, np.int64)
+
+    def close(self) -> None:
+        """Release the pipeline, its threads and its GPU memory. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._it = None
+        self.source.close()
+        self.pipe = None
+        gc.collect()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,117 @@
+"""DALI backend specifics, in CPU mode (CI) and, with the cuda marker, on the GPU."""
+import threading
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from pipelines import AugmentSpec, LoaderConfig, create_loader
+
+pytestmark = pytest.mark.dali
+
+
+def _cfg(root, **kw):
+    base = dict(root=root, batch_size=8, device="cpu", num_workers=2, augment=AugmentSpec(size=32))
+    base.update(kw)
+    return LoaderConfig(**base)
+
+
+def _denorm_mae(a, b, spec):
+    std = torch.tensor(spec.std, device=a.device).view(1, 3, 1, 1)
+    return ((a.float() - b.float()) * std).abs().mean().item()
+
+
+def test_eval_output_matches_torch_backends_within_2_over_255(tiny_root):
+    spec = AugmentSpec(mode="eval", size=32, resize_size=40)
+    outs = {}
+    for b in ("pageable", "dali"):
+        with create_loader(b, _cfg(tiny_root, augment=spec, shuffle=False)) as ld:
+            outs[b] = torch.cat([x for x, _ in ld])
+    mae = _denorm_mae(outs["pageable"], outs["dali"], spec)
+    assert mae < 2 / 255, f"mean abs diff {mae * 255:.3f}/255"
+
+
+def test_early_break_then_next_epoch_is_complete(tiny_root):
+    with create_loader("dali", _cfg(tiny_root, debug_indices=True)) as ld:
+        for i, _ in enumerate(ld):
+            if i == 1:
+                break
+        ld.set_epoch(1)
+        n = sum(len(y) for _, y in ld)
+        assert n == 37 and sorted(ld.last_indices.tolist()) == list(range(37))
+
+
+def test_grayscale_and_cmyk_come_out_rgb(tmp_path):
+    (tmp_path / "c").mkdir()
+    rgb = np.zeros((64, 64, 3), np.uint8)
+    rgb[..., 0] = 200
+    rgb[..., 2] = 40
+    Image.fromarray(rgb).convert("CMYK").save(tmp_path / "c" / "cmyk.jpg", quality=95)
+    Image.fromarray(np.full((64, 64), 90, np.uint8)).save(tmp_path / "c" / "gray.jpg", quality=95)
+    spec = AugmentSpec(mode="eval", size=32, resize_size=32)
+    outs = {}
+    for b in ("pageable", "dali"):
+        with create_loader(b, _cfg(tmp_path, augment=spec, shuffle=False, batch_size=2)) as ld:
+            outs[b] = next(iter(ld))[0]
+    x = outs["dali"]
+    assert x.shape == (2, 3, 32, 32)
+    assert _denorm_mae(outs["pageable"], x, spec) < 3 / 255
+    mean = torch.tensor(spec.mean).view(3, 1, 1)
+    std = torch.tensor(spec.std).view(3, 1, 1)
+    px = (x * std + mean) * 255
+    assert px[0, 0].mean() > 150 and px[0, 2].mean() < 100  # CMYK red-ish stays red-ish
+    assert (px[1].std(dim=0) < 2).all()                      # grayscale: R == G == B
+
+
+def test_missing_file_error_reaches_caller(tiny_root, tmp_path):
+    import shutil
+
+    root = tmp_path / "r"
+    shutil.copytree(tiny_root, root)
+    with create_loader("dali", _cfg(root, shuffle=False)) as ld:
+        victim = sorted(root.glob("class_0001/*.jpg"))[0]
+        victim.unlink()
+        with pytest.raises(Exception, match=victim.name):
+            for _ in ld:
+                pass
+
+
+def test_close_stops_reader_threads(tiny_root):
+    before = {t.name for t in threading.enumerate()}
+    ld = create_loader("dali", _cfg(tiny_root))
+    next(iter(ld))
+    ld.close()
+    left = [t.name for t in threading.enumerate() if t.name.startswith("dali-read") and t.name not in before]
+    assert left == []
+
+
+@pytest.mark.cuda
+def test_gpu_eval_matches_torch_and_batches_live_on_gpu(gpu_root):
+    spec = AugmentSpec(mode="eval", size=224)
+    outs = {}
+    for b in ("pinned", "dali"):
+        cfg = LoaderConfig(root=gpu_root, batch_size=64, device="cuda", num_workers=4,
+                           augment=spec, shuffle=False)
+        with create_loader(b, cfg) as ld:
+            xs = [x for x, _ in ld]
+            assert xs[0].is_cuda
+            outs[b] = torch.cat(xs)
+    mae = _denorm_mae(outs["pinned"], outs["dali"], spec)
+    print(f"DALI (GPU) vs pinned eval: mean abs diff {mae * 255:.4f}/255")
+    assert mae < 2 / 255
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, cl", [("bfloat16", True), ("float32", False)])
+def test_gpu_train_contract(gpu_root, dtype, cl):
+    cfg = LoaderConfig(root=gpu_root, batch_size=64, device="cuda", num_workers=4, dtype=dtype,
+                       channels_last=cl, debug_indices=True, last_batch="partial")
+    with create_loader("dali", cfg) as ld:
+        ys = []
+        for x, y in ld:
+            assert x.is_cuda and y.is_cuda and x.dtype == getattr(torch, dtype)
+            assert x.shape[1:] == (3, 224, 224)
+            assert x.is_contiguous(memory_format=torch.channels_last) == cl
+            ys.append(y)
+        assert sorted(ld.last_indices.tolist()) == list(range(512))
