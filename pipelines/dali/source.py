@@ -42,6 +42,7 @@ class PlanSource:
         self.readahead = readahead
         self.epoch = 0
         self.bytes_read = 0
+        self.samples_read = 0
         self._batches: List[np.ndarray] = []
         self._planned_epoch = None
         self._pending: Dict[int, Future] = {}
@@ -72,6 +73,7 @@ class PlanSource:
                 self._pending[k] = self._pool.submit(self._load, self._batches[k])
         out = self._pending.pop(it).result()
         self.bytes_read += sum(len(j) for j in out[0])
+        self.samples_read += len(out[0])
         return out
 
     def close(self) -> None:

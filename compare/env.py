@@ -1,0 +1,68 @@
+"""Environment metadata recorded with every result."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from typing import Dict
+
+
+def _version(mod: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(mod)
+    except Exception:
+        return None
+
+
+def environment() -> Dict[str, object]:
+    import torch
+
+    env: Dict[str, object] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_model": _cpu_model(),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "numpy": _version("numpy"),
+        "pillow": _version("pillow"),
+        "dali": None,
+        "cuda_available": torch.cuda.is_available(),
+    }
+    try:
+        import nvidia.dali as dali  # only for the version; the backend imports it itself
+
+        env["dali"] = dali.__version__
+    except Exception:
+        pass
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        env.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1),
+                   sm_count=p.multi_processor_count, cuda_runtime=torch.version.cuda,
+                   cudnn=torch.backends.cudnn.version())
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+            env["driver"] = out.splitlines()[0] if out else None
+        except Exception:
+            env["driver"] = None
+    try:
+        st = os.statvfs("/dev/shm")
+        env["dev_shm_gib"] = round(st.f_blocks * st.f_frsize / 2**30, 2)
+    except OSError:
+        env["dev_shm_gib"] = None
+    return env
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None

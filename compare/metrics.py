@@ -1,0 +1,195 @@
+"""Measuring one run: data wait, step compute, GPU idle, throughput.
+
+NOTE [how idle time is measured]
+For each timed step we read the host clock around ``next(loader)`` (the *data wait*: time the
+training loop is blocked on data), then record CUDA events ``e0``/``e1`` on the compute stream
+around the model step. Everything a backend enqueues on the compute stream before ``e0`` (a
+``wait_event`` on a copy, a blocking copy, DALI's output copy) falls outside ``[e0, e1]``. A
+start event before the first timed step and an end event after the last give the elapsed GPU
+timeline, so
+
+    GPU idle % = 1 - sum(e1 - e0) / (end - start)
+
+is the share of the compute stream's timeline not spent on the model step. Throughput is
+samples divided by host wall time, read after ``torch.cuda.synchronize()``. On the CPU the same
+quantities come from the host clock, the step being synchronous.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, List, Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class RunMeasure:
+    """One timed run of ``steps`` steps."""
+
+    samples: int
+    wall_s: float
+    waits_ms: List[float]
+    compute_ms: List[float]
+    timeline_ms: float
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def idle_pct(self) -> float:
+        if self.timeline_ms <= 0:
+            return float("nan")
+        return max(0.0, 100.0 * (1.0 - sum(self.compute_ms) / self.timeline_ms))
+
+    def wait_pct(self, q: float) -> float:
+        return percentile(self.waits_ms, q)
+
+
+def percentile(xs: List[float], q: float) -> float:
+    """Linear-interpolated percentile, ``q`` in [0, 100]."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = (len(s) - 1) * q / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
+            device: torch.device) -> RunMeasure:
+    """Run ``warmup`` untimed then ``steps`` timed steps of ``step(images, labels)``.
+
+    ``batches`` yields ``(images, labels)``; it must not run out (see ``runner.endless``).
+    """
+    cuda = device.type == "cuda"
+    for _ in range(warmup):
+        x, y = next(batches)
+        step(x, y)
+    if cuda:
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    waits: List[float] = []
+    compute: List[float] = []
+    events = []
+    n = 0
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        t = time.perf_counter()
+        x, y = next(batches)
+        t1 = time.perf_counter()
+        waits.append((t1 - t) * 1e3)
+        if cuda:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            step(x, y)
+            e1.record()
+            events.append((e0, e1))
+        else:
+            step(x, y)
+            compute.append((time.perf_counter() - t1) * 1e3)
+        n += len(y)
+    if cuda:
+        end.record()
+        torch.cuda.synchronize(device)
+        wall = time.perf_counter() - t0
+        compute = [a.elapsed_time(b) for a, b in events]
+        timeline = start.elapsed_time(end)
+    else:
+        wall = time.perf_counter() - t0
+        timeline = wall * 1e3
+    return RunMeasure(n, wall, waits, compute, timeline)
+
+
+def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device) -> float:
+    """Images per second of the loader alone (the last batch is synchronised before the clock)."""
+    for _ in range(warmup):
+        next(batches)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    n = 0
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        x, y = next(batches)
+        n += len(y)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return n / (time.perf_counter() - t0)
+
+
+def median_spread(xs: List[float]) -> tuple[float, float]:
+    """``(median, max - min)`` of repeated measurements."""
+    if not xs:
+        return float("nan"), float("nan")
+    return statistics.median(xs), (max(xs) - min(xs))
+
+
+class CpuUtil:
+    """Whole-machine CPU utilisation between ``start()`` and ``stop()`` from ``/proc/stat``."""
+
+    @staticmethod
+    def _read() -> Optional[tuple[int, int]]:
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v) - idle, sum(v)
+
+    def start(self) -> None:
+        self._a = self._read()
+
+    def stop(self) -> Optional[float]:
+        b = self._read()
+        if self._a is None or b is None or b[1] == self._a[1]:
+            return None
+        return 100.0 * (b[0] - self._a[0]) / (b[1] - self._a[1])
+
+
+class NvmlSampler:
+    """Samples NVML GPU utilisation in a thread (the cross-check for the event-based idle %)."""
+
+    def __init__(self, device_index: int = 0, period_s: float = 0.02):
+        self.samples: List[int] = []
+        self.period = period_s
+        self._stop = threading.Event()
+        self._thread = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._h = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            self._nv = pynvml
+        except Exception:
+            self._nv = None
+
+    @property
+    def available(self) -> bool:
+        return self._nv is not None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self._nv.nvmlDeviceGetUtilizationRates(self._h).gpu)
+            except Exception:
+                return
+            self._stop.wait(self.period)
+
+    def __enter__(self):
+        if self.available:
+            self._thread = threading.Thread(target=self._run, daemon=True, name="nvml-sampler")
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def mean_util(self) -> Optional[float]:
+        return statistics.fmean(self.samples) if self.samples else None

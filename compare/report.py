@@ -1,0 +1,143 @@
+"""Turn a ``SuiteResult`` into a terminal table, a markdown summary and PNG plots."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import List
+
+from .results import SPREAD_WARN, SuiteResult, VariantResult
+
+COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
+           "% ceiling", "speed-up", "H2D KiB/sample", "CPU %", "NVML idle %")
+
+
+def _f(x, fmt="{:.1f}") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
+def _pm(v: VariantResult, metric: str, fmt="{:.1f}") -> str:
+    m, s = v.median(metric), v.spread(metric)
+    if len(v.repeats) < 2 or math.isnan(s):
+        return _f(m, fmt)
+    return f"{_f(m, fmt)} ±{_f(s / 2, fmt)}"
+
+
+def rows(res: SuiteResult) -> List[List[str]]:
+    out = []
+    for v in res.variants:
+        nv = v.median("nvml_util_pct")
+        out.append([
+            v.label, _pm(v, "samples_per_s"), _pm(v, "loader_only_per_s", "{:.0f}"),
+            _pm(v, "wait_p50_ms", "{:.2f}"), _pm(v, "wait_p95_ms", "{:.2f}"),
+            _pm(v, "idle_pct"), _f(res.pct_of_ceiling(v)), _f(res.speedup(v), "{:.2f}x"),
+            _f(None if v.h2d_bytes_per_sample is None else v.h2d_bytes_per_sample / 1024),
+            _f(v.median("cpu_util_pct"), "{:.0f}"), _f(None if math.isnan(nv) else 100 - nv),
+        ])
+    if res.ceiling is not None:
+        c = res.ceiling
+        out.append(["ceiling (on device)", _pm(c, "samples_per_s"), "-", "-", "-", _pm(c, "idle_pct"),
+                    "100.0", _f(res.speedup(c), "{:.2f}x"), "0.0", "-", "-"])
+    return out
+
+
+def warnings_for(res: SuiteResult) -> List[str]:
+    w = []
+    for v in res.variants + ((res.ceiling,) if res.ceiling else ()):
+        if v.noisy():
+            w.append(f"{v.label}: samples/s spread {v.spread('samples_per_s'):.1f} is >= "
+                     f"{SPREAD_WARN:.0%} of the median {v.median('samples_per_s'):.1f}; "
+                     "differences of that size are noise")
+    b = res.baseline()
+    if b is not None:
+        for v in res.variants:
+            if v is b:
+                continue
+            gap = abs(v.median("samples_per_s") - b.median("samples_per_s"))
+            if gap <= max(v.spread("samples_per_s"), b.spread("samples_per_s")):
+                w.append(f"{v.label} vs {b.label}: the difference ({gap:.1f} samples/s) is within "
+                         "the spread: treat it as noise")
+    return w
+
+
+def table(res: SuiteResult) -> str:
+    data = [list(COLUMNS)] + rows(res)
+    widths = [max(len(r[i]) for r in data) for i in range(len(COLUMNS))]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(data[0]), sep] + [line(r) for r in data[1:]])
+
+
+def markdown(res: SuiteResult) -> str:
+    s = res.setup
+    e = res.env
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + "|".join("---" for _ in COLUMNS) + "|\n"
+    body = "".join("| " + " | ".join(r) + " |\n" for r in rows(res))
+    w = warnings_for(res)
+    lines = [
+        "# gpu-feed comparison",
+        "",
+        f"- GPU: {e.get('gpu', 'none')} (driver {e.get('driver', '-')}, CUDA {e.get('cuda_runtime', '-')}); "
+        f"CPU: {e.get('cpu_count')} cores ({e.get('cpu_model')})",
+        f"- torch {e.get('torch')}, torchvision {e.get('torchvision')}, DALI {e.get('dali')}",
+        f"- data: {s.get('data')} ({s.get('dataset', {}).get('num_images', '?')} images, "
+        f"mean {s.get('dataset', {}).get('mean_kib', '?')} KiB)",
+        f"- model {s.get('model')}, batch {s.get('batch_size')}, {s.get('steps')} timed steps after "
+        f"{s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
+        f"channels_last {s.get('channels_last')}, workers {s.get('workers')}",
+        f"- augmentation: {s.get('augment')}",
+        "",
+        "Values are medians over repeats, ± half the range. % ceiling compares with the same step "
+        "on a batch already on the device.",
+        "",
+        head + body,
+    ]
+    if w:
+        lines += ["**Warnings**", ""] + [f"- {x}" for x in w] + [""]
+    return "\n".join(lines)
+
+
+def plots(res: SuiteResult, out: Path) -> List[Path]:
+    """``throughput.png`` (samples/s and idle % bars) and ``timeline.png`` (data wait per step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [v.label for v in res.variants]
+    med = [v.median("samples_per_s") for v in res.variants]
+    err = [v.spread("samples_per_s") / 2 for v in res.variants]
+    idle = [v.median("idle_pct") for v in res.variants]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+    a.bar(labels, med, yerr=err, color="#4878d0", capsize=4)
+    if res.ceiling is not None:
+        c = res.ceiling.median("samples_per_s")
+        a.axhline(c, color="k", ls="--", lw=1)
+        a.text(len(labels) - 0.5, c, f"ceiling {c:.0f}", ha="right", va="bottom", fontsize=8)
+    a.set_ylabel("samples/s (median, ± half range)")
+    a.set_title(f"Training throughput: {res.setup.get('model')}, batch {res.setup.get('batch_size')}")
+    b.bar(labels, idle, color="#ee854a")
+    b.set_ylim(0, 100)
+    b.set_ylabel("GPU idle % (compute stream)")
+    b.set_title("GPU idle (lower is better)")
+    for ax in (a, b):
+        ax.tick_params(axis="x", rotation=20)
+    fig.suptitle(f"{res.env.get('gpu', 'CPU')} · {res.env.get('cpu_count')} CPU cores", fontsize=9)
+    fig.tight_layout()
+    p1 = out / "throughput.png"
+    fig.savefig(p1, dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(12, 3.8))
+    for v in res.variants:
+        if v.repeats:
+            ax.plot(v.repeats[0].waits_ms, label=v.label, lw=1)
+    ax.set_xlabel("timed step (first repeat)")
+    ax.set_ylabel("data wait (ms)")
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_title("Host time blocked in next(loader), per step")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p2 = out / "timeline.png"
+    fig.savefig(p2, dpi=110)
+    plt.close(fig)
+    return [p1, p2]

@@ -1,0 +1,109 @@
+"""Immutable result records with JSON dump/load (in the spirit of pyperf's Run/Benchmark)."""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+SCHEMA = "gpu-feed.compare/1"
+SPREAD_WARN = 0.10  # warn when (max - min) >= 10% of the median, as pyperf does with std/mean
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One timed repeat of one variant."""
+
+    samples_per_s: float
+    loader_only_per_s: float
+    wait_p50_ms: float
+    wait_p95_ms: float
+    idle_pct: float
+    cpu_util_pct: Optional[float] = None
+    nvml_util_pct: Optional[float] = None
+    waits_ms: Tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """All repeats of one backend variant (e.g. ``pinned`` with ``streams=0``)."""
+
+    label: str
+    backend: str
+    overrides: Dict[str, object]
+    h2d_bytes_per_sample: Optional[float]
+    repeats: Tuple[Repeat, ...]
+
+    def values(self, metric: str) -> List[float]:
+        return [getattr(r, metric) for r in self.repeats if getattr(r, metric) is not None]
+
+    def median(self, metric: str) -> float:
+        v = self.values(metric)
+        return statistics.median(v) if v else float("nan")
+
+    def spread(self, metric: str) -> float:
+        v = self.values(metric)
+        return (max(v) - min(v)) if v else float("nan")
+
+    def noisy(self, metric: str = "samples_per_s") -> bool:
+        m = self.median(metric)
+        return bool(m) and self.spread(metric) >= SPREAD_WARN * abs(m)
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """A whole comparison: environment, the shared setup, the ceiling and every variant."""
+
+    env: Dict[str, object]
+    setup: Dict[str, object]
+    ceiling: Optional[VariantResult]
+    variants: Tuple[VariantResult, ...] = field(default_factory=tuple)
+    schema: str = SCHEMA
+
+    def variant(self, label: str) -> VariantResult:
+        for v in self.variants:
+            if v.label == label:
+                return v
+        raise KeyError(label)
+
+    def baseline(self) -> Optional[VariantResult]:
+        for v in self.variants:
+            if v.backend == "pageable" and not v.overrides.get("pin"):
+                return v
+        return None
+
+    def pct_of_ceiling(self, v: VariantResult) -> Optional[float]:
+        if self.ceiling is None:
+            return None
+        c = self.ceiling.median("samples_per_s")
+        return 100.0 * v.median("samples_per_s") / c if c else None
+
+    def speedup(self, v: VariantResult) -> Optional[float]:
+        b = self.baseline()
+        if b is None:
+            return None
+        return v.median("samples_per_s") / b.median("samples_per_s")
+
+    def dump(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=1, default=str))
+
+    @classmethod
+    def from_dict(cls, d: Dict) -> "SuiteResult":
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"schema={d.get('schema')!r} is not {SCHEMA!r}")
+
+        def var(v):
+            if v is None:
+                return None
+            reps = tuple(Repeat(**{**r, "waits_ms": tuple(r.get("waits_ms", ()))})
+                         for r in v["repeats"])
+            return VariantResult(v["label"], v["backend"], dict(v["overrides"]),
+                                 v["h2d_bytes_per_sample"], reps)
+
+        return cls(d["env"], d["setup"], var(d["ceiling"]),
+                   tuple(var(v) for v in d["variants"]), d["schema"])
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SuiteResult":
+        return cls.from_dict(json.loads(Path(path).read_text()))

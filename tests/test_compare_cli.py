@@ -1,0 +1,50 @@
+"""``python -m compare`` and ``python -m compare train`` end to end on the CPU."""
+import json
+
+import pytest
+
+from compare.__main__ import main
+from compare.results import SuiteResult
+
+
+def test_compare_writes_table_json_png_and_summary(tiny_root, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["--data", str(tiny_root), "--steps", "2", "--warmup", "1", "--repeats", "2",
+               "--batch-size", "4", "--image-size", "32", "--workers", "0", "--model", "tinycnn",
+               "--device", "cpu", "--out", str(out), "--backends", "pageable,pinned"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "pageable" in text and "ceiling" in text and "% ceiling" in text
+    res = SuiteResult.load(out / "results.json")
+    assert [v.label for v in res.variants] == ["pageable", "pinned"]
+    assert all(len(v.repeats) == 2 and v.median("samples_per_s") > 0 for v in res.variants)
+    assert res.ceiling is not None and res.setup["batch_size"] == 4
+    assert res.env["torch"] and res.setup["dataset"]["num_images"] == 37
+    for f in ("throughput.png", "timeline.png"):
+        assert (out / f).read_bytes()[:4] == b"\x89PNG"
+    assert "| pinned |" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--model", "alexnet"], "model='alexnet'"),
+    (["--backends", "ffcv"], "valid backends"),
+    (["--steps", "0"], "--steps"),
+])
+def test_bad_flags_give_one_line_errors(tiny_root, tmp_path, capsys, args, msg):
+    assert main(["--data", str(tiny_root), "--out", str(tmp_path), "--device", "cpu", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and "\n" not in err
+
+
+def test_missing_data_root_is_one_line(tmp_path, capsys):
+    assert main(["--data", str(tmp_path / "nope"), "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)])
+def test_train_loop_prints_loss_per_epoch(tiny_root, capsys, backend):
+    rc = main(["train", "--backend", backend, "--data", str(tiny_root), "--epochs", "2",
+               "--batch-size", "8", "--workers", "0"])
+    assert rc == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("epoch")]
+    assert len(lines) == 2 and "loss" in lines[0] and "32 images" in lines[0]

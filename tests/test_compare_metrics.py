@@ -1,0 +1,91 @@
+"""The metric code, checked against fakes with known timings."""
+import itertools
+import json
+import time
+
+import pytest
+import torch
+
+from compare.metrics import loader_only, measure, percentile
+from compare.results import Repeat, SuiteResult, VariantResult
+from compare.report import markdown, table, warnings_for
+from compare.runner import parse_sweep, preset
+from pipelines import Backend
+
+CPU = torch.device("cpu")
+
+
+def sleepy_loader(wait_s, bs=4):
+    x, y = torch.zeros(bs, 3, 2, 2), torch.zeros(bs, dtype=torch.long)
+    while True:
+        time.sleep(wait_s)
+        yield x, y
+
+
+def sleepy_step(step_s):
+    return lambda x, y: time.sleep(step_s)
+
+
+def test_known_wait_idle_and_throughput():
+    m = measure(sleepy_loader(0.03), sleepy_step(0.01), steps=10, warmup=1, device=CPU)
+    assert m.samples == 40
+    assert percentile(m.waits_ms, 50) == pytest.approx(30, abs=8)
+    assert sum(m.compute_ms) / 10 == pytest.approx(10, abs=4)
+    assert m.idle_pct == pytest.approx(75, abs=8)          # 30 of every 40 ms
+    assert m.samples_per_s == pytest.approx(4 / 0.040, rel=0.2)
+
+
+def test_fast_loader_means_no_idle():
+    m = measure(sleepy_loader(0.0), sleepy_step(0.02), steps=8, warmup=0, device=CPU)
+    assert m.idle_pct < 10 and percentile(m.waits_ms, 95) < 5
+
+
+def test_loader_only_rate():
+    assert loader_only(sleepy_loader(0.01, bs=8), steps=10, warmup=1, device=CPU) == \
+        pytest.approx(800, rel=0.25)
+
+
+def test_percentile_interpolates():
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([5], 95) == 5
+
+
+def _var(label, backend, sps, **ov):
+    reps = tuple(Repeat(s, 1000.0, 1.0, 2.0, 10.0, waits_ms=(1.0, 2.0)) for s in sps)
+    return VariantResult(label, backend, ov, 100.0, reps)
+
+
+def test_results_roundtrip_and_derived_numbers(tmp_path):
+    res = SuiteResult({"gpu": "X"}, {"model": "m"}, _var("ceiling", "none", [1000, 1000, 1000]),
+                      (_var("pageable", "pageable", [100, 110, 90]),
+                       _var("dali", "dali", [500, 505, 495])))
+    res.dump(tmp_path / "r.json")
+    back = SuiteResult.load(tmp_path / "r.json")
+    assert back == res
+    d = back.variant("dali")
+    assert back.speedup(d) == pytest.approx(5.0) and back.pct_of_ceiling(d) == pytest.approx(50.0)
+    assert back.baseline().label == "pageable"
+    assert "dali" in table(back) and "| dali |" in markdown(back)
+    # 20/100 spread on the baseline is >= 10%: it is flagged
+    assert any("pageable" in w and "noise" in w for w in warnings_for(back))
+    with pytest.raises(ValueError, match="schema"):
+        SuiteResult.from_dict({**json.loads((tmp_path / "r.json").read_text()), "schema": "x"})
+
+
+def test_difference_within_spread_is_called_noise():
+    res = SuiteResult({}, {}, None, (_var("pageable", "pageable", [100, 120, 80]),
+                                     _var("pinned", "pinned", [105, 106, 104])))
+    assert any("pinned vs pageable" in w for w in warnings_for(res))
+
+
+def test_sweep_and_preset_parsing():
+    vs = parse_sweep("workers=0,4 pin=on,off", [Backend.DALI])
+    assert [v.label for v in vs] == ["pinned workers=0", "pinned workers=4",
+                                     "pageable workers=0", "pageable workers=4"]
+    assert vs[1].overrides == {"num_workers": 4} and vs[1].backend is Backend.PINNED
+    with pytest.raises(ValueError, match="KEY"):
+        parse_sweep("threads=2", [Backend.PINNED])
+    with pytest.raises(ValueError, match="on or off"):
+        parse_sweep("pin=maybe", [Backend.PINNED])
+    labels = [v.label for v in preset("seeds", [Backend.PINNED, Backend.PAGEABLE])]
+    assert labels == ["pageable", "pin-only", "pinned"]
+    assert preset("seeds", list(Backend))[-1].backend is Backend.DALI
