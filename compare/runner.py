@@ -46,9 +46,11 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
     """``"workers=0,4,8 pin=on,off"`` -> one variant per combination.
 
     ``pin=on`` selects the ``pinned`` backend, ``pin=off`` the ``pageable`` one; without ``pin``
-    every backend in ``backends`` is swept. Other keys: ``workers``, ``prefetch``, ``streams``.
+    every backend in ``backends`` is swept. Other keys: ``workers``, ``prefetch``, ``streams`` and
+    ``hw`` (DALI's ``hw_decoder_load``, a fraction).
     """
-    keys = {"workers": "num_workers", "prefetch": "prefetch", "streams": "streams", "pin": "pin"}
+    keys = {"workers": "num_workers", "prefetch": "prefetch", "streams": "streams", "pin": "pin",
+            "hw": "dali_hw_decoder_load"}
     axes: Dict[str, List[str]] = {}
     for part in spec.split():
         k, _, vals = part.partition("=")
@@ -68,9 +70,9 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
     for b in backs:
         for combo in itertools.product(*(axes[k] for k in names)):
             try:
-                ov = {keys[k]: int(v) for k, v in zip(names, combo)}
+                ov = {keys[k]: (float(v) if k == "hw" else int(v)) for k, v in zip(names, combo)}
             except ValueError:
-                raise ValueError(f"--sweep values must be integers (or on/off for pin): {spec!r}") from None
+                raise ValueError(f"--sweep values must be numbers (or on/off for pin): {spec!r}") from None
             label = b.value + "".join(f" {k}={v}" for k, v in zip(names, combo))
             out.append(Variant(label, b, ov))
     return out

@@ -35,7 +35,6 @@ class TorchLoaderBase:
             batch_sampler=self.sampler,
             num_workers=nw,
             pin_memory=pin_memory,
-            pin_memory_device=str(config.torch_device) if pin_memory else "",
             persistent_workers=config.persistent_workers and nw > 0,
             prefetch_factor=config.prefetch if nw > 0 else None,
         )

@@ -1,0 +1,109 @@
+"""``python -m compare.memory``: host and GPU memory of each backend over many epochs.
+
+A loader that leaks (pinned buffers, DALI allocations, worker RSS) shows it here long before a
+90-epoch run dies. Per epoch it records host RSS (this process + its workers), torch's allocated
+and reserved CUDA memory, and NVML's device memory in use (which also sees DALI's own pools).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from pipelines import AugmentSpec, Backend, LoaderConfig, create_loader
+
+
+def host_rss_mib() -> float:
+    """RSS of this process and its children (DataLoader workers), in MiB."""
+    pids = [os.getpid()]
+    try:
+        pids += [int(p) for p in open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read().split()]
+    except OSError:
+        pass
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+    return total / 2**20
+
+
+def nvml_used_mib() -> float | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        return pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20
+    except Exception:
+        return None
+
+
+def track(backend: str, cfg: LoaderConfig, epochs: int) -> list[dict]:
+    rows = []
+    cuda = torch.cuda.is_available() and cfg.wants_cuda
+    with create_loader(backend, cfg) as loader:
+        for e in range(epochs):
+            loader.set_epoch(e)
+            t = time.perf_counter()
+            n = 0
+            for x, y in loader:
+                n += len(y)
+            if cuda:
+                torch.cuda.synchronize()
+            row = {"epoch": e, "images": n, "seconds": round(time.perf_counter() - t, 3),
+                   "host_rss_mib": round(host_rss_mib(), 1)}
+            if cuda:
+                row.update(torch_allocated_mib=round(torch.cuda.memory_allocated() / 2**20, 1),
+                           torch_reserved_mib=round(torch.cuda.memory_reserved() / 2**20, 1),
+                           nvml_used_mib=nvml_used_mib())
+            rows.append(row)
+            print(json.dumps({"backend": backend, **row}), flush=True)
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Growth from the second epoch (after warm-up allocations) to the last."""
+    out = {}
+    for k in ("host_rss_mib", "torch_reserved_mib", "nvml_used_mib"):
+        vals = [r.get(k) for r in rows[1:] if r.get(k) is not None]
+        if vals:
+            out[k] = {"epoch1": vals[0], "last": vals[-1], "max": max(vals),
+                      "growth": round(vals[-1] - vals[0], 1)}
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m compare.memory", description=__doc__)
+    p.add_argument("--data", required=True)
+    p.add_argument("--backends", default="dali")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--out", required=True, help="output directory for memory.json")
+    a = p.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    result = {}
+    for b in a.backends.split(","):
+        Backend.parse(b)
+        cfg = LoaderConfig(root=a.data, batch_size=a.batch_size, augment=AugmentSpec(size=224),
+                           num_workers=a.workers, device="cuda" if cuda else "cpu",
+                           dtype="bfloat16" if cuda else "float32", channels_last=cuda)
+        rows = track(b, cfg, a.epochs)
+        result[b] = {"epochs": rows, "summary": summarize(rows)}
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / "memory.json").write_text(json.dumps(result, indent=1))
+    for b, r in result.items():
+        print(b, json.dumps(r["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
