@@ -98,7 +98,8 @@ def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int]
 
     Args:
         cfg: the loader config (batch size, threads, prefetch, seed, dtype, layout, knobs).
-        source: a DALI batch callable taking ``BatchInfo`` (see ``pipelines.dali.source``).
+        source: a DALI batch callable taking ``BatchInfo`` and returning ``(jpegs, meta)``
+            (see ``pipelines.dali.source``); it must keep fed buffers alive (``no_copy``).
         device_id: the CUDA device, or ``None`` for a CPU-only pipeline.
     """
     gpu = device_id is not None
@@ -111,10 +112,11 @@ def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int]
         seed=cfg.seed,
     )
     def graph():
-        jpegs, labels, indices = fn.external_source(
-            source=source, num_outputs=3, batch=True, batch_info=True,
-            dtype=[types.UINT8, types.INT64, types.INT64], ndim=[1, 1, 1],
+        jpegs, meta = fn.external_source(
+            source=source, num_outputs=2, batch=True, batch_info=True,
+            dtype=[types.UINT8, types.INT64], ndim=[1, 1], no_copy=True,
         )
+        labels, indices = meta[0:1], meta[1:2]
         images = augment(jpegs, cfg.augment, cfg, gpu)
         if gpu:
             labels = labels.gpu()

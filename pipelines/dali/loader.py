@@ -38,7 +38,8 @@ class DaliLoader:
                      else torch.cuda.current_device()) if self.gpu else None
         self.source = PlanSource(self.paths, self.labels, self._plan,
                                  readahead=config.prefetch + 1,
-                                 threads=min(8, max(2, config.num_workers // 2)))
+                                 threads=min(8, max(2, config.num_workers // 2)),
+                                 keep_alive=config.prefetch + 2)
         self.pipe = build_pipeline(config, self.source, device_id)
         self._it: Optional[DALIGenericIterator] = None
         self._epoch = 0

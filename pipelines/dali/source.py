@@ -7,9 +7,19 @@ explicit file list every epoch would follow it, but costs a pipeline rebuild per
 source hands DALI the bytes of exactly the plan's batches, in order; files are read ahead by a
 small thread pool (file reads release the GIL). An exception while reading (a missing file)
 propagates through DALI to the caller's ``next()``.
+
+NOTE [feeding cost]
+The per-batch feed runs on the consumer's thread (inside ``next()``), so it is on the critical
+path. Two measured choices keep it small (256 JPEGs of the default set, 2-core dev machine,
+60 batches): labels and indices travel as one dense ``N x 2`` array instead of 2 x N one-element
+arrays (7.3 -> 3.8 ms/batch), and the JPEG buffers are handed over with ``no_copy=True``
+(3.1 -> 1.2 ms/batch). ``no_copy`` makes us responsible for keeping every fed buffer alive until
+DALI has consumed it: the last ``keep_alive`` batches are held in a ring (at least
+``prefetch_queue_depth`` + 1, per DALI's ``external_source`` documentation).
 """
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Dict, List, Sequence
 
@@ -25,17 +35,22 @@ def _read(path: str) -> np.ndarray:
 
 
 class PlanSource:
-    """DALI batch callable: ``source(batch_info) -> (jpegs, labels, indices)``.
+    """DALI batch callable: ``source(batch_info) -> (jpegs, meta)``.
+
+    ``jpegs`` is a list of uint8 arrays (the encoded files), ``meta`` an ``N x 2`` int64 array of
+    ``(label, dataset index)`` rows.
 
     Args:
         paths, labels: the listing (``pipelines.indexing.list_samples``).
         plan: ``plan(epoch) -> list of index arrays`` (the shared batch plan).
         readahead: batches read ahead of the one DALI asks for.
         threads: reader threads.
+        keep_alive: fed batches kept referenced (``no_copy`` lifetime, see the module note).
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray,
-                 plan: Callable[[int], List[np.ndarray]], readahead: int = 3, threads: int = 4):
+                 plan: Callable[[int], List[np.ndarray]], readahead: int = 3, threads: int = 4,
+                 keep_alive: int = 4):
         self.paths = list(paths)
         self.labels = labels
         self.plan = plan
@@ -46,6 +61,7 @@ class PlanSource:
         self._batches: List[np.ndarray] = []
         self._planned_epoch = None
         self._pending: Dict[int, Future] = {}
+        self._alive: deque = deque(maxlen=keep_alive)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dali-read")
 
     def start_epoch(self, epoch: int) -> None:
@@ -54,9 +70,8 @@ class PlanSource:
 
     def _load(self, idx: np.ndarray):
         jpegs = [_read(self.paths[i]) for i in idx]
-        labels = [self.labels[i : i + 1] for i in idx]
-        indices = [np.array([i], dtype=np.int64) for i in idx]
-        return jpegs, labels, indices
+        meta = np.ascontiguousarray(np.stack([self.labels[idx], idx.astype(np.int64)], axis=1))
+        return jpegs, meta
 
     def __call__(self, info):
         it = info.iteration
@@ -74,6 +89,7 @@ class PlanSource:
         out = self._pending.pop(it).result()
         self.bytes_read += sum(len(j) for j in out[0])
         self.samples_read += len(out[0])
+        self._alive.append(out)
         return out
 
     def close(self) -> None:
