@@ -19,7 +19,10 @@ def _pair(s: str) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m data_gen", description=__doc__)
-    p.add_argument("--out", required=True, help="output directory (ImageFolder layout)")
+    p.add_argument("--out", help="output directory (ImageFolder layout)")
+    p.add_argument("--bad-inputs", metavar="DIR",
+                   help="write a corpus of problem files (truncated, empty, CMYK, EXIF, bomb...) "
+                        "next to good ones into DIR, instead of a dataset")
     p.add_argument("--num-images", type=int, default=1000)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -29,6 +32,20 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true", help="write into a non-empty foreign directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
+    if a.bad_inputs:
+        from .bad_inputs import make_bad_inputs
+
+        try:
+            m = make_bad_inputs(a.bad_inputs, seed=a.seed, force=a.force)
+        except (ValueError, FileExistsError) as e:
+            print(f"data_gen: error: {e}", file=sys.stderr)
+            return 2
+        for rel, f in m["files"].items():
+            if f["kind"] != "generated JPEG":
+                print(f"{f['expect']:5s}  {rel:32s} {f['kind']}")
+        return 0
+    if not a.out:
+        p.error("--out is required (or --bad-inputs DIR)")
     try:
         cfg = GenConfig(
             out=a.out, num_images=a.num_images, classes=a.classes, seed=a.seed,

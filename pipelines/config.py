@@ -27,6 +27,20 @@ class LastBatchPolicy(str, enum.Enum):
     PAD = "pad"
 
 
+class BadFilePolicy(str, enum.Enum):
+    """What a loader does with a file that is not a decodable image (see ``pipelines.validate``).
+
+    * ``ERROR``: raise one ``BadFileError`` in the main process naming the file and the reason.
+    * ``SKIP``: replace the sample by the next good sample of the same batch, so batch sizes
+      follow the ``LastBatchPolicy``; count it in ``loader.stats`` and warn once per epoch with
+      the names. Example: batch ``[a, BAD, c]`` -> ``[a, c, c]`` and ``stats["bad_files"] == 1``.
+      A batch with no good sample at all is dropped (and its files counted).
+    """
+
+    ERROR = "error"
+    SKIP = "skip"
+
+
 class OutputDType(str, enum.Enum):
     """The dtype of ``Batch.images``."""
 
@@ -92,6 +106,8 @@ class LoaderConfig:
             18.9k img/s loader-only against 9.8k at 0.0.
         dali_device_memory_padding, dali_host_memory_padding: nvJPEG buffer padding in bytes.
         dali_preallocate_width_hint, dali_preallocate_height_hint: decoder preallocation hints.
+        on_bad_file: a ``BadFilePolicy`` (or ``"error"`` / ``"skip"``).
+        max_image_pixels: images with more pixels are refused as decompression bombs.
         debug_indices: also record the dataset index of every yielded sample in
             ``loader.last_indices`` (used by the contract tests).
     """
@@ -116,6 +132,8 @@ class LoaderConfig:
     dali_host_memory_padding: int = 140544512
     dali_preallocate_width_hint: int = 0
     dali_preallocate_height_hint: int = 0
+    on_bad_file: BadFilePolicy = BadFilePolicy.ERROR
+    max_image_pixels: int = 89_478_485
     debug_indices: bool = False
 
     def __post_init__(self) -> None:
@@ -125,6 +143,9 @@ class LoaderConfig:
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")
         s("last_batch", _enum(LastBatchPolicy, "last_batch", self.last_batch))
         s("dtype", _enum(OutputDType, "dtype", self.dtype))
+        s("on_bad_file", _enum(BadFilePolicy, "on_bad_file", self.on_bad_file))
+        if not isinstance(self.max_image_pixels, int) or self.max_image_pixels < 1:
+            raise ValueError(f"max_image_pixels={self.max_image_pixels!r} must be a positive int")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch_size={self.batch_size!r} must be a positive int")
         if self.num_workers is None:

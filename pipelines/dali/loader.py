@@ -16,8 +16,9 @@ import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from ..config import LoaderConfig, OutputDType
+from ..config import BadFilePolicy, LoaderConfig, OutputDType
 from ..indexing import epoch_batches, list_samples, num_batches
+from ..stats import BadFileStats
 from ..types import Batch
 from .graph import OUTPUTS, build_pipeline
 from .source import PlanSource
@@ -39,7 +40,10 @@ class DaliLoader:
         self.source = PlanSource(self.paths, self.labels, self._plan,
                                  readahead=config.prefetch + 1,
                                  threads=min(8, max(2, config.num_workers // 2)),
-                                 keep_alive=config.prefetch + 2)
+                                 keep_alive=config.prefetch + 2,
+                                 skip=config.on_bad_file is BadFilePolicy.SKIP,
+                                 max_pixels=config.max_image_pixels)
+        self.stats = BadFileStats()
         self.pipe = build_pipeline(config, self.source, device_id)
         self._it: Optional[DALIGenericIterator] = None
         self._epoch = 0
@@ -83,6 +87,8 @@ class DaliLoader:
             raise RuntimeError("this loader is closed; create a new one with create_loader()")
         it = self._start()
         self._in_epoch = True
+        self.stats.start_epoch(self._epoch)
+        dropped0 = self.source.dropped_batches
         want_idx = self.config.debug_indices
         seen = []
         cast = self.config.dtype is OutputDType.BFLOAT16
@@ -97,6 +103,9 @@ class DaliLoader:
                 seen.append(d["indices"].view(-1).cpu().numpy())
             yield Batch(x, y)
         self._in_epoch = False
+        self.stats.add(self.source.bad_by_epoch.pop(self._epoch, []))
+        self.stats.dropped_batches += self.source.dropped_batches - dropped0
+        self.stats.end_epoch()
         if want_idx:
             self.last_indices = np.concatenate(seen) if seen else np.empty(0, np.int64)
 

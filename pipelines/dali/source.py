@@ -21,24 +21,27 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from ..validate import DEFAULT_MAX_PIXELS, BadFileError, check_image_bytes
 
-def _read(path: str) -> np.ndarray:
-    try:
-        with open(path, "rb") as f:
-            return np.frombuffer(f.read(), dtype=np.uint8)
-    except OSError as e:
-        raise RuntimeError(f"failed to read {path!r}: {e}") from e
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 class PlanSource:
     """DALI batch callable: ``source(batch_info) -> (jpegs, meta)``.
 
     ``jpegs`` is a list of uint8 arrays (the encoded files), ``meta`` an ``N x 2`` int64 array of
-    ``(label, dataset index)`` rows.
+    ``(label, dataset index)`` rows. Every file is checked with
+    ``pipelines.validate.check_image_bytes`` in the reader threads (the bytes are already in
+    memory, so the check costs no I/O); bad files raise ``BadFileError`` or, with
+    ``skip=True``, are replaced by the next good sample of the batch (the ``BadFilePolicy``
+    rule shared with the torch backends) and listed in ``bad_by_epoch``.
 
     Args:
         paths, labels: the listing (``pipelines.indexing.list_samples``).
@@ -46,20 +49,27 @@ class PlanSource:
         readahead: batches read ahead of the one DALI asks for.
         threads: reader threads.
         keep_alive: fed batches kept referenced (``no_copy`` lifetime, see the module note).
+        skip: skip bad files instead of raising.
+        max_pixels: decompression-bomb limit.
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray,
                  plan: Callable[[int], List[np.ndarray]], readahead: int = 3, threads: int = 4,
-                 keep_alive: int = 4):
+                 keep_alive: int = 4, skip: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS):
         self.paths = list(paths)
         self.labels = labels
         self.plan = plan
         self.readahead = readahead
+        self.skip = skip
+        self.max_pixels = max_pixels
         self.epoch = 0
         self.bytes_read = 0
         self.samples_read = 0
+        self.bad_by_epoch: Dict[int, List[Tuple[str, str]]] = {}
+        self.dropped_batches = 0
         self._batches: List[np.ndarray] = []
         self._planned_epoch = None
+        self._pos = 0
         self._pending: Dict[int, Future] = {}
         self._alive: deque = deque(maxlen=keep_alive)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dali-read")
@@ -69,26 +79,54 @@ class PlanSource:
         self.epoch = epoch
 
     def _load(self, idx: np.ndarray):
-        jpegs = [_read(self.paths[i]) for i in idx]
-        meta = np.ascontiguousarray(np.stack([self.labels[idx], idx.astype(np.int64)], axis=1))
-        return jpegs, meta
+        jpegs, bad, good = [], [], []
+        for k, i in enumerate(idx):
+            try:
+                data = _read(self.paths[i])
+                reason = check_image_bytes(data, self.max_pixels)
+            except OSError as e:
+                data, reason = b"", f"{type(e).__name__}: {e}"
+            if reason is not None:
+                if not self.skip:
+                    raise BadFileError(self.paths[i], reason)
+                bad.append((k, reason))
+            else:
+                good.append(k)
+            jpegs.append(np.frombuffer(data, dtype=np.uint8))
+        rows = np.array(idx, dtype=np.int64)  # a copy: idx is the plan itself
+        if bad and good:  # replace each bad sample by the next good one (wrapping)
+            for n, (k, _) in enumerate(bad):
+                r = next((g for g in good if g > k), good[n % len(good)])
+                jpegs[k] = jpegs[r]
+                rows[k] = rows[r]
+        meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
+        return jpegs, meta, [(self.paths[idx[k]], why) for k, why in bad], bool(good)
 
     def __call__(self, info):
-        it = info.iteration
-        if it == 0 or self._planned_epoch != self.epoch:
+        if info.iteration == 0 or self._planned_epoch != self.epoch:
             for f in self._pending.values():
                 f.cancel()
             self._pending.clear()
             self._batches = self.plan(self.epoch)
             self._planned_epoch = self.epoch
-        if it >= len(self._batches):
-            raise StopIteration
-        for k in range(it, min(it + 1 + self.readahead, len(self._batches))):
-            if k not in self._pending:
-                self._pending[k] = self._pool.submit(self._load, self._batches[k])
-        out = self._pending.pop(it).result()
-        self.bytes_read += sum(len(j) for j in out[0])
-        self.samples_read += len(out[0])
+            self._pos = 0
+            self.bad_by_epoch[self.epoch] = []
+        while True:
+            pos = self._pos
+            if pos >= len(self._batches):
+                raise StopIteration
+            for k in range(pos, min(pos + 1 + self.readahead, len(self._batches))):
+                if k not in self._pending:
+                    self._pending[k] = self._pool.submit(self._load, self._batches[k])
+            jpegs, meta, bad, any_good = self._pending.pop(pos).result()
+            self._pos += 1
+            self.bad_by_epoch[self.epoch] += bad
+            if any_good:
+                break
+            self.dropped_batches += 1  # every file of this batch was bad: skip the batch
+        out = (jpegs, meta)
+        self.bytes_read += sum(len(j) for j in jpegs)
+        self.samples_read += len(jpegs)
         self._alive.append(out)
         return out
 

@@ -6,10 +6,12 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from ..config import LoaderConfig
+from ..config import BadFilePolicy, LoaderConfig
 from ..indexing import list_samples
+from ..stats import BadFileStats
 from ..types import Batch
-from .dataset import JpegDataset, PlanBatchSampler
+from ..validate import BadFileError
+from .dataset import JpegDataset, PlanBatchSampler, collate_skipping
 
 
 class TorchLoaderBase:
@@ -26,13 +28,16 @@ class TorchLoaderBase:
         self.config = config
         paths, labels, self.classes = list_samples(config.root)
         self.dataset = JpegDataset(
-            paths, labels, config.augment.to_torchvision(normalize=normalize_in_workers), config.seed
+            paths, labels, config.augment.to_torchvision(normalize=normalize_in_workers),
+            config.seed, max_pixels=config.max_image_pixels,
         )
+        self.stats = BadFileStats()
         self.sampler = PlanBatchSampler(len(paths), config)
         nw = config.num_workers
         self.loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_sampler=self.sampler,
+            collate_fn=collate_skipping,
             num_workers=nw,
             pin_memory=pin_memory,
             persistent_workers=config.persistent_workers and nw > 0,
@@ -55,13 +60,21 @@ class TorchLoaderBase:
         if self._closed:
             raise RuntimeError("this loader is closed; create a new one with create_loader()")
         self._indices = []
+        self.stats.start_epoch(self.sampler.epoch)
         for batch in self._batches(self._cpu_batches()):
             yield batch
+        self.stats.end_epoch()
         if self.config.debug_indices:
             self.last_indices = np.concatenate(self._indices) if self._indices else np.empty(0)
 
     def _cpu_batches(self):
-        for images, labels, idx in self.loader:
+        for images, labels, idx, bad in self.loader:
+            if bad:
+                if self.config.on_bad_file is BadFilePolicy.ERROR:
+                    raise BadFileError(*bad[0])
+                self.stats.add(bad, dropped_batch=images is None)
+                if images is None:
+                    continue
             if self.config.debug_indices:
                 self._indices.append(idx.numpy())
             yield images, labels

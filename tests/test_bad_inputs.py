@@ -1,0 +1,116 @@
+"""Bad input: corpus x backends x policies (DALI in CPU mode). Nothing is lost silently."""
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from data_gen.bad_inputs import BAD_MANIFEST, make_bad_inputs
+from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader, epoch_batches
+from pipelines.validate import check_image_bytes
+
+BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bad")
+    make_bad_inputs(out)
+    return out
+
+
+def _manifest(root):
+    return json.loads((Path(root) / BAD_MANIFEST).read_text())
+
+
+def _cfg(root, **kw):
+    base = dict(root=root, batch_size=4, device="cpu", num_workers=0, shuffle=False,
+                augment=AugmentSpec(mode="eval", size=32, resize_size=32), debug_indices=True)
+    base.update(kw)
+    return LoaderConfig(**base)
+
+
+def test_validator_classifies_the_corpus(corpus):
+    for rel, f in _manifest(corpus)["files"].items():
+        reason = check_image_bytes((corpus / rel).read_bytes())
+        assert (reason is not None) == (f["expect"] == "bad"), (rel, reason)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_error_policy_raises_one_clear_error_naming_the_file(corpus, backend, workers):
+    bad = {Path(p).name for p in _manifest(corpus)["bad"]}
+    with create_loader(backend, _cfg(corpus, num_workers=workers)) as ld:
+        with pytest.raises(BadFileError) as ei:
+            for _ in ld:
+                pass
+    msg = str(ei.value)
+    assert any(n in msg for n in bad), msg
+    assert "on_bad_file='skip'" in msg
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("policy", ["partial", "pad", "drop"])
+def test_skip_policy_counts_names_and_keeps_batch_sizes(corpus, backend, policy):
+    m = _manifest(corpus)
+    n = len(m["files"])
+    with create_loader(backend, _cfg(corpus, on_bad_file="skip", last_batch=policy)) as ld:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            sizes = [len(y) for _, y in ld]
+        st = ld.stats
+        # expected: the shared plan, minus batches whose files are all bad (dropped, counted)
+        paths = sorted(str(p) for p in corpus.glob("class_*/*.jpg"))
+        is_bad = [Path(p).relative_to(corpus).as_posix() in set(m["bad"]) for p in paths]
+        plan = epoch_batches(n, batch_size=4, seed=0, epoch=0, shuffle=False, policy=ld.config.last_batch)
+        kept = [len(b) for b in plan if not all(is_bad[i] for i in b)]
+        assert sizes == kept and st["dropped_batches"] == len(plan) - len(kept)
+        assert len(sizes) == len(ld) - st["dropped_batches"]
+        if policy != "partial":
+            assert all(s == 4 for s in sizes)
+        in_plan = sorted({Path(paths[i]).relative_to(corpus).as_posix()
+                          for b in plan for i in b if is_bad[i]})
+        assert st["bad_files"] == len(in_plan) >= 2  # 'drop' never reads the last two files
+        assert sorted(Path(p).relative_to(corpus).as_posix() for p, _ in st["bad"]) == in_plan
+        # replaced samples are good ones from the same batch: no bad index is ever yielded
+        yielded = {Path(paths[i]).relative_to(corpus).as_posix() for i in ld.last_indices}
+        assert not yielded & set(m["bad"])
+    msgs = [str(x.message) for x in w if "bad files" in str(x.message)]
+    assert len(msgs) == 1 and f"skipped {len(in_plan)} bad files" in msgs[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unusual_valid_files_decode_to_correct_rgb(corpus, backend):
+    valid = [r for r, f in _manifest(corpus)["files"].items()
+             if f["expect"] == "valid" and f["kind"] != "generated JPEG"]
+    root = corpus.parent / f"valid_{backend}"
+    (root / "c").mkdir(parents=True, exist_ok=True)
+    for r in valid:
+        (root / "c" / Path(r).name).write_bytes((corpus / r).read_bytes())
+    spec = AugmentSpec(mode="eval", size=32, resize_size=32)
+    with create_loader(backend, _cfg(root, augment=spec, batch_size=len(valid))) as ld:
+        x, _ = next(iter(ld))
+    names = sorted(Path(r).name for r in valid)
+    mean = torch.tensor(spec.mean).view(3, 1, 1)
+    std = torch.tensor(spec.std).view(3, 1, 1)
+    px = (x.float() * std + mean) * 255
+    rot = px[names.index("exif_rotated.jpg")]
+    top, bottom = rot[:, :12].mean(dim=(1, 2)), rot[:, -12:].mean(dim=(1, 2))
+    assert top[0] > 150 and top[2] < 80 and bottom[2] > 150 and bottom[0] < 80  # red on top
+    gray = px[names.index("grayscale.jpg")]
+    assert (gray.max(dim=0).values - gray.min(dim=0).values).max() < 3  # R == G == B
+    one = px[names.index("one_by_one.jpg")]
+    assert one[1].mean() > 150 and one[0].mean() < 60                    # the green pixel
+    cmyk, prog = px[names.index("cmyk.jpg")], px[names.index("progressive.jpg")]
+    png = px[names.index("png_named.jpg")]
+    assert (cmyk - png).abs().mean() < 12 and (prog - png).abs().mean() < 6
+
+
+def test_bad_inputs_cli(tmp_path, capsys):
+    from data_gen.__main__ import main
+
+    assert main(["--bad-inputs", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "bomb.jpg" in out and "exif_rotated.jpg" in out
