@@ -2,7 +2,8 @@
 
 Runs every backend on the same files, AugmentSpec, batch size, model, steps and warm-up and
 writes a table, ``results.json``, PNG plots and ``summary.md`` to ``--out``.
-Sub-command ``train``: ``python -m compare train --backend dali --data DIR --epochs 2``.
+Sub-commands: ``train`` (``python -m compare train --backend dali --data DIR --epochs 2``) and
+``doctor`` (``python -m compare doctor``: /dev/shm, workers, pinned memory, CUDA, DALI).
 """
 from __future__ import annotations
 
@@ -145,6 +146,10 @@ def run(argv=None) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "doctor":
+        from .doctor import main as doctor_main
+
+        return doctor_main(argv[1:])
     if argv and argv[0] == "train":
         from .train import main as train_main
 

@@ -11,6 +11,7 @@ from ..indexing import list_samples
 from ..stats import BadFileStats
 from ..types import Batch
 from ..validate import BadFileError
+from . import shm
 from .dataset import JpegDataset, PlanBatchSampler, collate_skipping
 
 
@@ -33,7 +34,10 @@ class TorchLoaderBase:
         )
         self.stats = BadFileStats()
         self.sampler = PlanBatchSampler(len(paths), config)
-        nw = config.num_workers
+        px = 3 * config.augment.size ** 2
+        batch_bytes = config.batch_size * px * (4 if normalize_in_workers else 1)
+        nw, prefetch = shm.fitted(config.num_workers, config.prefetch, batch_bytes)
+        self.num_workers, self.prefetch_factor = nw, prefetch
         self.loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_sampler=self.sampler,
@@ -41,7 +45,7 @@ class TorchLoaderBase:
             num_workers=nw,
             pin_memory=pin_memory,
             persistent_workers=config.persistent_workers and nw > 0,
-            prefetch_factor=config.prefetch if nw > 0 else None,
+            prefetch_factor=prefetch if nw > 0 else None,
         )
         self.last_indices: Optional[np.ndarray] = None
         self._indices: list = []

@@ -1,0 +1,122 @@
+"""``python -m compare doctor``: check this machine against a loader setup and advise.
+
+Checks /dev/shm against workers x prefetch x batch bytes, workers against CPU cores, the pinned
+memory the ``pinned`` backend will hold, CUDA and its driver, DALI, and whether the GPU has a
+hardware JPEG decoder.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from typing import List, Tuple
+
+from pipelines.config import _default_workers
+from pipelines.torch_backend.shm import HEADROOM, fit_to_shm, shm_free_bytes, shm_need
+
+# GPUs with NVJPG hardware JPEG decoder engines (DALI uses them through hw_decoder_load).
+HW_JPEG_CAPABILITIES = {(8, 0): "A100/A30", (9, 0): "H100/H200/GH200", (10, 0): "B200/GB200"}
+
+Line = Tuple[str, str, str]  # (status, topic, message)
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:,.0f} MiB"
+
+
+def check(batch_size: int, workers: int, prefetch: int, image_size: int,
+          shm_free: int | None, cores: int, cuda: dict, dali: str | None) -> List[Line]:
+    """Pure function of the facts, so it can be tested with any machine's numbers."""
+    out: List[Line] = []
+    px = 3 * image_size ** 2
+    f32, u8 = batch_size * px * 4, batch_size * px
+    if workers > cores:
+        out.append(("WARN", "workers", f"num_workers={workers} but {cores} CPU cores: workers "
+                    f"fight each other and the main process; use <= {max(1, cores - 2)}"))
+    else:
+        out.append(("OK", "workers", f"num_workers={workers} on {cores} CPU cores"))
+    if shm_free is None:
+        out.append(("INFO", "/dev/shm", "no /dev/shm here (not Linux): nothing to check"))
+    else:
+        for name, bb in (("pageable (float32)", f32), ("pinned (uint8)", u8)):
+            need = shm_need(workers, prefetch, bb)
+            if need <= HEADROOM * shm_free:
+                out.append(("OK", "/dev/shm", f"{name}: needs ~{_mib(need)} of {_mib(shm_free)} free"))
+            else:
+                w, p, _ = fit_to_shm(workers, prefetch, bb, shm_free)
+                out.append(("WARN", "/dev/shm",
+                            f"{name}: needs ~{_mib(need)} but only {_mib(shm_free)} free; the "
+                            f"loader will fall back to num_workers={w}, prefetch={p}. Enlarge it "
+                            "(docker run --shm-size=8g) to keep all workers"))
+    pinned = (prefetch + workers * prefetch + 1) * u8
+    out.append(("INFO", "pinned memory", f"the pinned backend holds up to ~{_mib(pinned)} of "
+                f"page-locked host memory ({workers} workers x prefetch {prefetch} uint8 batches "
+                "+ the GPU prefetch queue)"))
+    if not cuda.get("available"):
+        out.append(("WARN", "CUDA", "no CUDA device: pinned runs as a plain CPU loader and DALI "
+                    "uses its CPU operators; GPU numbers need a GPU"))
+    else:
+        out.append(("OK", "CUDA", f"{cuda['name']} (sm_{cuda['cc'][0]}{cuda['cc'][1]}), driver "
+                    f"{cuda.get('driver') or '?'}, torch CUDA {cuda.get('runtime')}"))
+        hw = HW_JPEG_CAPABILITIES.get(tuple(cuda["cc"]))
+        if hw:
+            out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI default "
+                        "hw_decoder_load=0.0 is best for training on an H200; use 1.0 when "
+                        "the loader alone is the job"))
+        else:
+            out.append(("INFO", "JPEG hardware decoder", "none on this GPU: DALI decodes with "
+                        "nvJPEG's CUDA path (hw_decoder_load has no effect)"))
+    if dali:
+        out.append(("OK", "DALI", f"nvidia-dali {dali}"))
+    else:
+        out.append(("WARN", "DALI", "not installed: pip install 'gpu-feed[dali]' (CUDA 12 "
+                    "drivers) or 'gpu-feed[dali-cu13]' (CUDA 13)"))
+    return out
+
+
+def facts() -> Tuple[int, dict, str | None]:
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cuda = {"available": torch.cuda.is_available()}
+    if cuda["available"]:
+        p = torch.cuda.get_device_properties(0)
+        cuda.update(name=p.name, cc=(p.major, p.minor), runtime=torch.version.cuda)
+        try:
+            cuda["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+        except Exception:
+            cuda["driver"] = None
+    dali = None
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("nvidia-dali-cuda120", "nvidia-dali-cuda130"):
+        try:
+            dali = f"{version(dist)} ({dist})"
+            break
+        except PackageNotFoundError:
+            continue
+    return cores or 1, cuda, dali
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m compare doctor", description=__doc__)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
+    p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument("--image-size", type=int, default=224)
+    a = p.parse_args(argv)
+    cores, cuda, dali = facts()
+    workers = a.workers if a.workers is not None else _default_workers()
+    lines = check(a.batch_size, workers, a.prefetch, a.image_size, shm_free_bytes(), cores, cuda, dali)
+    print(f"gpu-feed doctor: batch {a.batch_size}, {a.image_size}px, workers {workers}, "
+          f"prefetch {a.prefetch}")
+    for status, topic, msg in lines:
+        print(f"[{status:4s}] {topic:22s} {msg}")
+    return 1 if any(s == "WARN" for s, _, _ in lines) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

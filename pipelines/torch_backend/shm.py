@@ -1,0 +1,61 @@
+"""Fit DataLoader workers to /dev/shm, so a small one (Docker's 64 MB) never means a Bus error.
+
+NOTE [/dev/shm]
+Worker processes hand batches to the main process in shared memory (/dev/shm). When the tmpfs
+fills up, the next page fault kills the worker with SIGBUS ("DataLoader worker killed by
+signal: Bus error"). Switching ``torch.multiprocessing`` to the ``file_system`` strategy does
+not help: it names the same /dev/shm segments differently. What helps is holding fewer batches
+in flight: about ``num_workers * prefetch + 2`` batches live there at once. So before starting
+workers we lower ``prefetch``, then ``num_workers`` (down to 0: load in the main process, no
+shared memory) until that fits in 80% of the free space, and say so in one warning.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Tuple
+
+SHM_PATH = "/dev/shm"
+HEADROOM = 0.8
+
+
+def shm_free_bytes(path: str = SHM_PATH) -> int | None:
+    """Free bytes in /dev/shm, or ``None`` where there is none (not Linux)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def shm_need(num_workers: int, prefetch: int, batch_bytes: int) -> int:
+    return (num_workers * prefetch + 2) * batch_bytes if num_workers > 0 else 0
+
+
+def fit_to_shm(num_workers: int, prefetch: int, batch_bytes: int,
+               free: int | None) -> Tuple[int, int, str | None]:
+    """``(num_workers, prefetch, warning or None)`` that fit in ``HEADROOM * free``."""
+    if free is None or num_workers == 0:
+        return num_workers, prefetch, None
+    budget = HEADROOM * free
+    w, p = num_workers, prefetch
+    while p > 1 and shm_need(w, p, batch_bytes) > budget:
+        p -= 1
+    while w > 0 and shm_need(w, p, batch_bytes) > budget:
+        w -= 1
+    if (w, p) == (num_workers, prefetch):
+        return w, p, None
+    msg = (f"/dev/shm has {free / 2**20:.0f} MiB free but num_workers={num_workers} x "
+           f"prefetch={prefetch} batches of {batch_bytes / 2**20:.1f} MiB need "
+           f"{shm_need(num_workers, prefetch, batch_bytes) / 2**20:.0f} MiB; using "
+           f"num_workers={w}, prefetch={p} to avoid a Bus error "
+           "(enlarge it, e.g. docker run --shm-size=8g)")
+    return w, p, msg
+
+
+def fitted(num_workers: int, prefetch: int, batch_bytes: int) -> Tuple[int, int]:
+    """Apply :func:`fit_to_shm` to the real /dev/shm, warning when it changes anything."""
+    w, p, msg = fit_to_shm(num_workers, prefetch, batch_bytes, shm_free_bytes())
+    if msg:
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
+    return w, p
