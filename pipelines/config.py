@@ -5,6 +5,7 @@ import enum
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -108,6 +109,9 @@ class LoaderConfig:
         dali_preallocate_width_hint, dali_preallocate_height_hint: decoder preallocation hints.
         on_bad_file: a ``BadFilePolicy`` (or ``"error"`` / ``"skip"``).
         max_image_pixels: images with more pixels are refused as decompression bombs.
+        transform: your own ``torchvision.transforms.v2.Compose`` instead of ``augment``. The
+            torch backends run it as it is (``pinned`` runs its ``ToDtype``/``Normalize`` tail on
+            the GPU); the DALI backend runs its translation (``pipelines.migrate``).
         debug_indices: also record the dataset index of every yielded sample in
             ``loader.last_indices`` (used by the contract tests).
     """
@@ -134,11 +138,14 @@ class LoaderConfig:
     dali_preallocate_height_hint: int = 0
     on_bad_file: BadFilePolicy = BadFilePolicy.ERROR
     max_image_pixels: int = 89_478_485
+    transform: Any = None
     debug_indices: bool = False
 
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
         s("root", Path(self.root))
+        if self.transform is not None and not hasattr(self.transform, "transforms"):
+            raise TypeError(f"transform={self.transform!r} must be a torchvision.transforms.v2.Compose")
         if not isinstance(self.augment, AugmentSpec):
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")
         s("last_batch", _enum(LastBatchPolicy, "last_batch", self.last_batch))

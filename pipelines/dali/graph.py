@@ -1,8 +1,10 @@
 """The DALI graph, a pure function of ``AugmentSpec`` and ``LoaderConfig`` (no iterator logic).
 
+The graph is built from a ``TvPlan`` (``pipelines.migrate``): either ``AugmentSpec``'s recipe or
+the translation of the user's torchvision Compose.
 Train: decode fused with the random crop (``decoders.image_random_crop``, the spec's scale and
 ratio) -> resize to ``size`` -> ``crop_mirror_normalize`` with a coin-flip mirror.
-Eval: decode -> resize the shorter side to ``resize_size`` -> centre crop in
+Eval: decode -> resize the shorter side to ``resize_size`` -> centre crop ->
 ``crop_mirror_normalize``.
 
 On a GPU the decoder is ``device="mixed"`` (nvJPEG, with the hardware JPEG decoder taking
@@ -15,7 +17,7 @@ from typing import Callable, Optional
 
 from nvidia.dali import fn, pipeline_def, types
 
-from ..augment import AugmentSpec, Mode
+from ..migrate import Op, TvPlan, from_torchvision, spec_ops
 from ..config import LoaderConfig, OutputDType
 
 # uint8 -> normalised output dtype that DALI can produce directly (bf16 is cast in torch).
@@ -43,53 +45,115 @@ def decoder_kwargs(cfg: LoaderConfig, gpu: bool) -> dict:
     return kw
 
 
-def augment(jpegs, spec: AugmentSpec, cfg: LoaderConfig, gpu: bool):
-    """The augmentation graph on encoded JPEGs; returns normalised images."""
-    dec = "mixed" if gpu else "cpu"
-    common = dict(
-        dtype=DALI_DTYPE[cfg.dtype],
-        output_layout="HWC" if cfg.channels_last else "CHW",
-        mean=list(spec.mean_255),
-        std=list(spec.std_255),
-    )
-    if spec.mode is Mode.TRAIN:
-        images = fn.decoders.image_random_crop(
-            jpegs, device=dec, output_type=types.RGB, random_area=list(spec.scale),
-            random_aspect_ratio=list(spec.ratio), num_attempts=10, **decoder_kwargs(cfg, gpu),
-        )
-        images = fn.resize(images, resize_x=spec.size, resize_y=spec.size,
-                           interp_type=types.INTERP_LINEAR, antialias=True)
-        mirror = fn.random.coin_flip(probability=spec.flip_p)
-        return fn.crop_mirror_normalize(images, mirror=mirror, **common)
-    images = fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
-                               jpeg_fancy_upsampling=True, **decoder_kwargs(cfg, gpu))
-    images = _resize_shorter_centre_crop(images, spec.resize_size, spec.size)
-    return fn.crop_mirror_normalize(images, **common)
+INTERP = {"linear": types.INTERP_LINEAR, "nn": types.INTERP_NN, "cubic": types.INTERP_CUBIC}
 
 
-def _resize_shorter_centre_crop(images, resize: int, size: int):
-    """torchvision's ``Resize(resize)`` + ``CenterCrop(size)`` geometry, to the pixel.
+def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, gpu: bool):
+    """The augmentation graph on encoded JPEGs, from a ``TvPlan``; returns normalised images.
 
-    torchvision truncates the long side (``int(resize * long / short)``) and rounds the crop
-    offset half-to-even (``round((H - size) / 2)``); DALI's ``resize_shorter`` and
-    ``crop_pos=0.5`` round differently, which shifts a noisy image by one pixel. So the sizes and
-    offsets are computed here with integer arithmetic on the decoded shape.
+    A leading random-resized-crop is fused into the decoder (only the crop window is decoded);
+    a trailing horizontal flip is fused into ``crop_mirror_normalize``.
     """
+    dec = "mixed" if gpu else "cpu"
+    ops = list(plan.ops)
+    if ops and ops[0].kind == "random_resized_crop":
+        op = ops.pop(0)
+        images = fn.decoders.image_random_crop(
+            jpegs, device=dec, output_type=types.RGB, random_area=list(op["scale"]),
+            random_aspect_ratio=list(op["ratio"]), num_attempts=10, **decoder_kwargs(cfg, gpu),
+        )
+        h, w = op["size"]
+        images = fn.resize(images, resize_x=w, resize_y=h, interp_type=INTERP[op["interp"]],
+                           antialias=True)
+    else:
+        images = fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
+                                   jpeg_fancy_upsampling=True, **decoder_kwargs(cfg, gpu))
+    mirror = None
+    if ops and ops[-1].kind == "hflip":
+        mirror = fn.random.coin_flip(probability=ops.pop()["p"])
+    for op in ops:
+        images = _apply(images, op)
+    kw = {} if mirror is None else {"mirror": mirror}
+    return fn.crop_mirror_normalize(
+        images, dtype=DALI_DTYPE[cfg.dtype], output_layout="HWC" if cfg.channels_last else "CHW",
+        mean=list(plan.mean), std=list(plan.std), **kw)
+
+
+def _uniform(lo_hi):
+    lo, hi = lo_hi
+    return fn.random.uniform(range=[lo, hi]) if hi > lo else float(lo)
+
+
+def _apply(images, op: Op):
+    """One translated torchvision op on decoded uint8 HWC images."""
+    k = op.kind
+    if k == "random_resized_crop":
+        h, w = op["size"]
+        return fn.random_resized_crop(images, size=[h, w], random_area=list(op["scale"]),
+                                      random_aspect_ratio=list(op["ratio"]), num_attempts=10,
+                                      interp_type=INTERP[op["interp"]], antialias=True)
+    if k == "resize_shorter":
+        return _resize_shorter(images, op["size"], INTERP[op["interp"]])
+    if k == "resize":
+        h, w = op["size"]
+        return fn.resize(images, resize_x=w, resize_y=h, interp_type=INTERP[op["interp"]],
+                         antialias=True)
+    if k == "center_crop":
+        return _centre_crop(images, *op["size"])
+    if k == "random_crop":
+        h, w = op["size"]
+        return fn.crop(images, crop_h=h, crop_w=w, crop_pos_x=fn.random.uniform(range=[0.0, 1.0]),
+                       crop_pos_y=fn.random.uniform(range=[0.0, 1.0]))
+    if k in ("hflip", "vflip"):
+        flip = fn.random.coin_flip(probability=op["p"])
+        return fn.flip(images, horizontal=flip if k == "hflip" else 0,
+                       vertical=flip if k == "vflip" else 0)
+    if k == "color_jitter":
+        # torchvision applies the four in a random order each call; DALI in this fixed order.
+        b, c, s, h = op["brightness"], op["contrast"], op["saturation"], op["hue"]
+        if b or c:
+            images = fn.brightness_contrast(images, brightness=_uniform(b) if b else 1.0,
+                                            contrast=_uniform(c) if c else 1.0)
+        if s or h:
+            hue = fn.random.uniform(range=[h[0] * 360.0, h[1] * 360.0]) if h else 0.0
+            images = fn.hsv(images, saturation=_uniform(s) if s else 1.0, hue=hue)
+        return images
+    if k == "grayscale":
+        keep = 1.0 - fn.cast(fn.random.coin_flip(probability=op["p"]), dtype=types.FLOAT)
+        return fn.hsv(images, saturation=keep)
+    if k == "gaussian_blur":
+        kh, kw = op["kernel"]
+        return fn.gaussian_blur(images, window_size=kh, sigma=_uniform(op["sigma"]))
+    raise ValueError(f"op kind={k!r} has no DALI translation")  # from_torchvision rejects these
+
+
+def _resize_shorter(images, resize: int, interp=types.INTERP_LINEAR):
+    """torchvision's ``Resize(resize)`` geometry: the long side is truncated,
+    ``int(resize * long / short)``. DALI's ``resize_shorter`` rounds instead, which shifts a
+    noisy image by a pixel; so the sizes are computed here in integers from the decoded shape."""
     shp = images.shape()
     h = fn.cast(shp[0], dtype=types.INT64)
     w = fn.cast(shp[1], dtype=types.INT64)
     h_short = fn.cast(h <= w, dtype=types.INT64)
     new_h = h_short * resize + (1 - h_short) * ((resize * h) // w)
     new_w = (1 - h_short) * resize + h_short * ((resize * w) // h)
-    images = fn.resize(images, resize_x=fn.cast(new_w, dtype=types.FLOAT),
-                       resize_y=fn.cast(new_h, dtype=types.FLOAT),
-                       interp_type=types.INTERP_LINEAR, antialias=True)
+    return fn.resize(images, resize_x=fn.cast(new_w, dtype=types.FLOAT),
+                     resize_y=fn.cast(new_h, dtype=types.FLOAT), interp_type=interp,
+                     antialias=True)
+
+
+def _centre_crop(images, ch: int, cw: int):
+    """torchvision's ``CenterCrop``: offsets ``round((H - ch) / 2)`` with ties to even (DALI's
+    ``crop_pos=0.5`` rounds ties up)."""
+    shp = images.shape()
+    h = fn.cast(shp[0], dtype=types.INT64)
+    w = fn.cast(shp[1], dtype=types.INT64)
 
     def offset(k):  # round(k / 2) with ties to even, in floor divisions only
         return k // 2 + (k + 1) // 4 - k // 4
 
-    start = fn.stack(offset(new_h - size), offset(new_w - size))
-    return fn.slice(images, start=fn.cast(start, dtype=types.INT32), shape=[size, size],
+    start = fn.stack(offset(h - ch), offset(w - cw))
+    return fn.slice(images, start=fn.cast(start, dtype=types.INT32), shape=[ch, cw],
                     axis_names="HW")
 
 
@@ -103,6 +167,7 @@ def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int]
         device_id: the CUDA device, or ``None`` for a CPU-only pipeline.
     """
     gpu = device_id is not None
+    plan = from_torchvision(cfg.transform) if cfg.transform is not None else spec_ops(cfg.augment)
 
     @pipeline_def(
         batch_size=cfg.batch_size,
@@ -117,7 +182,7 @@ def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int]
             dtype=[types.UINT8, types.INT64], ndim=[1, 1], no_copy=True,
         )
         labels, indices = meta[0:1], meta[1:2]
-        images = augment(jpegs, cfg.augment, cfg, gpu)
+        images = augment(jpegs, plan, cfg, gpu)
         if gpu:
             labels = labels.gpu()
         return images, labels, indices

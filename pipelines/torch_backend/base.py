@@ -28,10 +28,16 @@ class TorchLoaderBase:
     def __init__(self, config: LoaderConfig, *, normalize_in_workers: bool, pin_memory: bool):
         self.config = config
         paths, labels, self.classes = list_samples(config.root)
-        self.dataset = JpegDataset(
-            paths, labels, config.augment.to_torchvision(normalize=normalize_in_workers),
-            config.seed, max_pixels=config.max_image_pixels,
-        )
+        if config.transform is not None:
+            from ..migrate import split_compose
+
+            uint8_part, self.float_part = split_compose(config.transform)
+            transform = config.transform if normalize_in_workers else uint8_part
+        else:
+            self.float_part = None
+            transform = config.augment.to_torchvision(normalize=normalize_in_workers)
+        self.dataset = JpegDataset(paths, labels, transform, config.seed,
+                                   max_pixels=config.max_image_pixels)
         self.stats = BadFileStats()
         self.sampler = PlanBatchSampler(len(paths), config)
         px = 3 * config.augment.size ** 2

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import torch
+
 from ..config import LoaderConfig
 from ..normalize import finish_float
 from ..types import Batch
@@ -22,6 +24,8 @@ class PageableLoader(TorchLoaderBase):
 
     def _batches(self, cpu_batches) -> Iterator[Batch]:
         for images, labels in cpu_batches:
-            images = images.to(self.device)  # blocking copy from pageable memory
+            images = images.as_subclass(torch.Tensor).to(self.device)  # blocking, from pageable memory
+            if not images.is_floating_point():  # a user transform without ToDtype
+                images = images.float()
             labels = labels.to(self.device)
             yield Batch(finish_float(images, self.dtype, self.config.channels_last), labels)

@@ -8,7 +8,7 @@ from typing import Iterator
 import torch
 
 from ..config import LoaderConfig
-from ..normalize import normalize_uint8
+from ..normalize import finish_float, normalize_uint8
 from ..types import Batch
 from .base import TorchLoaderBase
 from .prefetch import CudaPrefetcher
@@ -34,10 +34,15 @@ class PinnedLoader(TorchLoaderBase):
             )
         super().__init__(config, normalize_in_workers=False, pin_memory=self.on_cuda)
         self.device = config.torch_device if self.on_cuda else torch.device("cpu")
-        self._finish = functools.partial(
-            normalize_uint8, spec=config.augment, dtype=config.dtype.torch,
-            channels_last=config.channels_last,
-        )
+        if self.float_part is not None:  # the user's own ToDtype/Normalize tail, on the GPU
+            self._finish = functools.partial(_user_tail, tail=self.float_part,
+                                             dtype=config.dtype.torch,
+                                             channels_last=config.channels_last)
+        else:
+            self._finish = functools.partial(
+                normalize_uint8, spec=config.augment, dtype=config.dtype.torch,
+                channels_last=config.channels_last,
+            )
         self._prefetcher = (
             CudaPrefetcher(self.device, config.streams, config.prefetch, self._finish)
             if self.on_cuda and config.streams > 0 else None
@@ -52,3 +57,10 @@ class PinnedLoader(TorchLoaderBase):
                 images = images.to(self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
             yield Batch(self._finish(images), labels)
+
+
+def _user_tail(images: torch.Tensor, tail, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+    x = tail(images.as_subclass(torch.Tensor))
+    if not x.is_floating_point():
+        x = x.float()
+    return finish_float(x.as_subclass(torch.Tensor), dtype, channels_last)
