@@ -40,6 +40,22 @@ def default_dataset(num_images: int, log) -> Path:
     return ensure_dataset(GenConfig(out=str(out), num_images=num_images, classes=100, seed=0))
 
 
+def load_transform(ref: str):
+    """``"module:name"`` -> the Compose it names (or the Compose a zero-argument callable returns)."""
+    import importlib
+
+    mod, _, name = ref.partition(":")
+    try:
+        obj = getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"--transform {ref!r} cannot be loaded ({e}); use MODULE:NAME") from None
+    if callable(obj) and not hasattr(obj, "transforms"):
+        obj = obj()
+    if not hasattr(obj, "transforms"):
+        raise ValueError(f"--transform {ref!r} is not a torchvision.transforms.v2.Compose")
+    return obj
+
+
 def parse_args(argv):
     cuda = torch.cuda.is_available()
     p = argparse.ArgumentParser(prog="python -m compare", description=__doc__,
@@ -65,6 +81,9 @@ def parse_args(argv):
     p.add_argument("--device", default="cuda" if cuda else "cpu")
     p.add_argument("--out", default="runs/compare", help="output directory")
     p.add_argument("--no-ceiling", action="store_true", help="skip the model-only ceiling run")
+    p.add_argument("--transform", metavar="MODULE:NAME",
+                   help="your torchvision v2 Compose (e.g. compare.recipes:color_aug): the torch "
+                        "backends run it as is, DALI runs its translation")
     return p.parse_args(argv)
 
 
@@ -94,13 +113,18 @@ def run(argv=None) -> int:
                 raise ValueError(f"--{k} {v} must be >= 1")
         if a.warmup < 0:
             raise ValueError(f"--warmup {a.warmup} must be >= 0")
+        transform = load_transform(a.transform) if a.transform else None
         root = Path(a.data) if a.data else default_dataset(a.num_images, log)
         base = LoaderConfig(
             root=root, batch_size=a.batch_size,
             augment=AugmentSpec(mode=a.mode, size=a.image_size), num_workers=a.workers,
             dtype=a.dtype, channels_last=a.device.startswith("cuda"), device=a.device,
-            last_batch="drop", seed=0,
+            last_batch="drop", seed=0, transform=transform,
         )
+        if transform is not None and any(v.backend is Backend.DALI for v in variants):
+            from pipelines.migrate import from_torchvision
+
+            from_torchvision(transform)  # fail now, with the list of untranslatable transforms
         step = make_step(a.model, base, root)
     except (ValueError, ImportError, DatasetRootError) as e:
         print(f"compare: error: {e}", file=sys.stderr)
@@ -115,7 +139,7 @@ def run(argv=None) -> int:
         "data": str(root), "dataset": (man or {}).get("stats", {}), "model": a.model,
         "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
         "dtype": a.dtype, "channels_last": base.channels_last, "workers": base.num_workers,
-        "augment": repr(base.augment), "device": a.device, "variants": [v.label for v in variants],
+        "augment": repr(transform) if transform is not None else repr(base.augment), "device": a.device, "variants": [v.label for v in variants],
     }
     log(f"running {len(variants)} variants x {a.repeats} repeats, model {a.model}, "
         f"batch {a.batch_size}, {a.steps} steps (+{a.warmup} warm-up), workers {base.num_workers}")

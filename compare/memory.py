@@ -70,13 +70,20 @@ def track(backend: str, cfg: LoaderConfig, epochs: int) -> list[dict]:
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Growth from the second epoch (after warm-up allocations) to the last."""
+    """From the second epoch on (after warm-up allocations): first, last, min, max, and the
+    least-squares slope in MiB per epoch. A leak is a steady positive slope; allocator and
+    page-cache noise moves RSS up and down without one."""
     out = {}
     for k in ("host_rss_mib", "torch_reserved_mib", "nvml_used_mib"):
-        vals = [r.get(k) for r in rows[1:] if r.get(k) is not None]
-        if vals:
-            out[k] = {"epoch1": vals[0], "last": vals[-1], "max": max(vals),
-                      "growth": round(vals[-1] - vals[0], 1)}
+        pts = [(r["epoch"], r[k]) for r in rows[1:] if r.get(k) is not None]
+        if not pts:
+            continue
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        var = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in pts) / var if var else 0.0
+        out[k] = {"epoch1": ys[0], "last": ys[-1], "min": min(ys), "max": max(ys),
+                  "growth": round(ys[-1] - ys[0], 1), "slope_per_epoch": round(slope, 3)}
     return out
 
 

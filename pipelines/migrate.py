@@ -110,7 +110,7 @@ def from_torchvision(compose) -> TvPlan:
     ops: List[Op] = []
     bad: List[str] = []
     mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
-    scaled = False
+    scaled = normalized = False
     split = None
     size: Optional[Tuple[int, int]] = None
     for pos, t in enumerate(compose.transforms):
@@ -127,6 +127,7 @@ def from_torchvision(compose) -> TvPlan:
                     problem = f"dtype={dt} (only float dtypes)"
                 scaled = bool(t.scale)
             elif name == "Normalize":
+                normalized = True
                 k = 255.0 if scaled else 1.0
                 mean = tuple(float(m) * k for m in t.mean)
                 std = tuple(float(s) * k for s in t.std)
@@ -182,6 +183,8 @@ def from_torchvision(compose) -> TvPlan:
         raise UnsupportedTransformError(
             "from_torchvision cannot translate: " + "; ".join(bad)
             + f". Supported: {', '.join(SUPPORTED)}")
+    if scaled and not normalized:  # ToDtype(scale=True) alone: 0..255 -> 0..1
+        std = (255.0, 255.0, 255.0)
     if size is None:
         raise UnsupportedTransformError(
             "from_torchvision: the Compose must end with a fixed output size (a crop, or Resize "

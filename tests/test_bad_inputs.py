@@ -12,6 +12,7 @@ from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader, ep
 from pipelines.validate import check_image_bytes
 
 BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]  # cuda: DALI mixed decode, pinned
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +39,12 @@ def test_validator_classifies_the_corpus(corpus):
         assert (reason is not None) == (f["expect"] == "bad"), (rel, reason)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("workers", [0, 2])
-def test_error_policy_raises_one_clear_error_naming_the_file(corpus, backend, workers):
+def test_error_policy_raises_one_clear_error_naming_the_file(corpus, backend, workers, device):
     bad = {Path(p).name for p in _manifest(corpus)["bad"]}
-    with create_loader(backend, _cfg(corpus, num_workers=workers)) as ld:
+    with create_loader(backend, _cfg(corpus, num_workers=workers, device=device)) as ld:
         with pytest.raises(BadFileError) as ei:
             for _ in ld:
                 pass
@@ -51,12 +53,14 @@ def test_error_policy_raises_one_clear_error_naming_the_file(corpus, backend, wo
     assert "on_bad_file='skip'" in msg
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("policy", ["partial", "pad", "drop"])
-def test_skip_policy_counts_names_and_keeps_batch_sizes(corpus, backend, policy):
+def test_skip_policy_counts_names_and_keeps_batch_sizes(corpus, backend, policy, device):
     m = _manifest(corpus)
     n = len(m["files"])
-    with create_loader(backend, _cfg(corpus, on_bad_file="skip", last_batch=policy)) as ld:
+    with create_loader(backend, _cfg(corpus, on_bad_file="skip", last_batch=policy,
+                                     device=device)) as ld:
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             sizes = [len(y) for _, y in ld]
@@ -81,17 +85,19 @@ def test_skip_policy_counts_names_and_keeps_batch_sizes(corpus, backend, policy)
     assert len(msgs) == 1 and f"skipped {len(in_plan)} bad files" in msgs[0]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_unusual_valid_files_decode_to_correct_rgb(corpus, backend):
+def test_unusual_valid_files_decode_to_correct_rgb(corpus, backend, device):
     valid = [r for r, f in _manifest(corpus)["files"].items()
              if f["expect"] == "valid" and f["kind"] != "generated JPEG"]
-    root = corpus.parent / f"valid_{backend}"
+    root = corpus.parent / f"valid_{backend}_{device}"
     (root / "c").mkdir(parents=True, exist_ok=True)
     for r in valid:
         (root / "c" / Path(r).name).write_bytes((corpus / r).read_bytes())
     spec = AugmentSpec(mode="eval", size=32, resize_size=32)
-    with create_loader(backend, _cfg(root, augment=spec, batch_size=len(valid))) as ld:
+    with create_loader(backend, _cfg(root, augment=spec, batch_size=len(valid), device=device)) as ld:
         x, _ = next(iter(ld))
+    x = x.float().cpu()
     names = sorted(Path(r).name for r in valid)
     mean = torch.tensor(spec.mean).view(3, 1, 1)
     std = torch.tensor(spec.std).view(3, 1, 1)
