@@ -8,7 +8,6 @@ Sub-commands: ``train`` (``python -m compare train --backend dali --data DIR --e
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time

@@ -17,7 +17,7 @@ import torch
 
 
 def main(argv=None) -> int:
-    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali import fn, pipeline_def
     from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
     from pipelines import AugmentSpec, LoaderConfig, create_loader

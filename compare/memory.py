@@ -54,7 +54,7 @@ def track(backend: str, cfg: LoaderConfig, epochs: int) -> list[dict]:
             loader.set_epoch(e)
             t = time.perf_counter()
             n = 0
-            for x, y in loader:
+            for _, y in loader:
                 n += len(y)
             if cuda:
                 torch.cuda.synchronize()

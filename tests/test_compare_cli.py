@@ -1,5 +1,4 @@
 """``python -m compare`` and ``python -m compare train`` end to end on the CPU."""
-import json
 
 import pytest
 

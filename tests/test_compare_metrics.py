@@ -1,5 +1,4 @@
 """The metric code, checked against fakes with known timings."""
-import itertools
 import json
 import time
 

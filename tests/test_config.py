@@ -27,7 +27,9 @@ def test_enums_parse_from_names_and_config_is_frozen():
     c = LoaderConfig(root="x", last_batch="pad", dtype="bfloat16", num_workers=3)
     assert c.last_batch is LastBatchPolicy.PAD and c.dtype is OutputDType.BFLOAT16
     assert c.rank == 0 and c.world_size == 1  # no torch.distributed here
-    with pytest.raises(Exception):
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
         c.batch_size = 3  # type: ignore[misc]
     assert c.replace(batch_size=3).batch_size == 3
 

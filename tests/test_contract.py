@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines import AugmentSpec, Backend, Batch, BatchLoader, LastBatchPolicy, LoaderConfig, create_loader
+from pipelines import AugmentSpec, Batch, BatchLoader, LastBatchPolicy, LoaderConfig, create_loader
 from pipelines.indexing import list_samples
 
 BACKENDS = [
