@@ -35,18 +35,13 @@ def halves(w: int = 96, h: int = 48) -> Image.Image:
 
 def _bomb(width: int = 30000, height: int = 30000) -> bytes:
     """A small JPEG whose frame header claims ``width x height`` pixels."""
-    from pipelines.validate import _SOF
+    from pipelines.validate import sof_offset
 
     data = bytearray(_jpeg(Image.new("RGB", (16, 16), (90, 120, 150))))
-    i = 2
-    while True:
-        marker = data[i + 1]
-        seglen = int.from_bytes(data[i + 2 : i + 4], "big")
-        if marker in _SOF:
-            data[i + 5 : i + 7] = height.to_bytes(2, "big")
-            data[i + 7 : i + 9] = width.to_bytes(2, "big")
-            return bytes(data)
-        i += 2 + seglen
+    i = sof_offset(bytes(data))
+    data[i + 5 : i + 7] = height.to_bytes(2, "big")
+    data[i + 7 : i + 9] = width.to_bytes(2, "big")
+    return bytes(data)
 
 
 def problem_files(good: bytes) -> Dict[str, tuple]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass
 from typing import Tuple
 
@@ -94,9 +93,6 @@ class AugmentSpec:
     def std_255(self) -> Tuple[float, float, float]:
         """Std on the 0..255 scale."""
         return tuple(s * 255.0 for s in self.std)  # type: ignore[return-value]
-
-    def log_ratio(self) -> Tuple[float, float]:
-        return (math.log(self.ratio[0]), math.log(self.ratio[1]))
 
     def to_torchvision(self, *, normalize: bool = False):
         """Build the torchvision v2 transform for this spec.

@@ -146,3 +146,17 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     """
     ss = np.random.SeedSequence((seed & 0xFFFFFFFF, epoch, index))
     return int(ss.generate_state(1, dtype=np.uint64)[0]) >> 1
+
+
+def config_batches(n: int, config, epoch: int) -> List[np.ndarray]:
+    """``epoch_batches`` with the order, shard and policy of a ``LoaderConfig``."""
+    c = config
+    return epoch_batches(n, batch_size=c.batch_size, seed=c.seed, epoch=epoch, shuffle=c.shuffle,
+                         policy=c.last_batch, rank=c.rank, world_size=c.world_size)
+
+
+def config_len(n: int, config) -> int:
+    """``num_batches`` for a ``LoaderConfig``: the ``len()`` of every backend."""
+    c = config
+    return num_batches(n, batch_size=c.batch_size, policy=c.last_batch, rank=c.rank,
+                       world_size=c.world_size)

@@ -16,7 +16,7 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 import torch
@@ -50,27 +50,12 @@ class TvPlan:
         ops: geometric and colour ops, in the Compose's order.
         mean, std: normalisation on the 0..255 scale (``(0,0,0)`` / ``(1,1,1)`` when absent).
         out_size: ``(H, W)`` of every output image.
-        split: index in the Compose where the float tail (``ToDtype``/``Normalize``) starts.
     """
 
     ops: Tuple[Op, ...]
     mean: Tuple[float, float, float]
     std: Tuple[float, float, float]
     out_size: Tuple[int, int]
-    split: int
-    compose: Any = field(default=None, compare=False, repr=False)
-
-    def uint8_part(self):
-        """The Compose's transforms before ``ToDtype``/``Normalize`` (run in the workers)."""
-        from torchvision.transforms import v2
-
-        return v2.Compose(list(self.compose.transforms[: self.split]))
-
-    def float_part(self):
-        """The Compose's ``ToDtype``/``Normalize`` tail (run on the GPU by ``pinned``)."""
-        from torchvision.transforms import v2
-
-        return v2.Compose(list(self.compose.transforms[self.split :]))
 
 
 def _hw(size) -> Tuple[int, int]:
@@ -189,8 +174,7 @@ def from_torchvision(compose) -> TvPlan:
         raise UnsupportedTransformError(
             "from_torchvision: the Compose must end with a fixed output size (a crop, or Resize "
             "with (h, w)) so that images can be batched")
-    return TvPlan(tuple(ops), mean, std, size, len(compose.transforms) if split is None else split,
-                  compose)
+    return TvPlan(tuple(ops), mean, std, size)
 
 
 def split_compose(compose):
@@ -218,10 +202,5 @@ def spec_ops(spec) -> TvPlan:
         ops = (Op("resize_shorter", (("size", spec.resize_size), ("max_size", None),
                                      ("interp", "linear"))),
                Op("center_crop", (("size", (spec.size, spec.size)),)))
-    return TvPlan(ops, spec.mean_255, spec.std_255, (spec.size, spec.size), 0, None)
-
-
-def hue_degrees(h: float) -> float:
-    """torchvision's hue factor (fraction of the colour wheel) in DALI's degrees."""
-    return h * 360.0
+    return TvPlan(ops, spec.mean_255, spec.std_255, (spec.size, spec.size))
 

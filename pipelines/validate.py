@@ -29,8 +29,8 @@ class BadFileError(RuntimeError):
         self.reason = reason
 
 
-def jpeg_size(data: bytes) -> Optional[Tuple[int, int]]:
-    """``(width, height)`` from the first SOF segment, or ``None`` if none is found."""
+def sof_offset(data: bytes) -> Optional[int]:
+    """Offset of the first SOF marker segment, or ``None`` if there is none before the scan."""
     i = 2
     n = len(data)
     while i + 4 <= n:
@@ -45,14 +45,20 @@ def jpeg_size(data: bytes) -> Optional[Tuple[int, int]]:
             continue
         (seglen,) = struct.unpack(">H", data[i + 2 : i + 4])
         if marker in _SOF:
-            if i + 9 > n:
-                return None
-            h, w = struct.unpack(">HH", data[i + 5 : i + 9])
-            return w, h
+            return i if i + 9 <= n else None
         if marker == 0xDA:  # start of scan before any SOF
             return None
         i += 2 + seglen
     return None
+
+
+def jpeg_size(data: bytes) -> Optional[Tuple[int, int]]:
+    """``(width, height)`` from the first SOF segment, or ``None`` if none is found."""
+    i = sof_offset(data)
+    if i is None:
+        return None
+    h, w = struct.unpack(">HH", data[i + 5 : i + 9])
+    return w, h
 
 
 def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Optional[str]:

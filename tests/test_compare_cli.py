@@ -1,4 +1,5 @@
 """``python -m compare`` and ``python -m compare train`` end to end on the CPU."""
+import json
 
 import pytest
 
@@ -47,3 +48,11 @@ def test_train_loop_prints_loss_per_epoch(tiny_root, capsys, backend):
     assert rc == 0
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("epoch")]
     assert len(lines) == 2 and "loss" in lines[0] and "32 images" in lines[0]
+
+
+def test_microbench_validate_reports_a_cost(tiny_root, capsys):
+    from compare.microbench import main as mb
+
+    assert mb(["validate", "--data", str(tiny_root), "--repeats", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["images"] == 37 and 0 < out["us_per_file"] < 1000

@@ -17,7 +17,7 @@ from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
 from ..config import BadFilePolicy, LoaderConfig, OutputDType
-from ..indexing import epoch_batches, list_samples, num_batches
+from ..indexing import config_batches, config_len, list_samples
 from ..stats import BadFileStats
 from ..types import Batch
 from .graph import OUTPUTS, build_pipeline
@@ -52,16 +52,11 @@ class DaliLoader:
         self.last_indices: Optional[np.ndarray] = None
 
     def _plan(self, epoch: int):
-        c = self.config
-        return epoch_batches(len(self.paths), batch_size=c.batch_size, seed=c.seed, epoch=epoch,
-                             shuffle=c.shuffle, policy=c.last_batch, rank=c.rank,
-                             world_size=c.world_size)
+        return config_batches(len(self.paths), self.config, epoch)
 
     # -- contract -------------------------------------------------------------------------------
     def __len__(self) -> int:
-        c = self.config
-        return num_batches(len(self.paths), batch_size=c.batch_size, policy=c.last_batch,
-                           rank=c.rank, world_size=c.world_size)
+        return config_len(len(self.paths), self.config)
 
     def set_epoch(self, epoch: int) -> None:
         if not isinstance(epoch, int) or epoch < 0:

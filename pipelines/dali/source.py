@@ -11,9 +11,9 @@ propagates through DALI to the caller's ``next()``.
 NOTE [feeding cost]
 The per-batch feed runs on the consumer's thread (inside ``next()``), so it is on the critical
 path. Two measured choices keep it small (256 JPEGs of the default set, 2-core dev machine,
-60 batches): labels and indices travel as one dense ``N x 2`` array instead of 2 x N one-element
-arrays (7.3 -> 3.8 ms/batch), and the JPEG buffers are handed over with ``no_copy=True``
-(3.1 -> 1.2 ms/batch). ``no_copy`` makes us responsible for keeping every fed buffer alive until
+``python -m compare.microbench feed``): labels and indices travel as one dense ``N x 2`` array
+instead of 2 x N one-element arrays (4.2 -> 2.5 ms/batch), and the JPEG buffers are handed over
+with ``no_copy=True`` (2.5 -> 1.9 ms/batch). ``no_copy`` makes us responsible for keeping every fed buffer alive until
 DALI has consumed it: the last ``keep_alive`` batches are held in a ring (at least
 ``prefetch_queue_depth`` + 1, per DALI's ``external_source`` documentation).
 """

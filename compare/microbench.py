@@ -1,0 +1,122 @@
+"""``python -m compare.microbench {decode,validate,feed} --data DIR``: the small measurements
+behind design choices quoted in the README and docstrings (single thread, median of repeats).
+
+* ``decode``: decode + RandomResizedCrop + flip per image, PIL vs ``torchvision.io``.
+* ``validate``: ``pipelines.validate.check_image_bytes`` per file.
+* ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
+  one dense array, and copied vs ``no_copy`` buffers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+from pipelines.indexing import list_samples
+
+
+def _median(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def decode(paths, repeats):
+    from PIL import Image, ImageOps
+    from torchvision.transforms import v2
+
+    from pipelines.torch_backend.dataset import decode_rgb
+
+    torch.set_num_threads(1)
+    rrc = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
+    on_pil = v2.Compose(rrc + [v2.PILToTensor()])
+    on_tensor = v2.Compose(rrc)
+
+    def pil():
+        for p in paths:
+            with Image.open(p) as im:
+                on_pil(ImageOps.exif_transpose(im).convert("RGB"))
+
+    def tv():
+        for p in paths:
+            with open(p, "rb") as f:
+                on_tensor(decode_rgb(f.read()))
+
+    n = len(paths)
+    return {"pil_ms_per_img": 1e3 * _median(pil, repeats) / n,
+            "torchvision_ms_per_img": 1e3 * _median(tv, repeats) / n}
+
+
+def validate(paths, repeats):
+    from pipelines.validate import check_image_bytes
+
+    blobs = [open(p, "rb").read() for p in paths]
+    dt = _median(lambda: [check_image_bytes(b) for b in blobs], repeats)
+    return {"us_per_file": 1e6 * dt / len(blobs)}
+
+
+def feed(paths, repeats, batch=256, iters=60):
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    blobs = [np.fromfile(p, dtype=np.uint8) for p in (paths * batch)[:batch]]
+    labels = np.arange(batch, dtype=np.int64)
+
+    def one(mode):
+        def src(info):
+            if info.iteration >= iters:
+                raise StopIteration
+            if mode == "lists":
+                return list(blobs), [labels[i:i + 1] for i in range(batch)], \
+                    [labels[i:i + 1] for i in range(batch)]
+            return list(blobs), np.stack([labels, labels], 1)
+
+        @pipeline_def(batch_size=batch, num_threads=2, device_id=None, prefetch_queue_depth=2)
+        def g():
+            if mode == "lists":
+                j, a, b = fn.external_source(source=src, num_outputs=3, batch=True, batch_info=True,
+                                             dtype=[types.UINT8, types.INT64, types.INT64])
+            else:
+                j, m = fn.external_source(source=src, num_outputs=2, batch=True, batch_info=True,
+                                          dtype=[types.UINT8, types.INT64],
+                                          no_copy=mode == "dense_no_copy")
+                a, b = m[0:1], m[1:2]
+            return j.shape(), a, b
+
+        def run():
+            it = DALIGenericIterator(g(), ["s", "a", "b"], size=-1, prepare_first_batch=False,
+                                     last_batch_policy=LastBatchPolicy.PARTIAL)
+            for _ in it:
+                pass
+
+        return 1e3 * _median(run, repeats) / iters
+
+    return {f"{m}_ms_per_batch": one(m) for m in ("lists", "dense", "dense_no_copy")}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m compare.microbench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["decode", "validate", "feed"])
+    p.add_argument("--data", required=True)
+    p.add_argument("--images", type=int, default=300)
+    p.add_argument("--repeats", type=int, default=5)
+    a = p.parse_args(argv)
+    paths = list_samples(a.data)[0][: a.images]
+    res = {"decode": decode, "validate": validate, "feed": feed}[a.what](paths, a.repeats)
+    print(json.dumps({"what": a.what, "images": len(paths), "repeats": a.repeats,
+                      **{k: round(v, 3) for k, v in res.items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
