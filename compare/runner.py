@@ -16,6 +16,10 @@ from .models import TrainStep
 from .results import Repeat, VariantResult
 
 
+ALLOWED_OVERRIDES = {"num_workers", "prefetch", "streams", "persistent_workers", "pin_mode",
+                     "dali_hw_decoder_load"}
+
+
 @dataclass(frozen=True)
 class Variant:
     """A backend plus loader-only overrides (never the data, augmentation, batch or model)."""
@@ -24,9 +28,13 @@ class Variant:
     backend: Backend
     overrides: Dict[str, object] = field(default_factory=dict)
 
+    def __post_init__(self):
+        extra = sorted(set(self.overrides) - ALLOWED_OVERRIDES)
+        if extra:  # apples to apples: a variant may only change how data is loaded
+            raise ValueError(f"variant {self.label!r} overrides {extra}; only "
+                             f"{sorted(ALLOWED_OVERRIDES)} may differ between variants")
 
-ALLOWED_OVERRIDES = {"num_workers", "prefetch", "streams", "persistent_workers",
-                     "dali_hw_decoder_load"}
+
 PRESETS = ("seeds",)
 
 
@@ -46,17 +54,21 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
     """``"workers=0,4,8 pin=on,off"`` -> one variant per combination.
 
     ``pin=on`` selects the ``pinned`` backend, ``pin=off`` the ``pageable`` one; without ``pin``
-    every backend in ``backends`` is swept. Other keys: ``workers``, ``prefetch``, ``streams`` and
-    ``hw`` (DALI's ``hw_decoder_load``, a fraction).
+    every backend in ``backends`` is swept. Other keys: ``workers``, ``prefetch``, ``streams``,
+    ``pinmode`` (``thread`` or ``ring``, the ``pinned`` backend's ``pin_mode``) and ``hw``
+    (DALI's ``hw_decoder_load``, a fraction).
     """
     keys = {"workers": "num_workers", "prefetch": "prefetch", "streams": "streams", "pin": "pin",
-            "hw": "dali_hw_decoder_load"}
+            "pinmode": "pin_mode", "hw": "dali_hw_decoder_load"}
     axes: Dict[str, List[str]] = {}
     for part in spec.split():
         k, _, vals = part.partition("=")
         if k not in keys or not vals:
             raise ValueError(f"--sweep item {part!r} is not KEY=V1,V2 with KEY in {sorted(keys)}")
         axes[k] = vals.split(",")
+    bad = [m for m in axes.get("pinmode", []) if m not in ("thread", "ring")]
+    if bad:
+        raise ValueError(f"--sweep pinmode={','.join(bad)} must be thread or ring")
     pins = axes.pop("pin", None)
     if pins is not None:
         bad = [p for p in pins if p not in ("on", "off")]
@@ -70,7 +82,8 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
     for b in backs:
         for combo in itertools.product(*(axes[k] for k in names)):
             try:
-                ov = {keys[k]: (float(v) if k == "hw" else int(v)) for k, v in zip(names, combo)}
+                ov = {keys[k]: (float(v) if k == "hw" else v if k == "pinmode" else int(v))
+                      for k, v in zip(names, combo)}
             except ValueError:
                 raise ValueError(f"--sweep values must be numbers (or on/off for pin): {spec!r}") from None
             label = b.value + "".join(f" {k}={v}" for k, v in zip(names, combo))

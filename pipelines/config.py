@@ -42,6 +42,18 @@ class BadFilePolicy(str, enum.Enum):
     SKIP = "skip"
 
 
+class PinMode(str, enum.Enum):
+    """How the ``pinned`` backend gets worker batches into page-locked memory.
+
+    * ``THREAD``: DataLoader's ``pin_memory=True`` pin thread (torch's caching host allocator).
+    * ``RING``: a ring of ``prefetch + 1`` pinned buffers allocated once and filled on the
+      consumer's thread; a slot is refilled only after its H2D copy has completed (an event).
+    """
+
+    THREAD = "thread"
+    RING = "ring"
+
+
 class OutputDType(str, enum.Enum):
     """The dtype of ``Batch.images``."""
 
@@ -98,6 +110,8 @@ class LoaderConfig:
         rank, world_size: the shard to read. Default: from ``torch.distributed`` when initialised.
         streams: ``pinned`` only; side CUDA streams for H2D copies. ``0`` means pin-memory only,
             copies on the consumer's stream (the "pin_memory only" recipe).
+        pin_mode: ``pinned`` only; a ``PinMode`` (or ``"thread"`` / ``"ring"``). Default
+            ``"thread"``, chosen from docs/results/h200/pin-ring.
         persistent_workers: keep DataLoader workers alive between epochs (torch backends).
         dali_hw_decoder_load: share of JPEGs sent to the hardware JPEG decoder (0..1, DALI only).
             Default 0.0, chosen from a measured table (docs/results/h200/dali-hw-decoder): on an
@@ -130,6 +144,7 @@ class LoaderConfig:
     rank: int | None = None
     world_size: int | None = None
     streams: int = 1
+    pin_mode: PinMode = PinMode.THREAD
     persistent_workers: bool = True
     dali_hw_decoder_load: float = 0.0
     dali_device_memory_padding: int = 211025920
@@ -151,6 +166,7 @@ class LoaderConfig:
         s("last_batch", _enum(LastBatchPolicy, "last_batch", self.last_batch))
         s("dtype", _enum(OutputDType, "dtype", self.dtype))
         s("on_bad_file", _enum(BadFilePolicy, "on_bad_file", self.on_bad_file))
+        s("pin_mode", _enum(PinMode, "pin_mode", self.pin_mode))
         if not isinstance(self.max_image_pixels, int) or self.max_image_pixels < 1:
             raise ValueError(f"max_image_pixels={self.max_image_pixels!r} must be a positive int")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:

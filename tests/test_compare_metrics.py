@@ -8,7 +8,7 @@ import torch
 from compare.metrics import loader_only, measure, percentile
 from compare.results import Repeat, SuiteResult, VariantResult
 from compare.report import markdown, table, warnings_for
-from compare.runner import parse_sweep, preset
+from compare.runner import Variant, parse_sweep, preset
 from pipelines import Backend
 
 CPU = torch.device("cpu")
@@ -85,6 +85,12 @@ def test_sweep_and_preset_parsing():
         parse_sweep("threads=2", [Backend.PINNED])
     with pytest.raises(ValueError, match="on or off"):
         parse_sweep("pin=maybe", [Backend.PINNED])
+    vs = parse_sweep("pinmode=thread,ring", [Backend.PINNED])
+    assert [v.overrides for v in vs] == [{"pin_mode": "thread"}, {"pin_mode": "ring"}]
+    with pytest.raises(ValueError, match="thread or ring"):
+        parse_sweep("pinmode=spin", [Backend.PINNED])
+    with pytest.raises(ValueError, match="batch_size"):
+        Variant("cheat", Backend.DALI, {"batch_size": 64})
     labels = [v.label for v in preset("seeds", [Backend.PINNED, Backend.PAGEABLE])]
     assert labels == ["pageable", "pin-only", "pinned"]
     assert preset("seeds", list(Backend))[-1].backend is Backend.DALI

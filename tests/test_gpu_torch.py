@@ -13,12 +13,14 @@ def _cfg(root, **kw):
     return LoaderConfig(**base)
 
 
+@pytest.mark.parametrize("pin_mode", ["thread", "ring"])
 @pytest.mark.parametrize("streams", [0, 1, 2])
-def test_eval_pinned_equals_pageable_bit_for_bit(gpu_root, streams):
+def test_eval_pinned_equals_pageable_bit_for_bit(gpu_root, streams, pin_mode):
     spec = AugmentSpec(mode="eval", size=224)
     outs = {}
     for b in ("pageable", "pinned"):
-        with create_loader(b, _cfg(gpu_root, augment=spec, shuffle=False, streams=streams)) as ld:
+        cfg = _cfg(gpu_root, augment=spec, shuffle=False, streams=streams, pin_mode=pin_mode)
+        with create_loader(b, cfg) as ld:
             outs[b] = [(x.cpu(), y.cpu()) for x, y in ld]
     assert len(outs["pageable"]) == len(outs["pinned"]) == 8
     for (xa, ya), (xb, yb) in zip(outs["pageable"], outs["pinned"]):
@@ -26,14 +28,16 @@ def test_eval_pinned_equals_pageable_bit_for_bit(gpu_root, streams):
         assert torch.equal(xa, xb)
 
 
-@pytest.mark.parametrize("streams, depth", [(1, 2), (2, 4)])
-def test_async_equals_sync_with_a_slow_consumer(gpu_root, streams, depth):
+@pytest.mark.parametrize("streams, depth, pin_mode",
+                         [(1, 2, "thread"), (2, 4, "thread"), (1, 1, "ring"), (2, 3, "ring")])
+def test_async_equals_sync_with_a_slow_consumer(gpu_root, streams, depth, pin_mode):
     """A long kernel before every read: a stream race or early buffer reuse changes the sums."""
     cfg = _cfg(gpu_root, seed=5, dtype="bfloat16", channels_last=True)
     with create_loader("pinned", cfg.replace(streams=0)) as ref_loader:
         ref = [x.double().sum().item() for x, _ in ref_loader]
     sums = []
-    with create_loader("pinned", cfg.replace(streams=streams, prefetch=depth)) as loader:
+    with create_loader("pinned", cfg.replace(streams=streams, prefetch=depth,
+                                             pin_mode=pin_mode)) as loader:
         for x, y in loader:
             torch.cuda._sleep(20_000_000)      # ~10 ms of GPU time queued before we read x
             sums.append(x.double().sum())      # queued behind the sleep
@@ -48,3 +52,14 @@ def test_first_batch_is_not_lost_and_labels_follow_images(gpu_root):
         ys = [y.cpu() for _, y in loader]
         assert len(ys) == len(loader) == 8
         assert sorted(loader.last_indices.tolist()) == list(range(512))
+
+
+def test_ring_allocates_once_and_reuses_its_slots(gpu_root):
+    cfg = _cfg(gpu_root, streams=2, prefetch=2, pin_mode="ring", last_batch="drop")
+    with create_loader("pinned", cfg) as loader:
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            n = sum(1 for _ in loader)
+        assert n == 8 and len(loader.ring) == 3
+        assert loader.ring.allocations == 6   # 3 slots x (images, labels), never again
+        assert loader.loader.pin_memory is False   # no pin thread in ring mode

@@ -7,15 +7,17 @@ from typing import Iterator
 
 import torch
 
-from ..config import LoaderConfig
+from ..config import LoaderConfig, PinMode
 from ..normalize import finish_float, normalize_uint8
 from ..types import Batch
 from .base import TorchLoaderBase
 from .prefetch import CudaPrefetcher
+from .ring import PinnedRing
 
 
 class PinnedLoader(TorchLoaderBase):
-    """Workers return uint8 batches; DataLoader's pin thread pins them.
+    """Workers return uint8 batches, pinned by DataLoader's pin thread (``pin_mode="thread"``)
+    or copied into a reusable :class:`PinnedRing` on the consumer's thread (``pin_mode="ring"``).
 
     * ``streams >= 1``: :class:`CudaPrefetcher` keeps ``prefetch`` batches in flight on
       ``streams`` high-priority side streams, normalising there.
@@ -32,7 +34,11 @@ class PinnedLoader(TorchLoaderBase):
                 "backend='pinned': CUDA is not available, running as a plain CPU loader "
                 "(no pinning, no side streams)", RuntimeWarning, stacklevel=3,
             )
-        super().__init__(config, normalize_in_workers=False, pin_memory=self.on_cuda)
+        use_ring = self.on_cuda and config.pin_mode is PinMode.RING
+        super().__init__(config, normalize_in_workers=False,
+                         pin_memory=self.on_cuda and not use_ring)
+        # ring slots: the batches in flight plus the one being filled
+        self.ring = PinnedRing(config.prefetch + 1 if config.streams > 0 else 2) if use_ring else None
         self.device = config.torch_device if self.on_cuda else torch.device("cpu")
         if self.float_part is not None:  # the user's own ToDtype/Normalize tail, on the GPU
             self._finish = functools.partial(_user_tail, tail=self.float_part,
@@ -44,7 +50,8 @@ class PinnedLoader(TorchLoaderBase):
                 channels_last=config.channels_last,
             )
         self._prefetcher = (
-            CudaPrefetcher(self.device, config.streams, config.prefetch, self._finish)
+            CudaPrefetcher(self.device, config.streams, config.prefetch, self._finish,
+                           upload=self.ring.upload if self.ring is not None else None)
             if self.on_cuda and config.streams > 0 else None
         )
 
@@ -53,7 +60,9 @@ class PinnedLoader(TorchLoaderBase):
             yield from self._prefetcher(cpu_batches)
             return
         for images, labels in cpu_batches:
-            if self.on_cuda:
+            if self.ring is not None:
+                images, labels = self.ring.upload(images, labels, self.device)
+            elif self.on_cuda:
                 images = images.to(self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
             yield Batch(self._finish(images), labels)
