@@ -138,6 +138,7 @@ def run(argv=None) -> int:
         "data": str(root), "dataset": (man or {}).get("stats", {}), "model": a.model,
         "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
         "dtype": a.dtype, "channels_last": base.channels_last, "workers": base.num_workers,
+        "prefetch": base.prefetch,
         "augment": repr(transform) if transform is not None else repr(base.augment), "device": a.device, "variants": [v.label for v in variants],
     }
     log(f"running {len(variants)} variants x {a.repeats} repeats, model {a.model}, "

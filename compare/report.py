@@ -47,6 +47,16 @@ def warnings_for(res: SuiteResult) -> List[str]:
             w.append(f"{v.label}: samples/s spread {v.spread('samples_per_s'):.1f} is >= "
                      f"{SPREAD_WARN:.0%} of the median {v.median('samples_per_s'):.1f}; "
                      "differences of that size are noise")
+    steps, s = res.setup.get("steps"), res.setup
+    for v in res.variants:
+        if v.backend not in ("pinned", "pageable") or not steps:
+            continue
+        queue = (v.overrides.get("num_workers", s.get("workers") or 0)
+                 * v.overrides.get("prefetch", s.get("prefetch", 2)))
+        if steps < queue:
+            w.append(f"{v.label}: {steps} timed steps are fewer than the DataLoader's queue of "
+                     f"{queue} batches (workers x prefetch); its numbers count batches decoded "
+                     f"before the clock started. Use --steps >= {queue}")
     b = res.baseline()
     if b is not None:
         for v in res.variants:

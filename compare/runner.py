@@ -17,7 +17,8 @@ from .results import Repeat, VariantResult
 
 
 ALLOWED_OVERRIDES = {"num_workers", "prefetch", "streams", "persistent_workers", "pin_mode",
-                     "dali_hw_decoder_load"}
+                     "dali_hw_decoder_load", "dali_preallocate_width_hint",
+                     "dali_preallocate_height_hint"}
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,13 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
 
     ``pin=on`` selects the ``pinned`` backend, ``pin=off`` the ``pageable`` one; without ``pin``
     every backend in ``backends`` is swept. Other keys: ``workers``, ``prefetch``, ``streams``,
-    ``pinmode`` (``thread`` or ``ring``, the ``pinned`` backend's ``pin_mode``) and ``hw``
-    (DALI's ``hw_decoder_load``, a fraction).
+    ``pinmode`` (``thread`` or ``ring``, the ``pinned`` backend's ``pin_mode``), ``hw``
+    (DALI's ``hw_decoder_load``, a fraction) and ``prealloc`` (DALI's decoder preallocation
+    width and height hint, in pixels).
     """
     keys = {"workers": "num_workers", "prefetch": "prefetch", "streams": "streams", "pin": "pin",
-            "pinmode": "pin_mode", "hw": "dali_hw_decoder_load"}
+            "pinmode": "pin_mode", "hw": "dali_hw_decoder_load",
+            "prealloc": "dali_preallocate_width_hint"}
     axes: Dict[str, List[str]] = {}
     for part in spec.split():
         k, _, vals = part.partition("=")
@@ -84,6 +87,8 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
             try:
                 ov = {keys[k]: (float(v) if k == "hw" else v if k == "pinmode" else int(v))
                       for k, v in zip(names, combo)}
+                if "prealloc" in names:
+                    ov["dali_preallocate_height_hint"] = ov["dali_preallocate_width_hint"]
             except ValueError:
                 raise ValueError(f"--sweep values must be numbers (or on/off for pin): {spec!r}") from None
             label = b.value + "".join(f" {k}={v}" for k, v in zip(names, combo))

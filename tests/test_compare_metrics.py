@@ -87,6 +87,9 @@ def test_sweep_and_preset_parsing():
         parse_sweep("pin=maybe", [Backend.PINNED])
     vs = parse_sweep("pinmode=thread,ring", [Backend.PINNED])
     assert [v.overrides for v in vs] == [{"pin_mode": "thread"}, {"pin_mode": "ring"}]
+    vs = parse_sweep("prealloc=0,1024", [Backend.DALI])
+    assert vs[1].overrides == {"dali_preallocate_width_hint": 1024,
+                               "dali_preallocate_height_hint": 1024}
     with pytest.raises(ValueError, match="thread or ring"):
         parse_sweep("pinmode=spin", [Backend.PINNED])
     with pytest.raises(ValueError, match="batch_size"):
@@ -94,3 +97,15 @@ def test_sweep_and_preset_parsing():
     labels = [v.label for v in preset("seeds", [Backend.PINNED, Backend.PAGEABLE])]
     assert labels == ["pageable", "pin-only", "pinned"]
     assert preset("seeds", list(Backend))[-1].backend is Backend.DALI
+
+
+def test_window_shorter_than_the_dataloader_queue_is_flagged():
+    def res(steps, workers):
+        return SuiteResult({}, {"steps": steps, "workers": workers, "prefetch": 2}, None,
+                           (_var("pinned", "pinned", [100, 100, 100]),
+                            _var("dali", "dali", [500, 500, 500])))
+    w = warnings_for(res(8, 14))
+    assert [x for x in w if "queue" in x] == [
+        "pinned: 8 timed steps are fewer than the DataLoader's queue of 28 batches (workers x "
+        "prefetch); its numbers count batches decoded before the clock started. Use --steps >= 28"]
+    assert not any("queue" in x for x in warnings_for(res(40, 14)))   # long enough window
