@@ -1,8 +1,9 @@
 """Cheap byte-level checks of an image file, shared by every backend.
 
 NOTE [bad files]
-Every backend runs :func:`check_image_bytes` on the bytes it has already read, before decoding,
-so "bad" means the same thing everywhere: empty, not a JPEG/PNG, a JPEG with no end-of-image
+Every backend runs :func:`check_image_bytes` before decoding (the torch backends on the bytes
+they read for every sample; DALI once per file, see ``pipelines.dali.source``), so "bad" means
+the same thing everywhere: empty, not a JPEG/PNG, a JPEG with no end-of-image
 marker (truncated), a header with a zero or bomb-sized (> ``max_pixels``) dimension. The torch
 backends also treat a decoder exception as bad. DALI cannot skip a sample that passes these
 checks but fails inside its decoder: that still raises, with DALI's message.

@@ -77,6 +77,39 @@ def test_missing_file_error_reaches_caller(tiny_root, tmp_path):
                 pass
 
 
+def test_files_are_checked_in_python_once_then_fed_as_paths(tiny_root):
+    with create_loader("dali", _cfg(tiny_root, debug_indices=True)) as ld:
+        seen = []
+        for epoch in range(3):
+            ld.set_epoch(epoch)
+            n = sum(len(y) for _, y in ld)
+            seen.append((n, ld.source.files_checked))
+            assert sorted(ld.last_indices.tolist()) == list(range(37))
+        assert seen == [(37, 37), (37, 37), (37, 37)]   # epochs 1 and 2 read nothing in Python
+        assert ld.source.bytes_read == 3 * sum(p.stat().st_size for p in tiny_root.glob("*/*.jpg"))
+
+
+def test_a_known_bad_file_is_reported_every_epoch(tiny_root, tmp_path):
+    import shutil
+
+    root = tmp_path / "r"
+    shutil.copytree(tiny_root, root)
+    victim = sorted(root.glob("class_0001/*.jpg"))[0]
+    victim.write_bytes(victim.read_bytes()[:500])          # truncated
+    with create_loader("dali", _cfg(root, on_bad_file="skip")) as ld:
+        for epoch in range(2):
+            ld.set_epoch(epoch)
+            with pytest.warns(RuntimeWarning, match="skipped 1 bad files"):
+                assert sum(len(y) for _, y in ld) == 37  # replaced, batch sizes kept
+        assert ld.stats["bad_files"] == 2 and victim.name in ld.stats["bad"][0][0]
+    with create_loader("dali", _cfg(root, on_bad_file="error")) as ld:
+        for epoch in range(2):                              # raised again from the record
+            ld.set_epoch(epoch)
+            with pytest.raises(Exception, match="truncated JPEG"):
+                for _ in ld:
+                    pass
+
+
 def test_close_stops_reader_threads(tiny_root):
     before = {t.name for t in threading.enumerate()}
     ld = create_loader("dali", _cfg(tiny_root))

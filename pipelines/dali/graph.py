@@ -162,7 +162,7 @@ def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int]
 
     Args:
         cfg: the loader config (batch size, threads, prefetch, seed, dtype, layout, knobs).
-        source: a DALI batch callable taking ``BatchInfo`` and returning ``(jpegs, meta)``
+        source: a DALI batch callable taking ``BatchInfo`` and returning ``(paths, meta)``
             (see ``pipelines.dali.source``); it must keep fed buffers alive (``no_copy``).
         device_id: the CUDA device, or ``None`` for a CPU-only pipeline.
     """
@@ -177,10 +177,11 @@ def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int]
         seed=cfg.seed,
     )
     def graph():
-        jpegs, meta = fn.external_source(
+        paths, meta = fn.external_source(
             source=source, num_outputs=2, batch=True, batch_info=True,
             dtype=[types.UINT8, types.INT64], ndim=[1, 1], no_copy=True,
         )
+        jpegs = fn.io.file.read(paths)  # in DALI's C++ threads (see pipelines.dali.source)
         labels, indices = meta[0:1], meta[1:2]
         images = augment(jpegs, plan, cfg, gpu)
         if gpu:

@@ -1,21 +1,32 @@
-"""An external source of encoded JPEG bytes that follows the shared per-epoch plan.
+"""An external source that follows the shared per-epoch plan and feeds DALI file *paths*.
 
 NOTE [why an external source]
 DALI's file reader shuffles with a bounded buffer (``random_shuffle``), which is not a full
 permutation, so it cannot follow ``pipelines.indexing``'s plan. Rebuilding a reader with an
-explicit file list every epoch would follow it, but costs a pipeline rebuild per epoch. This
-source hands DALI the bytes of exactly the plan's batches, in order; files are read ahead by a
-small thread pool (file reads release the GIL). An exception while reading (a missing file)
-propagates through DALI to the caller's ``next()``.
+explicit file list every epoch would follow it, but costs a pipeline rebuild per epoch (1.8 s on
+an H200 host, ``python -m compare.dali_reader_cost``). This source hands DALI exactly the plan's
+batches, in order, as UTF-8 encoded paths; ``fn.io.file.read`` in the graph reads the files in
+DALI's C++ threads. An exception here (a bad file under ``on_bad_file="error"``) propagates
+through DALI to the caller's ``next()``.
+
+NOTE [validated once]
+Every file is checked with ``pipelines.validate.check_image_bytes`` the first time the plan
+reaches it: a small thread pool reads it in Python (file reads release the GIL) ahead of the
+batch DALI asks for. The verdict (good, or bad with its reason) is kept per dataset index, so
+later epochs feed known-good paths with no Python I/O at all, and known-bad files are replaced
+(``skip``) or raised (``error``) from the record. The reason: reading every file in Python on
+the consumer's critical path capped loader-only throughput at ~12k img/s on an H200 host,
+against 18.4k for DALI's own C++ reader with the same graph (the per-batch callback took 7.2 ms
+under GIL contention; docs/results/h200/reader-vs-source). Trade-off: a file that turns bad
+after it was checked fails inside DALI's reader or decoder, with DALI's message.
 
 NOTE [feeding cost]
-The per-batch feed runs on the consumer's thread (inside ``next()``), so it is on the critical
-path. Two measured choices keep it small (256 JPEGs of the default set, 2-core dev machine,
-``python -m compare.microbench feed``): labels and indices travel as one dense ``N x 2`` array
-instead of 2 x N one-element arrays (4.2 -> 2.5 ms/batch), and the JPEG buffers are handed over
-with ``no_copy=True`` (2.5 -> 1.9 ms/batch). ``no_copy`` makes us responsible for keeping every fed buffer alive until
-DALI has consumed it: the last ``keep_alive`` batches are held in a ring (at least
-``prefetch_queue_depth`` + 1, per DALI's ``external_source`` documentation).
+The per-batch feed runs on the consumer's thread (inside ``next()``), so it is kept small:
+labels and indices travel as one dense ``N x 2`` array, and the path buffers are handed over
+with ``no_copy=True`` (``python -m compare.microbench feed``). ``no_copy`` makes us responsible
+for keeping every fed buffer alive until DALI has consumed it: the last ``keep_alive`` batches are
+held in a ring (at least ``prefetch_queue_depth`` + 1, per DALI's ``external_source``
+documentation).
 """
 from __future__ import annotations
 
@@ -33,15 +44,18 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-class PlanSource:
-    """DALI batch callable: ``source(batch_info) -> (jpegs, meta)``.
+_UNKNOWN, _GOOD, _BAD = 0, 1, 2
 
-    ``jpegs`` is a list of uint8 arrays (the encoded files), ``meta`` an ``N x 2`` int64 array of
-    ``(label, dataset index)`` rows. Every file is checked with
-    ``pipelines.validate.check_image_bytes`` in the reader threads (the bytes are already in
-    memory, so the check costs no I/O); bad files raise ``BadFileError`` or, with
-    ``skip=True``, are replaced by the next good sample of the batch (the ``BadFilePolicy``
-    rule shared with the torch backends) and listed in ``bad_by_epoch``.
+
+class PlanSource:
+    """DALI batch callable: ``source(batch_info) -> (paths, meta)``.
+
+    ``paths`` is a list of uint8 arrays (UTF-8 file paths, for ``fn.io.file.read``), ``meta`` an
+    ``N x 2`` int64 array of ``(label, dataset index)`` rows. Each file is checked with
+    ``pipelines.validate.check_image_bytes`` once, on first use (see the module note); bad files
+    raise ``BadFileError`` or, with ``skip=True``, are replaced by the next good sample of the
+    batch (the ``BadFilePolicy`` rule shared with the torch backends) and listed in
+    ``bad_by_epoch``, every epoch they are planned.
 
     Args:
         paths, labels: the listing (``pipelines.indexing.list_samples``).
@@ -72,35 +86,51 @@ class PlanSource:
         self._pos = 0
         self._pending: Dict[int, Future] = {}
         self._alive: deque = deque(maxlen=keep_alive)
+        self._status = np.zeros(len(self.paths), dtype=np.int8)  # _UNKNOWN / _GOOD / _BAD
+        self._size = np.zeros(len(self.paths), dtype=np.int64)    # bytes, once checked
+        self._reason: Dict[int, str] = {}
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dali-read")
 
     def start_epoch(self, epoch: int) -> None:
         """Fix the epoch whose plan the next ``iteration == 0`` call starts."""
         self.epoch = epoch
 
+    def _check(self, i: int) -> None:
+        try:
+            data = _read(self.paths[i])
+            reason = check_image_bytes(data, self.max_pixels)
+        except OSError as e:
+            data, reason = b"", f"{type(e).__name__}: {e}"
+        self._size[i] = len(data)
+        if reason is not None:
+            self._reason[i] = reason
+        self._status[i] = _BAD if reason is not None else _GOOD  # last: publishes the verdict
+
+    @property
+    def files_checked(self) -> int:
+        """Files read and checked in Python so far (each at most once)."""
+        return int((self._status != _UNKNOWN).sum())
+
     def _load(self, idx: np.ndarray):
-        jpegs, bad, good = [], [], []
-        for k, i in enumerate(idx):
-            try:
-                data = _read(self.paths[i])
-                reason = check_image_bytes(data, self.max_pixels)
-            except OSError as e:
-                data, reason = b"", f"{type(e).__name__}: {e}"
-            if reason is not None:
-                if not self.skip:
-                    raise BadFileError(self.paths[i], reason)
-                bad.append((k, reason))
-            else:
-                good.append(k)
-            jpegs.append(np.frombuffer(data, dtype=np.uint8))
+        for i in idx[self._status[idx] == _UNKNOWN]:
+            self._check(int(i))
         rows = np.array(idx, dtype=np.int64)  # a copy: idx is the plan itself
-        if bad and good:  # replace each bad sample by the next good one (wrapping)
-            for n, (k, _) in enumerate(bad):
-                r = next((g for g in good if g > k), good[n % len(good)])
-                jpegs[k] = jpegs[r]
-                rows[k] = rows[r]
+        is_bad = self._status[rows] == _BAD
+        bad = []
+        if is_bad.any():
+            ks = np.flatnonzero(is_bad)
+            if not self.skip:
+                i = int(rows[ks[0]])
+                raise BadFileError(self.paths[i], self._reason[i])
+            bad = [(self.paths[rows[k]], self._reason[int(rows[k])]) for k in ks]
+            good = np.flatnonzero(~is_bad)
+            for n, k in enumerate(ks):  # replace each bad sample by the next good one (wrapping)
+                if len(good):
+                    later = good[good > k]
+                    rows[k] = rows[later[0] if len(later) else good[n % len(good)]]
+        paths = [np.frombuffer(self.paths[i].encode(), dtype=np.uint8) for i in rows]
         meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
-        return jpegs, meta, [(self.paths[idx[k]], why) for k, why in bad], bool(good)
+        return paths, meta, bad, not is_bad.all(), int(self._size[rows].sum())
 
     def __call__(self, info):
         if info.iteration == 0 or self._planned_epoch != self.epoch:
@@ -118,15 +148,15 @@ class PlanSource:
             for k in range(pos, min(pos + 1 + self.readahead, len(self._batches))):
                 if k not in self._pending:
                     self._pending[k] = self._pool.submit(self._load, self._batches[k])
-            jpegs, meta, bad, any_good = self._pending.pop(pos).result()
+            paths, meta, bad, any_good, nbytes = self._pending.pop(pos).result()
             self._pos += 1
             self.bad_by_epoch[self.epoch] += bad
             if any_good:
                 break
             self.dropped_batches += 1  # every file of this batch was bad: skip the batch
-        out = (jpegs, meta)
-        self.bytes_read += sum(len(j) for j in jpegs)
-        self.samples_read += len(jpegs)
+        out = (paths, meta)
+        self.bytes_read += nbytes
+        self.samples_read += len(paths)
         self._alive.append(out)
         return out
 
