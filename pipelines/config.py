@@ -117,8 +117,9 @@ class LoaderConfig:
             Default 0.0, chosen from a measured table (docs/results/h200/dali-hw-decoder): on an
             H200 with ResNet-50 training, 0.0 reached 95.5% of the ceiling against 91.8% (0.65)
             and 92.5% (1.0), because the hardware path adds periodic ~70 ms stalls (wait p95).
-            For loader-bound work (light models, eval, offline preprocessing) use 1.0: it gave
-            18.9k img/s loader-only against 9.8k at 0.0.
+            A second run (docs/results/h200/dali-train-tuning) gave 95.8% (0.0) against 91.6%
+            (1.0). For loader-bound work (light models, eval, offline preprocessing) use 1.0:
+            16.5k img/s loader-only against 9.8k at 0.0 (docs/results/h200/reader-vs-source).
         dali_device_memory_padding, dali_host_memory_padding: nvJPEG buffer padding in bytes.
         dali_preallocate_width_hint, dali_preallocate_height_hint: decoder preallocation hints.
         on_bad_file: a ``BadFilePolicy`` (or ``"error"`` / ``"skip"``).
