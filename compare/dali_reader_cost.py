@@ -56,11 +56,12 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="DALI num_threads for both")
     p.add_argument("--steps", type=int, default=4, help="timed batches per epoch after the first")
     p.add_argument("--hw", type=float, default=0.0, help="hw_decoder_load for both")
+    p.add_argument("--mmap", action="store_true", help="both read files by mapping them")
     a = p.parse_args(argv)
     gpu = torch.cuda.is_available()
     cfg = LoaderConfig(root=a.data, batch_size=a.batch_size, device="cuda" if gpu else "cpu",
                        num_workers=a.threads, augment=AugmentSpec(size=224), last_batch="drop",
-                       dali_hw_decoder_load=a.hw)
+                       dali_hw_decoder_load=a.hw, dali_use_mmap=a.mmap)
     paths, labels, _ = list_samples(a.data)
     if a.steps + 1 > len(paths) // a.batch_size:
         p.error(f"--steps {a.steps} needs more than {a.steps + 1} batches per epoch; "
@@ -77,7 +78,8 @@ def main(argv=None) -> int:
         def g():
             jpegs, lab = fn.readers.file(files=[paths[i] for i in order],
                                          labels=[int(labels[i]) for i in order],
-                                         random_shuffle=False, name="r")
+                                         random_shuffle=False, name="r",
+                                         dont_use_mmap=not cfg.dali_use_mmap)
             return augment(jpegs, spec_ops(cfg.augment), cfg, gpu), lab
 
         it = DALIGenericIterator(g(), ["x", "y"], reader_name="r")
@@ -107,7 +109,7 @@ def main(argv=None) -> int:
                                   "external_source": med([s[1] for s in source])},
         "all": {"reader": reader, "external_source": source},
         "batch_size": a.batch_size, "threads": a.threads, "steps": a.steps, "hw": a.hw,
-        "device": cfg.device, "images": len(paths),
+        "mmap": a.mmap, "device": cfg.device, "images": len(paths),
     }
     print(json.dumps(res, indent=1))
     return 0

@@ -18,7 +18,7 @@ from .results import Repeat, VariantResult
 
 ALLOWED_OVERRIDES = {"num_workers", "prefetch", "streams", "persistent_workers", "pin_mode",
                      "dali_hw_decoder_load", "dali_preallocate_width_hint",
-                     "dali_preallocate_height_hint"}
+                     "dali_preallocate_height_hint", "dali_pipelines", "dali_use_mmap"}
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,14 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
     ``pin=on`` selects the ``pinned`` backend, ``pin=off`` the ``pageable`` one; without ``pin``
     every backend in ``backends`` is swept. Other keys: ``workers``, ``prefetch``, ``streams``,
     ``pinmode`` (``thread`` or ``ring``, the ``pinned`` backend's ``pin_mode``), ``hw``
-    (DALI's ``hw_decoder_load``, a fraction) and ``prealloc`` (DALI's decoder preallocation
-    width and height hint, in pixels).
+    (DALI's ``hw_decoder_load``, a fraction), ``prealloc`` (DALI's decoder preallocation
+    width and height hint, in pixels), ``pipes`` (DALI pipelines side by side) and ``mmap``
+    (``on``/``off``: DALI reads files by mapping them).
     """
     keys = {"workers": "num_workers", "prefetch": "prefetch", "streams": "streams", "pin": "pin",
             "pinmode": "pin_mode", "hw": "dali_hw_decoder_load",
-            "prealloc": "dali_preallocate_width_hint"}
+            "prealloc": "dali_preallocate_width_hint", "pipes": "dali_pipelines",
+            "mmap": "dali_use_mmap"}
     axes: Dict[str, List[str]] = {}
     for part in spec.split():
         k, _, vals = part.partition("=")
@@ -72,6 +74,9 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
     bad = [m for m in axes.get("pinmode", []) if m not in ("thread", "ring")]
     if bad:
         raise ValueError(f"--sweep pinmode={','.join(bad)} must be thread or ring")
+    bad = [m for m in axes.get("mmap", []) if m not in ("on", "off")]
+    if bad:
+        raise ValueError(f"--sweep mmap={','.join(bad)} must be on or off")
     pins = axes.pop("pin", None)
     if pins is not None:
         bad = [p for p in pins if p not in ("on", "off")]
@@ -85,8 +90,7 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
     for b in backs:
         for combo in itertools.product(*(axes[k] for k in names)):
             try:
-                ov = {keys[k]: (float(v) if k == "hw" else v if k == "pinmode" else int(v))
-                      for k, v in zip(names, combo)}
+                ov = {keys[k]: _sweep_value(k, v) for k, v in zip(names, combo)}
                 if "prealloc" in names:
                     ov["dali_preallocate_height_hint"] = ov["dali_preallocate_width_hint"]
             except ValueError:
@@ -94,6 +98,16 @@ def parse_sweep(spec: str, backends: Sequence[Backend]) -> List[Variant]:
             label = b.value + "".join(f" {k}={v}" for k, v in zip(names, combo))
             out.append(Variant(label, b, ov))
     return out
+
+
+def _sweep_value(key: str, v: str):
+    if key == "hw":
+        return float(v)
+    if key == "pinmode":
+        return v
+    if key == "mmap":
+        return v == "on"
+    return int(v)
 
 
 def endless(loader) -> Iterator:

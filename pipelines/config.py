@@ -120,6 +120,13 @@ class LoaderConfig:
             A second run (docs/results/h200/dali-train-tuning) gave 95.8% (0.0) against 91.6%
             (1.0). For loader-bound work (light models, eval, offline preprocessing) use 1.0:
             16.5k img/s loader-only against 9.8k at 0.0 (docs/results/h200/reader-vs-source).
+        dali_pipelines: DALI pipelines run side by side, each with ``num_workers // n``
+            threads and every n-th batch of the plan, yielded in the plan's order. More than one
+            overlaps one batch's decode with another's on the GPU's decoders.
+        dali_use_mmap: read JPEGs by mapping them (``fn.io.file.read``'s default) instead of
+            ``read()``. Default False: on the H200 host (a VM) mapping 256 small files per batch
+            cost a quarter of the loader-only rate (docs/results/h200/dali-io-probe). DALI notes
+            mapping can help a little on local disks; it rarely helps on network filesystems.
         dali_device_memory_padding, dali_host_memory_padding: nvJPEG buffer padding in bytes.
         dali_preallocate_width_hint, dali_preallocate_height_hint: decoder preallocation hints.
         on_bad_file: a ``BadFilePolicy`` (or ``"error"`` / ``"skip"``).
@@ -148,6 +155,8 @@ class LoaderConfig:
     pin_mode: PinMode = PinMode.THREAD
     persistent_workers: bool = True
     dali_hw_decoder_load: float = 0.0
+    dali_pipelines: int = 1
+    dali_use_mmap: bool = False
     dali_device_memory_padding: int = 211025920
     dali_host_memory_padding: int = 140544512
     dali_preallocate_width_hint: int = 0
@@ -198,6 +207,13 @@ class LoaderConfig:
             raise ValueError(
                 f"dali_hw_decoder_load={self.dali_hw_decoder_load!r} must be in [0, 1]"
             )
+        if not isinstance(self.dali_pipelines, int) or self.dali_pipelines < 1:
+            raise ValueError(f"dali_pipelines={self.dali_pipelines!r} must be an int >= 1")
+        if self.num_workers and self.dali_pipelines > self.num_workers:
+            raise ValueError(f"dali_pipelines={self.dali_pipelines!r} must be <= num_workers="
+                             f"{self.num_workers} (each pipeline needs a thread)")
+        if not isinstance(self.dali_use_mmap, bool):
+            raise ValueError(f"dali_use_mmap={self.dali_use_mmap!r} must be a bool")
         for k in ("dali_device_memory_padding", "dali_host_memory_padding",
                   "dali_preallocate_width_hint", "dali_preallocate_height_hint"):
             if getattr(self, k) < 0:

@@ -92,6 +92,11 @@ def test_sweep_and_preset_parsing():
                                "dali_preallocate_height_hint": 1024}
     with pytest.raises(ValueError, match="thread or ring"):
         parse_sweep("pinmode=spin", [Backend.PINNED])
+    vs = parse_sweep("pipes=1,2 mmap=on,off", [Backend.DALI])
+    assert [v.overrides for v in vs] == [
+        {"dali_pipelines": p, "dali_use_mmap": m} for p in (1, 2) for m in (True, False)]
+    with pytest.raises(ValueError, match="mmap=yes must be on or off"):
+        parse_sweep("mmap=yes", [Backend.DALI])
     with pytest.raises(ValueError, match="batch_size"):
         Variant("cheat", Backend.DALI, {"batch_size": 64})
     labels = [v.label for v in preset("seeds", [Backend.PINNED, Backend.PAGEABLE])]

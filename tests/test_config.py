@@ -16,6 +16,9 @@ from pipelines import AugmentSpec, LastBatchPolicy, LoaderConfig, Mode, OutputDT
         ({"rank": 2, "world_size": 2}, "rank"),
         ({"rank": 0, "world_size": 0}, "world_size"),
         ({"dali_hw_decoder_load": 1.5}, "dali_hw_decoder_load"),
+        ({"dali_pipelines": 0}, "dali_pipelines"),
+        ({"dali_pipelines": 3, "num_workers": 2}, "dali_pipelines=3 must be <= num_workers=2"),
+        ({"dali_use_mmap": "yes"}, "dali_use_mmap"),
     ],
 )
 def test_invalid_values_name_the_option(kw, name):

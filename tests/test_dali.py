@@ -110,6 +110,58 @@ def test_a_known_bad_file_is_reported_every_epoch(tiny_root, tmp_path):
                     pass
 
 
+@pytest.mark.parametrize("pipes", [2, 3])
+@pytest.mark.parametrize("policy", ["partial", "drop", "pad"])
+def test_side_by_side_pipelines_yield_the_plan_in_order(tiny_root, pipes, policy):
+    """n pipelines each take every n-th batch; round-robin restores the one-pipeline order (37
+    samples in batches of 8: 5 batches, so the lanes end unevenly), for every epoch."""
+    spec = AugmentSpec(mode="eval", size=32, resize_size=40)   # deterministic: outputs comparable
+    got = {}
+    for n in (1, pipes):
+        cfg = _cfg(tiny_root, augment=spec, debug_indices=True, last_batch=policy,
+                   dali_pipelines=n, num_workers=max(2, n))
+        with create_loader("dali", cfg) as ld:
+            got[n] = []
+            for epoch in (0, 1):
+                ld.set_epoch(epoch)
+                xs = [x for x, _ in ld]
+                got[n].append((ld.last_indices.tolist(), [tuple(x.shape) for x in xs],
+                               torch.cat(xs)))
+            assert len(ld) == len(xs)
+    for (i1, s1, x1), (i2, s2, x2) in zip(got[1], got[pipes]):
+        assert i1 == i2 and s1 == s2
+        assert torch.equal(x1, x2)
+    assert got[1][0][0] != got[1][1][0]  # the epochs differ, so the order was really followed
+
+
+def test_side_by_side_pipelines_break_early_and_skip_bad_files(tiny_root, tmp_path):
+    import shutil
+
+    root = tmp_path / "r"
+    shutil.copytree(tiny_root, root)
+    victim = sorted(root.glob("class_0002/*.jpg"))[0]
+    victim.write_bytes(victim.read_bytes()[:400])
+    cfg = _cfg(root, debug_indices=True, dali_pipelines=2, on_bad_file="skip")
+    with create_loader("dali", cfg) as ld:
+        for i, _ in enumerate(ld):
+            if i == 2:
+                break
+        for epoch in (1, 2):
+            ld.set_epoch(epoch)
+            with pytest.warns(RuntimeWarning, match="skipped 1 bad files"):
+                n = sum(len(y) for _, y in ld)
+            assert n == 37 and len(set(ld.last_indices.tolist())) == 36
+
+
+def test_mmap_and_plain_reads_give_identical_batches(tiny_root):
+    spec = AugmentSpec(mode="eval", size=32, resize_size=40)
+    outs = []
+    for mmap in (True, False):
+        with create_loader("dali", _cfg(tiny_root, augment=spec, dali_use_mmap=mmap)) as ld:
+            outs.append(torch.cat([x for x, _ in ld]))
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_close_stops_reader_threads(tiny_root):
     before = {t.name for t in threading.enumerate()}
     ld = create_loader("dali", _cfg(tiny_root))
@@ -120,26 +172,30 @@ def test_close_stops_reader_threads(tiny_root):
 
 
 @pytest.mark.cuda
-def test_gpu_eval_matches_torch_and_batches_live_on_gpu(gpu_root):
+@pytest.mark.parametrize("pipes, mmap", [(1, False), (2, False), (1, True)])
+def test_gpu_eval_matches_torch_and_batches_live_on_gpu(gpu_root, pipes, mmap):
     spec = AugmentSpec(mode="eval", size=224)
     outs = {}
     for b in ("pinned", "dali"):
-        cfg = LoaderConfig(root=gpu_root, batch_size=64, device="cuda", num_workers=4,
-                           augment=spec, shuffle=False)
+        cfg = LoaderConfig(root=gpu_root, batch_size=60, device="cuda", num_workers=4,
+                           augment=spec, shuffle=False, dali_pipelines=pipes, dali_use_mmap=mmap)
         with create_loader(b, cfg) as ld:
             xs = [x for x, _ in ld]
-            assert xs[0].is_cuda
+            assert xs[0].is_cuda and len(xs) == len(ld) == 9   # 512 = 8 x 60 + 32
             outs[b] = torch.cat(xs)
     mae = _denorm_mae(outs["pinned"], outs["dali"], spec)
-    print(f"DALI (GPU) vs pinned eval: mean abs diff {mae * 255:.4f}/255")
+    print(f"DALI (GPU, {pipes} pipelines, mmap={mmap}) vs pinned eval: "
+          f"mean abs diff {mae * 255:.4f}/255")
     assert mae < 2 / 255
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype, cl", [("bfloat16", True), ("float32", False)])
-def test_gpu_train_contract(gpu_root, dtype, cl):
+@pytest.mark.parametrize("dtype, cl, pipes", [("bfloat16", True, 1), ("float32", False, 1),
+                                              ("bfloat16", True, 2)])
+def test_gpu_train_contract(gpu_root, dtype, cl, pipes):
     cfg = LoaderConfig(root=gpu_root, batch_size=64, device="cuda", num_workers=4, dtype=dtype,
-                       channels_last=cl, debug_indices=True, last_batch="partial")
+                       channels_last=cl, debug_indices=True, last_batch="partial",
+                       dali_pipelines=pipes)
     with create_loader("dali", cfg) as ld:
         ys = []
         for x, y in ld:

@@ -157,7 +157,8 @@ def _centre_crop(images, ch: int, cw: int):
                     axis_names="HW")
 
 
-def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int]):
+def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int],
+                   lane: int = 0):
     """Build the pipeline reading ``(jpegs, labels, indices)`` batches from ``source``.
 
     Args:
@@ -165,23 +166,28 @@ def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int]
         source: a DALI batch callable taking ``BatchInfo`` and returning ``(paths, meta)``
             (see ``pipelines.dali.source``); it must keep fed buffers alive (``no_copy``).
         device_id: the CUDA device, or ``None`` for a CPU-only pipeline.
+        lane: which of the ``cfg.dali_pipelines`` side-by-side pipelines this is; it gets
+            ``num_workers // dali_pipelines`` threads and its own augmentation seed.
     """
     gpu = device_id is not None
     plan = from_torchvision(cfg.transform) if cfg.transform is not None else spec_ops(cfg.augment)
 
     @pipeline_def(
         batch_size=cfg.batch_size,
-        num_threads=max(1, cfg.num_workers),
+        num_threads=max(1, cfg.num_workers // cfg.dali_pipelines),
         device_id=device_id,
         prefetch_queue_depth=cfg.prefetch,
-        seed=cfg.seed,
+        seed=cfg.seed + 7919 * lane,
     )
     def graph():
         paths, meta = fn.external_source(
             source=source, num_outputs=2, batch=True, batch_info=True,
             dtype=[types.UINT8, types.INT64], ndim=[1, 1], no_copy=True,
         )
-        jpegs = fn.io.file.read(paths)  # in DALI's C++ threads (see pipelines.dali.source)
+        # Read in DALI's C++ threads (see pipelines.dali.source). Plain reads, not mmap, by
+        # default: mapping and unmapping 256 small files per batch capped loader-only at 15.5k
+        # img/s on the H200 host against 21.0k with read() (docs/results/h200/dali-io-probe).
+        jpegs = fn.io.file.read(paths, dont_use_mmap=not cfg.dali_use_mmap)
         labels, indices = meta[0:1], meta[1:2]
         images = augment(jpegs, plan, cfg, gpu)
         if gpu:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import warnings
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 import numpy as np
 import torch
@@ -37,15 +37,17 @@ class DaliLoader:
         self.device = config.torch_device if self.gpu else torch.device("cpu")
         device_id = (self.device.index if self.device.index is not None
                      else torch.cuda.current_device()) if self.gpu else None
+        n = config.dali_pipelines
         self.source = PlanSource(self.paths, self.labels, self._plan,
                                  readahead=config.prefetch + 1,
                                  threads=min(8, max(2, config.num_workers // 2)),
                                  keep_alive=config.prefetch + 2,
                                  skip=config.on_bad_file is BadFilePolicy.SKIP,
-                                 max_pixels=config.max_image_pixels)
+                                 max_pixels=config.max_image_pixels, lanes=n)
         self.stats = BadFileStats()
-        self.pipe = build_pipeline(config, self.source, device_id)
-        self._it: Optional[DALIGenericIterator] = None
+        self.pipes = [build_pipeline(config, self.source.lane(k), device_id, lane=k)
+                      for k in range(n)]
+        self._its: Optional[List[DALIGenericIterator]] = None
         self._epoch = 0
         self._in_epoch = False
         self._closed = False
@@ -63,31 +65,47 @@ class DaliLoader:
             raise ValueError(f"epoch={epoch!r} must be an int >= 0")
         self._epoch = epoch
 
-    def _start(self) -> DALIGenericIterator:
-        self.source.start_epoch(self._epoch)
-        if self._it is None:
-            self._it = DALIGenericIterator(
-                self.pipe, list(OUTPUTS), size=-1, auto_reset=False,
+    def _start(self) -> List[DALIGenericIterator]:
+        if self._its is None:
+            self.source.start_epoch(self._epoch)
+            self._its = [DALIGenericIterator(
+                p, list(OUTPUTS), size=-1, auto_reset=False,
                 last_batch_policy=DaliPolicy.PARTIAL, prepare_first_batch=False,
-            )
+            ) for p in self.pipes]
         else:
             if self._in_epoch:  # the caller broke out early: finish the old epoch first
-                for _ in self._it:
-                    pass
-            self._it.reset()
-        return self._it
+                for it in self._its:
+                    for _ in it:
+                        pass
+            self.source.start_epoch(self._epoch)
+            for it in self._its:
+                it.reset()
+        return self._its
+
+    @staticmethod
+    def _round_robin(its: List[DALIGenericIterator]):
+        """Batches from the pipelines in turn: lane k holds the plan's batches k, k + n, ...
+        (``PlanSource`` NOTE [lanes]), so taking one from each in turn restores the plan's order;
+        a lane that runs out first simply drops out."""
+        live = list(its)
+        while live:
+            for it in list(live):
+                try:
+                    yield next(it)
+                except StopIteration:
+                    live.remove(it)
 
     def __iter__(self) -> Iterator[Batch]:
         if self._closed:
             raise RuntimeError("this loader is closed; create a new one with create_loader()")
-        it = self._start()
+        its = self._start()
         self._in_epoch = True
         self.stats.start_epoch(self._epoch)
         dropped0 = self.source.dropped_batches
         want_idx = self.config.debug_indices
         seen = []
         cast = self.config.dtype is OutputDType.BFLOAT16
-        for out in it:
+        for out in self._round_robin(its):
             d = out[0]
             x, y = d["images"], d["labels"].view(-1)
             if self.config.channels_last:
@@ -109,9 +127,9 @@ class DaliLoader:
         if self._closed:
             return
         self._closed = True
-        self._it = None
+        self._its = None
         self.source.close()
-        self.pipe = None
+        self.pipes = []
         gc.collect()
 
     def __enter__(self):

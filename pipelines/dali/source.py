@@ -27,6 +27,13 @@ with ``no_copy=True`` (``python -m compare.microbench feed``). ``no_copy`` makes
 for keeping every fed buffer alive until DALI has consumed it: the last ``keep_alive`` batches are
 held in a ring (at least ``prefetch_queue_depth`` + 1, per DALI's ``external_source``
 documentation).
+
+NOTE [lanes]
+With ``dali_pipelines = n`` the loader runs n DALI pipelines side by side; pipeline k is fed
+by ``lane(k)`` with the epoch's batches k, k + n, k + 2n, ... and the loader yields them
+round-robin, which restores the plan's order. All lanes share one plan, one verdict record and
+one read-ahead pool. A lane whose batch is wholly bad moves on to its next batch (that batch is
+counted in ``dropped_batches``), so the yielded order then differs from the plan's by that gap.
 """
 from __future__ import annotations
 
@@ -62,14 +69,19 @@ class PlanSource:
         plan: ``plan(epoch) -> list of index arrays`` (the shared batch plan).
         readahead: batches read ahead of the one DALI asks for.
         threads: reader threads.
-        keep_alive: fed batches kept referenced (``no_copy`` lifetime, see the module note).
+        keep_alive: fed batches kept referenced per lane (``no_copy`` lifetime, see the module
+            note).
         skip: skip bad files instead of raising.
         max_pixels: decompression-bomb limit.
+        lanes: pipelines fed side by side (``lane(k)``; NOTE [lanes]).
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray,
                  plan: Callable[[int], List[np.ndarray]], readahead: int = 3, threads: int = 4,
-                 keep_alive: int = 4, skip: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS):
+                 keep_alive: int = 4, skip: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS,
+                 lanes: int = 1):
+        if not isinstance(lanes, int) or lanes < 1:
+            raise ValueError(f"lanes={lanes!r} must be an int >= 1")
         self.paths = list(paths)
         self.labels = labels
         self.plan = plan
@@ -81,19 +93,23 @@ class PlanSource:
         self.samples_read = 0
         self.bad_by_epoch: Dict[int, List[Tuple[str, str]]] = {}
         self.dropped_batches = 0
+        self.lanes = lanes
         self._batches: List[np.ndarray] = []
-        self._planned_epoch = None
-        self._pos = 0
+        self._gen = 0            # bumped by start_epoch: one generation per epoch started
+        self._planned_gen = -1   # the generation self._batches was planned for
+        self._lane_gen = [-1] * lanes
+        self._lane_pos = [0] * lanes
         self._pending: Dict[int, Future] = {}
-        self._alive: deque = deque(maxlen=keep_alive)
+        self._alive: deque = deque(maxlen=keep_alive * lanes)
         self._status = np.zeros(len(self.paths), dtype=np.int8)  # _UNKNOWN / _GOOD / _BAD
         self._size = np.zeros(len(self.paths), dtype=np.int64)    # bytes, once checked
         self._reason: Dict[int, str] = {}
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dali-read")
 
     def start_epoch(self, epoch: int) -> None:
-        """Fix the epoch whose plan the next ``iteration == 0`` call starts."""
+        """Fix the epoch whose plan the lanes' next ``iteration == 0`` calls start."""
         self.epoch = epoch
+        self._gen += 1
 
     def _check(self, i: int) -> None:
         try:
@@ -132,24 +148,37 @@ class PlanSource:
         meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
         return paths, meta, bad, not is_bad.all(), int(self._size[rows].sum())
 
+    def lane(self, k: int) -> Callable:
+        """The DALI batch callable of pipeline ``k`` of ``lanes``: it serves the epoch's batches
+        ``k, k + lanes, k + 2 * lanes, ...`` (see NOTE [lanes])."""
+        if not 0 <= k < self.lanes:
+            raise ValueError(f"lane k={k!r} must be in [0, lanes={self.lanes})")
+        return lambda info: self._serve(k, info)
+
     def __call__(self, info):
-        if info.iteration == 0 or self._planned_epoch != self.epoch:
-            for f in self._pending.values():
-                f.cancel()
-            self._pending.clear()
-            self._batches = self.plan(self.epoch)
-            self._planned_epoch = self.epoch
-            self._pos = 0
-            self.bad_by_epoch[self.epoch] = []
+        """The single-pipeline callable (``lanes == 1``)."""
+        return self._serve(0, info)
+
+    def _serve(self, k: int, info):
+        if info.iteration == 0 or self._lane_gen[k] != self._gen:
+            if self._planned_gen != self._gen:  # the first lane to start this epoch plans it
+                for f in self._pending.values():
+                    f.cancel()
+                self._pending.clear()
+                self._batches = self.plan(self.epoch)
+                self._planned_gen = self._gen
+                self.bad_by_epoch[self.epoch] = []
+            self._lane_gen[k] = self._gen
+            self._lane_pos[k] = k
         while True:
-            pos = self._pos
+            pos = self._lane_pos[k]
             if pos >= len(self._batches):
                 raise StopIteration
-            for k in range(pos, min(pos + 1 + self.readahead, len(self._batches))):
-                if k not in self._pending:
-                    self._pending[k] = self._pool.submit(self._load, self._batches[k])
+            for q in range(pos, min(pos + 1 + self.readahead * self.lanes, len(self._batches))):
+                if q not in self._pending:
+                    self._pending[q] = self._pool.submit(self._load, self._batches[q])
             paths, meta, bad, any_good, nbytes = self._pending.pop(pos).result()
-            self._pos += 1
+            self._lane_pos[k] += self.lanes
             self.bad_by_epoch[self.epoch] += bad
             if any_good:
                 break
