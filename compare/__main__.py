@@ -65,7 +65,8 @@ def parse_args(argv):
     p.add_argument("--backends", default=None,
                    help="comma list of dali,pinned,pageable (default: all available)")
     p.add_argument("--preset", choices=PRESETS, help="seeds: pageable, pin-only, pinned, dali")
-    p.add_argument("--sweep", help="e.g. 'workers=0,4,8,16 pin=on,off'")
+    p.add_argument("--sweep", help="e.g. 'workers=0,4,8,16 pin=on,off' or 'hw=0,1.0 pipes=1,2'; "
+                   "keys: workers prefetch streams pin pinmode hw pipes mmap prealloc")
     p.add_argument("--model", default="resnet50" if cuda else "tinycnn",
                    help="none, tinycnn, resnet18, resnet50, vit_b_16, vit_l_16 or synthetic:<ms>")
     p.add_argument("--batch-size", type=int, default=256 if cuda else 32)

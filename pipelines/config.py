@@ -118,11 +118,16 @@ class LoaderConfig:
             H200 with ResNet-50 training, 0.0 reached 95.5% of the ceiling against 91.8% (0.65)
             and 92.5% (1.0), because the hardware path adds periodic ~70 ms stalls (wait p95).
             A second run (docs/results/h200/dali-train-tuning) gave 95.8% (0.0) against 91.6%
-            (1.0). For loader-bound work (light models, eval, offline preprocessing) use 1.0:
-            16.5k img/s loader-only against 9.8k at 0.0 (docs/results/h200/reader-vs-source).
+            (1.0), and the current code 97.6% against 91.3% (docs/results/h200/
+            resnet50-dali-pipes). For loader-bound work (light models, eval, offline
+            preprocessing) use 1.0: 21.4k img/s loader-only against 9.9k at 0.0
+            (docs/results/h200/loader-only-dali-final).
         dali_pipelines: DALI pipelines run side by side, each with ``num_workers // n``
-            threads and every n-th batch of the plan, yielded in the plan's order. More than one
-            overlaps one batch's decode with another's on the GPU's decoders.
+            threads and every n-th batch of the plan, yielded in the plan's order (each has
+            its own augmentation seed, so the random crops differ from a one-pipeline run).
+            Default 1. With the hardware decoder 2 adds 7-15% loader-only (22.8k vs 21.4k img/s
+            on the H200, docs/results/h200/loader-only-dali-final); for ResNet-50 training it
+            did not help (96.1% of the ceiling against 97.6%).
         dali_use_mmap: read JPEGs by mapping them (``fn.io.file.read``'s default) instead of
             ``read()``. Default False: on the H200 host (a VM) mapping 256 small files per batch
             cost a quarter of the loader-only rate (docs/results/h200/dali-io-probe). DALI notes

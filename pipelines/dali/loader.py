@@ -3,7 +3,9 @@
 DALI specifics (``DALIGenericIterator``'s ``List[Dict]``, its last-batch handling) stay here; the
 caller only sees ``Batch``. The last-batch policy is applied by the shared plan (full batches,
 a short last batch under PARTIAL, wrapped padding under PAD), so DALI itself always runs with
-``LastBatchPolicy.PARTIAL`` and stops when the source raises ``StopIteration``.
+``LastBatchPolicy.PARTIAL`` and stops when the source raises ``StopIteration``. With
+``dali_pipelines = n`` there are n pipelines and n iterators, fed by the source's lanes (every
+n-th batch each) and read round-robin, which yields the plan's order.
 """
 from __future__ import annotations
 

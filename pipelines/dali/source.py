@@ -17,8 +17,10 @@ later epochs feed known-good paths with no Python I/O at all, and known-bad file
 (``skip``) or raised (``error``) from the record. The reason: reading every file in Python on
 the consumer's critical path capped loader-only throughput at ~12k img/s on an H200 host,
 against 18.4k for DALI's own C++ reader with the same graph (the per-batch callback took 7.2 ms
-under GIL contention; docs/results/h200/reader-vs-source). Trade-off: a file that turns bad
-after it was checked fails inside DALI's reader or decoder, with DALI's message.
+under GIL contention; docs/results/h200/reader-vs-source). With paths, and plain reads instead
+of mmap in ``fn.io.file.read`` (``LoaderConfig.dali_use_mmap``), this source gives 22.2k against
+the reader's 20.4k (docs/results/h200/reader-vs-source/after-plain-reads). Trade-off: a file that
+turns bad after it was checked fails inside DALI's reader or decoder, with DALI's message.
 
 NOTE [feeding cost]
 The per-batch feed runs on the consumer's thread (inside ``next()``), so it is kept small:
