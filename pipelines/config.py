@@ -118,10 +118,10 @@ class LoaderConfig:
             H200 with ResNet-50 training, 0.0 reached 95.5% of the ceiling against 91.8% (0.65)
             and 92.5% (1.0), because the hardware path adds periodic ~70 ms stalls (wait p95).
             A second run (docs/results/h200/dali-train-tuning) gave 95.8% (0.0) against 91.6%
-            (1.0), and the current code 97.6% against 91.3% (docs/results/h200/
-            resnet50-dali-pipes). For loader-bound work (light models, eval, offline
-            preprocessing) use 1.0: 21.4k img/s loader-only against 9.9k at 0.0
-            (docs/results/h200/loader-only-dali-final).
+            (1.0), and the current code 97.7 / 92.7 / 91.2% for 0.0 / 0.65 / 1.0
+            (docs/results/h200/dali-hw-table-train). For loader-bound work (light models, eval,
+            offline preprocessing) use 1.0: 21-24k img/s loader-only against 10-11k at 0.0
+            (docs/results/h200/dali-hw-table-loader, loader-only-dali-final).
         dali_pipelines: DALI pipelines run side by side, each with ``num_workers // n``
             threads and every n-th batch of the plan, yielded in the plan's order (each has
             its own augmentation seed, so the random crops differ from a one-pipeline run).
@@ -130,7 +130,8 @@ class LoaderConfig:
             did not help (96.1% of the ceiling against 97.6%).
         dali_use_mmap: read JPEGs by mapping them (``fn.io.file.read``'s default) instead of
             ``read()``. Default False: on the H200 host (a VM) mapping 256 small files per batch
-            cost a quarter of the loader-only rate (docs/results/h200/dali-io-probe). DALI notes
+            cost a quarter of the loader-only rate (14.7k vs 20.2k img/s, docs/results/h200/
+            loader-only-mmap and dali-io-probe). DALI notes
             mapping can help a little on local disks; it rarely helps on network filesystems.
         dali_device_memory_padding, dali_host_memory_padding: nvJPEG buffer padding in bytes.
         dali_preallocate_width_hint, dali_preallocate_height_hint: decoder preallocation hints.
