@@ -125,7 +125,7 @@ class LoaderConfig:
         dali_pipelines: DALI pipelines run side by side, each with ``num_workers // n``
             threads and every n-th batch of the plan, yielded in the plan's order (each has
             its own augmentation seed, so the random crops differ from a one-pipeline run).
-            Default 1. With the hardware decoder 2 adds 7-15% loader-only (22.8k vs 21.4k img/s
+            Default 1. With the hardware decoder 2 adds 5-15% loader-only (22.8k vs 21.4k img/s
             on the H200, docs/results/h200/loader-only-dali-final); for ResNet-50 training it
             did not help (96.1% of the ceiling against 97.6%).
         dali_use_mmap: read JPEGs by mapping them (``fn.io.file.read``'s default) instead of
