@@ -81,6 +81,20 @@ def _dist_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
+def _int(name: str, value, lo: int, hi: int | None = None) -> int:
+    """``value`` as an int in ``[lo, hi)`` (numpy integers welcome, bools refused)."""
+    import operator
+
+    try:
+        v = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        v = None
+    if v is None or v < lo or (hi is not None and v >= hi):
+        span = f">= {lo}" if hi is None else f"in [{lo}, {hi})"
+        raise ValueError(f"{name}={value!r} must be an int {span}")
+    return v
+
+
 def _enum(cls, name: str, value):
     try:
         return cls(value)
@@ -99,7 +113,7 @@ class LoaderConfig:
         batch_size: samples per batch (per rank).
         augment: the ``AugmentSpec`` every backend is built from.
         shuffle: shuffle each epoch with a permutation drawn from ``(seed, epoch)``.
-        seed: base seed for the order and for the augmentation.
+        seed: base seed for the order and for the augmentation, an int in ``[0, 2**32)``.
         last_batch: a ``LastBatchPolicy`` (or its name).
         num_workers: CPU workers (torch backends) or decoder threads (DALI). Default: cores - 2.
         prefetch: batches in flight ahead of the consumer (H2D prefetch depth for ``pinned``,
@@ -140,6 +154,8 @@ class LoaderConfig:
         transform: your own ``torchvision.transforms.v2.Compose`` instead of ``augment``. The
             torch backends run it as it is (``pinned`` runs its ``ToDtype``/``Normalize`` tail on
             the GPU); the DALI backend runs its translation (``pipelines.migrate``).
+        allow_empty_classes: keep class folders that hold no image (their class index is kept)
+            instead of raising, as ``ImageFolder(allow_empty=True)``.
         debug_indices: also record the dataset index of every yielded sample in
             ``loader.last_indices`` (used by the contract tests).
     """
@@ -170,10 +186,15 @@ class LoaderConfig:
     on_bad_file: BadFilePolicy = BadFilePolicy.ERROR
     max_image_pixels: int = 89_478_485
     transform: Any = None
+    allow_empty_classes: bool = False
     debug_indices: bool = False
 
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        if self.root is None or (isinstance(self.root, str) and not self.root.strip()):
+            raise ValueError(f"root={self.root!r} must name a dataset folder")
+        if not isinstance(self.root, (str, os.PathLike)):
+            raise TypeError(f"root={self.root!r} must be a str or os.PathLike")
         s("root", Path(self.root))
         if self.transform is not None and not hasattr(self.transform, "transforms"):
             raise TypeError(f"transform={self.transform!r} must be a torchvision.transforms.v2.Compose")
@@ -183,18 +204,19 @@ class LoaderConfig:
         s("dtype", _enum(OutputDType, "dtype", self.dtype))
         s("on_bad_file", _enum(BadFilePolicy, "on_bad_file", self.on_bad_file))
         s("pin_mode", _enum(PinMode, "pin_mode", self.pin_mode))
-        if not isinstance(self.max_image_pixels, int) or self.max_image_pixels < 1:
-            raise ValueError(f"max_image_pixels={self.max_image_pixels!r} must be a positive int")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size={self.batch_size!r} must be a positive int")
+        for k in ("shuffle", "channels_last", "persistent_workers", "dali_use_mmap",
+                  "debug_indices", "allow_empty_classes"):
+            if not isinstance(getattr(self, k), bool):
+                raise ValueError(f"{k}={getattr(self, k)!r} must be a bool")
+        s("seed", _int("seed", self.seed, 0, 2**32))
+        s("max_image_pixels", _int("max_image_pixels", self.max_image_pixels, 1))
+        s("batch_size", _int("batch_size", self.batch_size, 1))
         if self.num_workers is None:
             s("num_workers", _default_workers())
-        if not isinstance(self.num_workers, int) or self.num_workers < 0:
-            raise ValueError(f"num_workers={self.num_workers!r} must be an int >= 0")
-        if not isinstance(self.prefetch, int) or self.prefetch < 1:
-            raise ValueError(f"prefetch={self.prefetch!r} must be an int >= 1")
-        if not isinstance(self.streams, int) or self.streams < 0:
-            raise ValueError(f"streams={self.streams!r} must be an int >= 0")
+        s("num_workers", _int("num_workers", self.num_workers, 0))
+        s("prefetch", _int("prefetch", self.prefetch, 1))
+        s("streams", _int("streams", self.streams, 0))
+        s("dali_pipelines", _int("dali_pipelines", self.dali_pipelines, 1))
         try:
             dev = torch.device(self.device)
         except (RuntimeError, TypeError):
@@ -205,25 +227,22 @@ class LoaderConfig:
             r, w = _dist_rank_world()
             s("rank", r if self.rank is None else self.rank)
             s("world_size", w if self.world_size is None else self.world_size)
-        if self.world_size < 1:
-            raise ValueError(f"world_size={self.world_size!r} must be >= 1")
-        if not 0 <= self.rank < self.world_size:
+        s("world_size", _int("world_size", self.world_size, 1))
+        s("rank", _int("rank", self.rank, 0))
+        if self.rank >= self.world_size:
             raise ValueError(f"rank={self.rank!r} must be in [0, world_size={self.world_size})")
-        if not 0.0 <= self.dali_hw_decoder_load <= 1.0:
+        if (isinstance(self.dali_hw_decoder_load, bool)
+                or not isinstance(self.dali_hw_decoder_load, (int, float))
+                or not 0.0 <= self.dali_hw_decoder_load <= 1.0):
             raise ValueError(
                 f"dali_hw_decoder_load={self.dali_hw_decoder_load!r} must be in [0, 1]"
             )
-        if not isinstance(self.dali_pipelines, int) or self.dali_pipelines < 1:
-            raise ValueError(f"dali_pipelines={self.dali_pipelines!r} must be an int >= 1")
         if self.num_workers and self.dali_pipelines > self.num_workers:
             raise ValueError(f"dali_pipelines={self.dali_pipelines!r} must be <= num_workers="
                              f"{self.num_workers} (each pipeline needs a thread)")
-        if not isinstance(self.dali_use_mmap, bool):
-            raise ValueError(f"dali_use_mmap={self.dali_use_mmap!r} must be a bool")
         for k in ("dali_device_memory_padding", "dali_host_memory_padding",
                   "dali_preallocate_width_hint", "dali_preallocate_height_hint"):
-            if getattr(self, k) < 0:
-                raise ValueError(f"{k}={getattr(self, k)!r} must be >= 0")
+            s(k, _int(k, getattr(self, k), 0))
 
     @property
     def torch_device(self) -> torch.device:

@@ -4,8 +4,8 @@ NOTE [epoch and shard semantics]
 Every backend asks this module which samples to read, in which order, so all of them visit exactly
 the same files, each exactly once per epoch (per the last-batch policy):
 
-1. ``list_samples(root)``: sorted class folders give the class indices; files inside are sorted;
-   ``.jpg`` / ``.jpeg`` in any case are kept.
+1. ``list_samples(root)`` (``pipelines.listing``): sorted class folders give the class indices;
+   files inside are sorted; ``.jpg`` / ``.jpeg`` in any case are kept.
 2. ``epoch_order``: a full permutation drawn from ``numpy.random.default_rng((seed, epoch))``
    (identity when ``shuffle=False``). Same (seed, epoch) -> same order on every rank and backend.
 3. ``shard_indices``: rank ``r`` of ``w`` takes ``order[r::w]``. With ``DROP`` the order is first
@@ -16,60 +16,25 @@ the same files, each exactly once per epoch (per the last-batch policy):
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
-from typing import List, Tuple
+import operator
+from typing import List
 
 import numpy as np
 
 from .config import LastBatchPolicy
-
-IMAGE_EXTENSIONS = (".jpg", ".jpeg")
-
-
-class DatasetRootError(ValueError):
-    """The dataset root is missing, empty or holds no images."""
+from .listing import DatasetRootError, list_samples  # noqa: F401  (re-exported)
 
 
-def list_samples(root: str | os.PathLike) -> Tuple[List[str], np.ndarray, List[str]]:
-    """List an ImageFolder root.
 
-    Args:
-        root: a directory with one sub-directory per class.
-
-    Returns:
-        ``(paths, labels, classes)``: sorted absolute paths, their int64 class indices and the
-        sorted class names.
-
-    Raises:
-        DatasetRootError: the root is missing, not a directory, or holds no ``.jpg``/``.jpeg``.
-    """
-    root = Path(root)
-    if not root.exists():
-        raise DatasetRootError(f"root={str(root)!r} does not exist")
-    if not root.is_dir():
-        raise DatasetRootError(f"root={str(root)!r} is not a directory")
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
-    if not classes:
-        raise DatasetRootError(
-            f"root={str(root)!r} has no class sub-folders; expected ImageFolder layout root/<class>/*.jpg"
-        )
-    paths: List[str] = []
-    labels: List[int] = []
-    skipped_ext = 0
-    for ci, c in enumerate(classes):
-        for dirpath, dirnames, filenames in os.walk(root / c, followlinks=True):
-            dirnames.sort()
-            for f in sorted(filenames):
-                if f.lower().endswith(IMAGE_EXTENSIONS):
-                    paths.append(os.path.join(dirpath, f))
-                    labels.append(ci)
-                elif not f.startswith("."):
-                    skipped_ext += 1
-    if not paths:
-        extra = f" ({skipped_ext} files with other extensions were ignored)" if skipped_ext else ""
-        raise DatasetRootError(f"root={str(root)!r} holds no .jpg/.jpeg files{extra}")
-    return paths, np.asarray(labels, dtype=np.int64), classes
+def as_epoch(epoch) -> int:
+    """``epoch`` as a plain int (numpy integers welcome), or ``ValueError`` naming it."""
+    try:
+        e = operator.index(epoch)
+    except TypeError:
+        e = None
+    if e is None or isinstance(epoch, bool) or e < 0:
+        raise ValueError(f"epoch={epoch!r} must be an int >= 0")
+    return e
 
 
 def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -160,3 +125,19 @@ def config_len(n: int, config) -> int:
     c = config
     return num_batches(n, batch_size=c.batch_size, policy=c.last_batch, rank=c.rank,
                        world_size=c.world_size)
+
+
+def check_nonempty(n: int, config) -> None:
+    """Refuse a config whose epochs would be empty for this rank (``ValueError`` naming why)."""
+    c = config
+    if config_len(n, c) > 0:
+        return
+    shard = len(shard_indices(np.arange(n), rank=c.rank, world_size=c.world_size,
+                              policy=c.last_batch))
+    if shard == 0:
+        raise ValueError(f"world_size={c.world_size} is larger than the dataset ({n} samples): "
+                         f"rank {c.rank} would get no sample; use fewer ranks or "
+                         "last_batch='pad'")
+    raise ValueError(f"batch_size={c.batch_size} with last_batch='drop' gives no batch: rank "
+                     f"{c.rank}'s shard holds {shard} of {n} samples; lower batch_size or use "
+                     "last_batch='partial' or 'pad'")

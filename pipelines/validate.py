@@ -3,10 +3,14 @@
 NOTE [bad files]
 Every backend runs :func:`check_image_bytes` before decoding (the torch backends on the bytes
 they read for every sample; DALI once per file, see ``pipelines.dali.source``), so "bad" means
-the same thing everywhere: empty, not a JPEG/PNG, a JPEG with no end-of-image
-marker (truncated), a header with a zero or bomb-sized (> ``max_pixels``) dimension. The torch
-backends also treat a decoder exception as bad. DALI cannot skip a sample that passes these
-checks but fails inside its decoder: that still raises, with DALI's message.
+the same thing everywhere: empty, not a JPEG/PNG, a JPEG with no end-of-image marker after its
+scan (truncated), a Huffman-coded JPEG whose scan is too short for the pixels its header claims
+(a forged or truncated header), a header with a zero or bomb-sized (> ``max_pixels``)
+dimension. The walk accepts what libjpeg-turbo and PIL accept: fill and stray bytes between
+segments, and data after the end-of-image marker. The torch backends also treat a decoder
+exception as bad; DALI finds a file that fails inside its decoder by its recovery
+(``pipelines.dali.loader`` NOTE [recovery]). Where the decoders themselves disagree on corrupt
+data is listed in the README's "Bad files" section, measured by ``python -m compare fuzz``.
 """
 from __future__ import annotations
 
@@ -30,26 +34,49 @@ class BadFileError(RuntimeError):
         self.reason = reason
 
 
-def sof_offset(data: bytes) -> Optional[int]:
-    """Offset of the first SOF marker segment, or ``None`` if there is none before the scan."""
+def _segments(data: bytes):
+    """Yield ``(offset, marker)`` of each marker segment before the first scan, then the SOS.
+
+    Walks as libjpeg's ``next_marker`` does: fill bytes (``0xFF``) before a marker are allowed,
+    and stray bytes between segments are skipped (libjpeg warns "extraneous bytes" and goes on).
+    """
     i = 2
     n = len(data)
     while i + 4 <= n:
-        if data[i] != 0xFF:
-            return None
+        if data[i] != 0xFF:  # stray bytes between segments: find the next marker
+            j = data.find(b"\xff", i)
+            if j < 0:
+                return
+            i = j
+            continue
         marker = data[i + 1]
         if marker == 0xFF:  # fill byte
             i += 1
             continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+        if marker in (0xD8, 0x01, 0x00) or 0xD0 <= marker <= 0xD7:
             i += 2
             continue
+        yield i, marker
+        if marker == 0xDA:
+            return
         (seglen,) = struct.unpack(">H", data[i + 2 : i + 4])
-        if marker in _SOF:
-            return i if i + 9 <= n else None
+        i += 2 + seglen
+
+
+def sof_offset(data: bytes) -> Optional[int]:
+    """Offset of the first SOF marker segment, or ``None`` if there is none before the scan."""
+    for i, marker in _segments(data):
         if marker == 0xDA:  # start of scan before any SOF
             return None
-        i += 2 + seglen
+        if marker in _SOF:
+            return i if i + 10 <= len(data) else None
+    return None
+
+
+def _sos_offset(data: bytes) -> Optional[int]:
+    for i, marker in _segments(data):
+        if marker == 0xDA:
+            return i
     return None
 
 
@@ -62,17 +89,32 @@ def jpeg_size(data: bytes) -> Optional[Tuple[int, int]]:
     return w, h
 
 
+def _min_scan_bytes(data: bytes, sof: int, w: int, h: int) -> int:
+    """A lower bound on the entropy-coded bytes of a Huffman-coded JPEG: every 8x8 block of the
+    first component needs at least one bit (its DC difference code). Arithmetic-coded JPEGs
+    and hierarchical ones have no such bound: 0."""
+    if data[sof + 1] not in (0xC0, 0xC1, 0xC2, 0xC3):
+        return 0
+    return ((w + 7) // 8) * ((h + 7) // 8) // 8
+
+
 def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Optional[str]:
     """Return why ``data`` is not a usable image, or ``None`` when it looks fine."""
     if len(data) == 0:
         return "empty file (0 bytes)"
     if data.startswith(JPEG_SOI):
-        if b"\xff\xd9" not in data[-64:]:
-            return "truncated JPEG (no end-of-image marker)"
-        size = jpeg_size(data)
-        if size is None:
+        sof = sof_offset(data)
+        if sof is None:
             return "JPEG without a frame header (SOF)"
-        w, h = size
+        h, w = struct.unpack(">HH", data[sof + 5 : sof + 9])
+        sos = _sos_offset(data)
+        if sos is None:
+            return "truncated JPEG (no start of scan)"
+        # 0xFF in scan data is always stuffed (FF 00), so the first FF D9 after the SOS ends
+        # the image; data after it (motion photos, MPF's second image) is allowed.
+        eoi = data.find(b"\xff\xd9", sos)
+        if eoi < 0:
+            return "truncated JPEG (no end-of-image marker)"
     elif data.startswith(PNG_SIG):  # a PNG named .jpg: both decoders read it, so it is accepted
         if len(data) < 24:
             return "truncated PNG header"
@@ -83,4 +125,7 @@ def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Opti
         return f"zero-sized image ({w}x{h})"
     if w * h > max_pixels:
         return f"decompression bomb: {w}x{h} = {w * h} pixels > max_pixels={max_pixels}"
+    if data.startswith(JPEG_SOI) and eoi - sos < _min_scan_bytes(data, sof, w, h):
+        return (f"truncated JPEG: {eoi - sos} bytes of scan data cannot hold {w}x{h} pixels "
+                f"(at least {_min_scan_bytes(data, sof, w, h)})")
     return None

@@ -3,24 +3,30 @@
 NOTE [why an external source]
 DALI's file reader shuffles with a bounded buffer (``random_shuffle``), which is not a full
 permutation, so it cannot follow ``pipelines.indexing``'s plan. Rebuilding a reader with an
-explicit file list every epoch would follow it, but costs a pipeline rebuild per epoch (1.8 s on
-an H200 host, ``python -m compare.dali_reader_cost``). This source hands DALI exactly the plan's
-batches, in order, as UTF-8 encoded paths; ``fn.io.file.read`` in the graph reads the files in
-DALI's C++ threads. An exception here (a bad file under ``on_bad_file="error"``) propagates
-through DALI to the caller's ``next()``.
+explicit file list every epoch would follow it, but costs a pipeline rebuild per epoch
+(``python -m compare.dali_reader_cost``). This source hands DALI exactly the plan's batches, in
+order, as file-system encoded paths (``os.fsencode``, so any name the file system allows works);
+``fn.io.file.read`` in the graph reads the files in DALI's C++ threads.
 
 NOTE [validated once]
 Every file is checked with ``pipelines.validate.check_image_bytes`` the first time the plan
 reaches it: a small thread pool reads it in Python (file reads release the GIL) ahead of the
 batch DALI asks for. The verdict (good, or bad with its reason) is kept per dataset index, so
-later epochs feed known-good paths with no Python I/O at all, and known-bad files are replaced
-(``skip``) or raised (``error``) from the record. The reason: reading every file in Python on
-the consumer's critical path capped loader-only throughput at ~12k img/s on an H200 host,
-against 18.4k for DALI's own C++ reader with the same graph (the per-batch callback took 7.2 ms
-under GIL contention; docs/results/h200/reader-vs-source). With paths, and plain reads instead
-of mmap in ``fn.io.file.read`` (``LoaderConfig.dali_use_mmap``), this source gives 22.2k against
-the reader's 20.4k (docs/results/h200/reader-vs-source/after-plain-reads). Trade-off: a file that
-turns bad after it was checked fails inside DALI's reader or decoder, with DALI's message.
+later epochs feed known-good paths with no Python I/O at all. Reading every file in Python on the
+consumer's critical path capped the loader-only rate well below DALI's own reader
+(docs/results/h200/reader-vs-source). A file that turns bad after it was checked, or that
+passes the check and fails in DALI's decoder, is found by the loader's recovery
+(``pipelines.dali.loader`` NOTE [recovery]) and recorded here with :meth:`mark_bad`.
+
+NOTE [bad files are reported where they are yielded]
+The source never raises for a bad file: DALI calls it ``prefetch`` batches ahead of the
+consumer, so a raise here would reach the caller batches too early. A bad file is replaced by
+the next good sample of its batch (the ``BadFilePolicy`` rule shared with the torch backends),
+and the batch's bad files travel in its :class:`Fed` record. The loader takes the records in
+the order DALI yields the batches (:meth:`take`) and, at the batch that holds the bad file,
+counts it (``skip``) or raises one ``BadFileError`` (``error``), as the torch backends do. A
+batch whose files are all bad is not fed; its record rides with the next fed batch of the lane
+(or is left for :meth:`take` after the lane's ``StopIteration``).
 
 NOTE [feeding cost]
 The per-batch feed runs on the consumer's thread (inside ``next()``), so it is kept small:
@@ -39,13 +45,15 @@ counted in ``dropped_batches``), so the yielded order then differs from the plan
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Dict, List, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..validate import DEFAULT_MAX_PIXELS, BadFileError, check_image_bytes
+from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes
 
 
 def _read(path: str) -> bytes:
@@ -56,15 +64,30 @@ def _read(path: str) -> bytes:
 _UNKNOWN, _GOOD, _BAD = 0, 1, 2
 
 
+@dataclass
+class Fed:
+    """What one fed batch (or a lane's trailing wholly-bad batches) stands for.
+
+    Attributes:
+        positions: the plan positions it covers: wholly-bad batches skipped before it, then its own
+            (empty ``rows`` for a trailing record).
+        rows: the dataset indices DALI was given (bad samples already replaced).
+        bad: ``(path, reason)`` of every bad file in ``positions``.
+        dropped: how many of ``positions`` were wholly bad and not fed.
+    """
+
+    positions: List[int]
+    rows: np.ndarray
+    bad: List[Tuple[str, str]] = field(default_factory=list)
+    dropped: int = 0
+
+
 class PlanSource:
     """DALI batch callable: ``source(batch_info) -> (paths, meta)``.
 
-    ``paths`` is a list of uint8 arrays (UTF-8 file paths, for ``fn.io.file.read``), ``meta`` an
-    ``N x 2`` int64 array of ``(label, dataset index)`` rows. Each file is checked with
-    ``pipelines.validate.check_image_bytes`` once, on first use (see the module note); bad files
-    raise ``BadFileError`` or, with ``skip=True``, are replaced by the next good sample of the
-    batch (the ``BadFilePolicy`` rule shared with the torch backends) and listed in
-    ``bad_by_epoch``, every epoch they are planned.
+    ``paths`` is a list of uint8 arrays (``os.fsencode`` file paths, for ``fn.io.file.read``),
+    ``meta`` an ``N x 2`` int64 array of ``(label, dataset index)`` rows. Each file is checked with
+    ``pipelines.validate.check_image_bytes`` once, on first use (see the module note).
 
     Args:
         paths, labels: the listing (``pipelines.indexing.list_samples``).
@@ -73,34 +96,33 @@ class PlanSource:
         threads: reader threads.
         keep_alive: fed batches kept referenced per lane (``no_copy`` lifetime, see the module
             note).
-        skip: skip bad files instead of raising.
         max_pixels: decompression-bomb limit.
         lanes: pipelines fed side by side (``lane(k)``; NOTE [lanes]).
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray,
                  plan: Callable[[int], List[np.ndarray]], readahead: int = 3, threads: int = 4,
-                 keep_alive: int = 4, skip: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS,
-                 lanes: int = 1):
+                 keep_alive: int = 4, max_pixels: int = DEFAULT_MAX_PIXELS, lanes: int = 1):
         if not isinstance(lanes, int) or lanes < 1:
             raise ValueError(f"lanes={lanes!r} must be an int >= 1")
         self.paths = list(paths)
         self.labels = labels
         self.plan = plan
         self.readahead = readahead
-        self.skip = skip
         self.max_pixels = max_pixels
         self.epoch = 0
         self.bytes_read = 0
         self.samples_read = 0
-        self.bad_by_epoch: Dict[int, List[Tuple[str, str]]] = {}
-        self.dropped_batches = 0
         self.lanes = lanes
         self._batches: List[np.ndarray] = []
         self._gen = 0            # bumped by start_epoch: one generation per epoch started
         self._planned_gen = -1   # the generation self._batches was planned for
         self._lane_gen = [-1] * lanes
         self._lane_pos = [0] * lanes
+        self._start_pos: List[int] = list(range(lanes))
+        self._stopped = False
+        self._carry: List[Fed] = [Fed([], np.empty(0, np.int64)) for _ in range(lanes)]
+        self._fed: List[Deque[Fed]] = [deque() for _ in range(lanes)]
         self._pending: Dict[int, Future] = {}
         self._alive: deque = deque(maxlen=keep_alive * lanes)
         self._status = np.zeros(len(self.paths), dtype=np.int8)  # _UNKNOWN / _GOOD / _BAD
@@ -108,11 +130,55 @@ class PlanSource:
         self._reason: Dict[int, str] = {}
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dali-read")
 
-    def start_epoch(self, epoch: int) -> None:
-        """Fix the epoch whose plan the lanes' next ``iteration == 0`` calls start."""
+    # -- epoch control (the loader's side) ---------------------------------------------------
+    def start_epoch(self, epoch: int, resume: Optional[Sequence[int]] = None) -> None:
+        """Fix the epoch whose plan the lanes' next calls serve.
+
+        Args:
+            epoch: the epoch.
+            resume: per lane, the plan position to start from (default ``k`` for lane ``k``); the
+                loader's recovery passes the first position each lane had not yet yielded.
+        """
         self.epoch = epoch
         self._gen += 1
+        self._stopped = False
+        self._start_pos = list(resume) if resume is not None else list(range(self.lanes))
+        self._fed = [deque() for _ in range(self.lanes)]
+        self._carry = [Fed([], np.empty(0, np.int64)) for _ in range(self.lanes)]
 
+    def stop(self) -> None:
+        """End the epoch early: every later call raises ``StopIteration``, so draining an
+        iterator yields only the batches DALI already holds."""
+        self._stopped = True
+        self._cancel_pending()
+
+    def take(self, k: int) -> Optional[Fed]:
+        """The record of the oldest batch of lane ``k`` not yet taken, or ``None``."""
+        return self._fed[k].popleft() if self._fed[k] else None
+
+    def in_flight(self, k: int) -> List[Fed]:
+        """Lane ``k``'s records not yet taken: batches DALI holds or is working on."""
+        return list(self._fed[k])
+
+    def resume_positions(self) -> List[int]:
+        """Per lane, the first plan position not yet taken (where a rebuilt pipeline starts)."""
+        out = []
+        for k in range(self.lanes):
+            if self._fed[k]:
+                out.append(self._fed[k][0].positions[0])
+            elif self._carry[k].positions:
+                out.append(self._carry[k].positions[0])
+            else:
+                out.append(self._lane_pos[k] if self._lane_gen[k] == self._gen
+                           else self._start_pos[k])
+        return out
+
+    def mark_bad(self, index: int, reason: str) -> None:
+        """Record dataset index ``index`` as bad (found outside the byte check)."""
+        self._reason[index] = reason
+        self._status[index] = _BAD
+
+    # -- checking ---------------------------------------------------------------------------
     def _check(self, i: int) -> None:
         try:
             data = _read(self.paths[i])
@@ -137,19 +203,15 @@ class PlanSource:
         bad = []
         if is_bad.any():
             ks = np.flatnonzero(is_bad)
-            if not self.skip:
-                i = int(rows[ks[0]])
-                raise BadFileError(self.paths[i], self._reason[i])
             bad = [(self.paths[rows[k]], self._reason[int(rows[k])]) for k in ks]
             good = np.flatnonzero(~is_bad)
             for n, k in enumerate(ks):  # replace each bad sample by the next good one (wrapping)
                 if len(good):
                     later = good[good > k]
                     rows[k] = rows[later[0] if len(later) else good[n % len(good)]]
-        paths = [np.frombuffer(self.paths[i].encode(), dtype=np.uint8) for i in rows]
-        meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
-        return paths, meta, bad, not is_bad.all(), int(self._size[rows].sum())
+        return rows, bad, not is_bad.all()
 
+    # -- serving (DALI's side) ------------------------------------------------------------------
     def lane(self, k: int) -> Callable:
         """The DALI batch callable of pipeline ``k`` of ``lanes``: it serves the epoch's batches
         ``k, k + lanes, k + 2 * lanes, ...`` (see NOTE [lanes])."""
@@ -161,32 +223,46 @@ class PlanSource:
         """The single-pipeline callable (``lanes == 1``)."""
         return self._serve(0, info)
 
+    def _cancel_pending(self) -> None:
+        for f in self._pending.values():
+            f.cancel()
+        self._pending.clear()
+
     def _serve(self, k: int, info):
+        if self._stopped:
+            raise StopIteration
         if info.iteration == 0 or self._lane_gen[k] != self._gen:
             if self._planned_gen != self._gen:  # the first lane to start this epoch plans it
-                for f in self._pending.values():
-                    f.cancel()
-                self._pending.clear()
+                self._cancel_pending()
                 self._batches = self.plan(self.epoch)
                 self._planned_gen = self._gen
-                self.bad_by_epoch[self.epoch] = []
             self._lane_gen[k] = self._gen
-            self._lane_pos[k] = k
+            self._lane_pos[k] = self._start_pos[k]
+        carry = self._carry[k]
         while True:
             pos = self._lane_pos[k]
             if pos >= len(self._batches):
+                if carry.positions:  # trailing wholly-bad batches: the loader takes them last
+                    self._fed[k].append(carry)
+                    self._carry[k] = Fed([], np.empty(0, np.int64))
                 raise StopIteration
             for q in range(pos, min(pos + 1 + self.readahead * self.lanes, len(self._batches))):
                 if q not in self._pending:
                     self._pending[q] = self._pool.submit(self._load, self._batches[q])
-            paths, meta, bad, any_good, nbytes = self._pending.pop(pos).result()
+            rows, bad, any_good = self._pending.pop(pos).result()
             self._lane_pos[k] += self.lanes
-            self.bad_by_epoch[self.epoch] += bad
+            carry.positions.append(pos)
+            carry.bad += bad
             if any_good:
                 break
-            self.dropped_batches += 1  # every file of this batch was bad: skip the batch
+            carry.dropped += 1  # every file of this batch was bad: skip the batch
+        carry.rows = rows
+        self._fed[k].append(carry)
+        self._carry[k] = Fed([], np.empty(0, np.int64))
+        paths = [np.frombuffer(os.fsencode(self.paths[i]), dtype=np.uint8) for i in rows]
+        meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
         out = (paths, meta)
-        self.bytes_read += nbytes
+        self.bytes_read += int(self._size[rows].sum())
         self.samples_read += len(paths)
         self._alive.append(out)
         return out

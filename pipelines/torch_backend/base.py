@@ -7,12 +7,12 @@ import numpy as np
 import torch
 
 from ..config import BadFilePolicy, LoaderConfig
-from ..indexing import list_samples
+from ..indexing import as_epoch, check_nonempty, list_samples
 from ..stats import BadFileStats
 from ..types import Batch
 from ..validate import BadFileError
 from . import shm
-from .dataset import JpegDataset, PlanBatchSampler, collate_skipping
+from .dataset import Bad, JpegDataset, PlanBatchSampler, collate_skipping
 
 
 class TorchLoaderBase:
@@ -27,7 +27,9 @@ class TorchLoaderBase:
 
     def __init__(self, config: LoaderConfig, *, normalize_in_workers: bool, pin_memory: bool):
         self.config = config
-        paths, labels, self.classes = list_samples(config.root)
+        paths, labels, self.classes = list_samples(config.root,
+                                                   allow_empty=config.allow_empty_classes)
+        check_nonempty(len(paths), config)
         if config.transform is not None:
             from ..migrate import split_compose
 
@@ -40,8 +42,8 @@ class TorchLoaderBase:
                                    max_pixels=config.max_image_pixels)
         self.stats = BadFileStats()
         self.sampler = PlanBatchSampler(len(paths), config)
-        px = 3 * config.augment.size ** 2
-        batch_bytes = config.batch_size * px * (4 if normalize_in_workers else 1)
+        batch_bytes = config.batch_size * self._sample_bytes(
+            3 * config.augment.size ** 2 * (4 if normalize_in_workers else 1))
         nw, prefetch = shm.fitted(config.num_workers, config.prefetch, batch_bytes)
         self.num_workers, self.prefetch_factor = nw, prefetch
         self.loader = torch.utils.data.DataLoader(
@@ -57,14 +59,24 @@ class TorchLoaderBase:
         self._indices: list = []
         self._closed = False
 
+    def _sample_bytes(self, fallback: int, probes: int = 3) -> int:
+        """Bytes of one worker output, measured on the first good samples (the user's transform
+        decides the size and dtype); ``fallback`` when none of the first files decodes."""
+        sizes = []
+        for i in range(min(len(self.dataset), 4 * probes)):
+            item = self.dataset[(0, i)]
+            if not isinstance(item, Bad) and isinstance(item[0], torch.Tensor):
+                sizes.append(item[0].numel() * item[0].element_size())
+                if len(sizes) == probes:
+                    break
+        return max(sizes) if sizes else fallback
+
     # -- contract -------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.sampler)
 
     def set_epoch(self, epoch: int) -> None:
-        if not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch={epoch!r} must be an int >= 0")
-        self.sampler.epoch = epoch
+        self.sampler.epoch = as_epoch(epoch)
 
     def __iter__(self) -> Iterator[Batch]:
         if self._closed:
@@ -75,7 +87,7 @@ class TorchLoaderBase:
             yield batch
         self.stats.end_epoch()
         if self.config.debug_indices:
-            self.last_indices = np.concatenate(self._indices) if self._indices else np.empty(0)
+            self.last_indices = np.concatenate(self._indices) if self._indices else np.empty(0, np.int64)
 
     def _cpu_batches(self):
         for images, labels, idx, bad in self.loader:

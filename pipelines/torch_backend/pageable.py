@@ -11,6 +11,7 @@ from typing import Iterator
 import torch
 
 from ..config import LoaderConfig
+from ..device import resolve_device
 from ..normalize import finish_float
 from ..types import Batch
 from .base import TorchLoaderBase
@@ -18,8 +19,8 @@ from .base import TorchLoaderBase
 
 class PageableLoader(TorchLoaderBase):
     def __init__(self, config: LoaderConfig):
+        self.device = resolve_device(config, "pageable")
         super().__init__(config, normalize_in_workers=True, pin_memory=False)
-        self.device = config.torch_device
         self.dtype = config.dtype.torch
 
     def _batches(self, cpu_batches) -> Iterator[Batch]:

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Iterator
 
 import torch
 
 from ..config import LoaderConfig, PinMode
+from ..device import resolve_device
 from ..normalize import finish_float, normalize_uint8
 from ..types import Batch
 from .base import TorchLoaderBase
@@ -28,18 +28,14 @@ class PinnedLoader(TorchLoaderBase):
     """
 
     def __init__(self, config: LoaderConfig):
-        self.on_cuda = config.wants_cuda and torch.cuda.is_available()
-        if config.wants_cuda and not self.on_cuda:
-            warnings.warn(
-                "backend='pinned': CUDA is not available, running as a plain CPU loader "
-                "(no pinning, no side streams)", RuntimeWarning, stacklevel=3,
-            )
+        device = resolve_device(config, "pinned")
+        self.on_cuda = device.type == "cuda"
         use_ring = self.on_cuda and config.pin_mode is PinMode.RING
         super().__init__(config, normalize_in_workers=False,
                          pin_memory=self.on_cuda and not use_ring)
         # ring slots: the batches in flight plus the one being filled
         self.ring = PinnedRing(config.prefetch + 1 if config.streams > 0 else 2) if use_ring else None
-        self.device = config.torch_device if self.on_cuda else torch.device("cpu")
+        self.device = device
         if self.float_part is not None:  # the user's own ToDtype/Normalize tail, on the GPU
             self._finish = functools.partial(_user_tail, tail=self.float_part,
                                              dtype=config.dtype.torch,

@@ -1,0 +1,39 @@
+"""``resolve_device``: the device a backend runs on, with one rule and one warning for all.
+
+``LoaderConfig.device`` defaults to ``"cuda"``. On a machine without CUDA every backend runs on
+the CPU instead (``dali`` with its CPU operators, ``pinned`` without pinning or side streams,
+``pageable`` as it is) and says so in one ``RuntimeWarning``, rather than failing with the
+driver's error at the first batch.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .config import LoaderConfig
+
+_FALLBACK = {
+    "dali": "running DALI's CPU operators",
+    "pinned": "running as a plain CPU loader (no pinning, no side streams)",
+    "pageable": "returning batches on the CPU",
+}
+
+
+def resolve_device(config: LoaderConfig, backend: str) -> torch.device:
+    """``config.torch_device``, or the CPU (with one warning) when CUDA is asked for but absent.
+
+    Raises:
+        ValueError: ``device="cuda:N"`` names a GPU this machine does not have.
+    """
+    dev = config.torch_device
+    if dev.type != "cuda":
+        return dev
+    if not torch.cuda.is_available():
+        warnings.warn(f"backend={backend!r}: device={config.device!r} but CUDA is not available; "
+                      f"{_FALLBACK[backend]}", RuntimeWarning, stacklevel=4)
+        return torch.device("cpu")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device={config.device!r}: this machine has "
+                         f"{torch.cuda.device_count()} CUDA device(s)")
+    return dev

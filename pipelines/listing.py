@@ -1,0 +1,173 @@
+"""``list_samples``: the ImageFolder listing every backend reads, safe against links and junk.
+
+NOTE [listing]
+It follows torchvision's ``ImageFolder`` conventions: the root's sub-folders are the classes,
+in sorted order, and every image file below a class folder (recursively, sorted) belongs to that
+class. Beyond that:
+
+* Hidden files and folders (a leading ``.``, which includes macOS ``._*`` resource forks) and
+  OS metadata (``Thumbs.db``, ``desktop.ini``, ``__MACOSX``, ``@eaDir``) are ignored.
+* A class folder may itself be a link (``root/cat -> /data/cats``): that is how subsets are
+  built, and it is followed silently.
+* A directory link *inside* a class folder is followed at most once. It is not followed when it
+  would loop (it points at one of its own ancestors, e.g. ``cat/up -> ..`` or ``loop -> .``) or
+  when it points inside a class folder: those files are listed once, under their real class.
+  A link that leaves the root is followed once (a folder reached twice is listed once). Every
+  such link is named in one warning.
+* A file link whose target lies in a class folder is a duplicate and is skipped (named in the
+  same warning); the target is listed under its real class.
+* A class folder with no image raises, as in ``ImageFolder``, unless ``allow_empty=True``
+  (``LoaderConfig.allow_empty_classes``).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import List, Tuple
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg")
+OS_METADATA = frozenset({"thumbs.db", "desktop.ini", "__macosx", "@eadir", "$recycle.bin"})
+
+
+class DatasetRootError(ValueError):
+    """The dataset root is missing, empty or holds no images."""
+
+
+def _ignored(name: str) -> bool:
+    return name.startswith(".") or name.lower() in OS_METADATA
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
+
+class _Walker:
+    """Depth-first, sorted, pre-order walk of the class folders (files of a folder first, then
+    its sub-folders, like ``os.walk``), with the link rules of the module note."""
+
+    def __init__(self, root: Path, classes: List[str]):
+        self.root = root
+        self.trees = [os.path.realpath(root / c) for c in classes]
+        self.visited: set = set()
+        self.not_followed: List[str] = []
+        self.followed: List[str] = []
+        self.skipped_ext = 0
+
+    def _in_classes(self, real: str) -> bool:
+        return any(_within(real, t) for t in self.trees)
+
+    def files(self, top: str) -> List[str]:
+        out: List[str] = []
+        stack = [(top, os.path.realpath(top))]
+        if stack[0][1] in self.visited:
+            self.not_followed.append(f"{top} (class folder reaches {stack[0][1]} a second time)")
+            return out
+        self.visited.add(stack[0][1])
+        while stack:
+            d, real_d = stack.pop()
+            try:
+                entries = sorted(os.scandir(d), key=lambda e: e.name)
+            except OSError as e:
+                raise DatasetRootError(f"cannot list {d!r}: {e.strerror or e}") from None
+            subdirs = []
+            for e in entries:
+                if _ignored(e.name):
+                    continue
+                link = e.is_symlink()
+                if e.is_dir(follow_symlinks=True):
+                    if not link:
+                        real = os.path.join(real_d, e.name)
+                    else:
+                        real = os.path.realpath(e.path)
+                        if _within(real_d, real):
+                            self.not_followed.append(f"{e.path} (loops back to {real})")
+                            continue
+                        if self._in_classes(real):
+                            self.not_followed.append(
+                                f"{e.path} (points inside the dataset, listed under {real})")
+                            continue
+                        if real in self.visited:
+                            self.not_followed.append(f"{e.path} (reaches {real} a second time)")
+                            continue
+                        self.followed.append(f"{e.path} -> {real}")
+                    if real in self.visited:
+                        continue
+                    self.visited.add(real)
+                    subdirs.append((e.path, real))
+                elif e.name.lower().endswith(IMAGE_EXTENSIONS):
+                    if link and self._in_classes(os.path.realpath(e.path)):
+                        self.not_followed.append(
+                            f"{e.path} (file link to {os.path.realpath(e.path)}, listed there)")
+                        continue
+                    out.append(e.path)
+                else:
+                    self.skipped_ext += 1
+            stack.extend(reversed(subdirs))
+        return out
+
+    def warn(self, root: Path) -> None:
+        notes = [f"not followed: {s}" for s in self.not_followed]
+        notes += [f"followed once, leaves the root: {s}" for s in self.followed]
+        if not notes:
+            return
+        more = f"; and {len(notes) - 10} more" if len(notes) > 10 else ""
+        warnings.warn(f"root={str(root)!r}: {len(notes)} links inside class folders: "
+                      + "; ".join(notes[:10]) + more, RuntimeWarning, stacklevel=4)
+
+
+def list_samples(root: str | os.PathLike, allow_empty: bool = False
+                 ) -> Tuple[List[str], np.ndarray, List[str]]:
+    """List an ImageFolder root (see the module note).
+
+    Args:
+        root: a directory with one sub-directory per class.
+        allow_empty: keep class folders with no image (their index is kept) instead of raising.
+
+    Returns:
+        ``(paths, labels, classes)``: the sorted paths, their int64 class indices and the sorted
+        class names.
+
+    Raises:
+        DatasetRootError: the root is missing, not a directory, holds no images, or has a class
+            folder with no image (unless ``allow_empty``).
+    """
+    if root is None or (isinstance(root, str) and not root.strip()):
+        raise DatasetRootError(f"root={root!r} must name a dataset folder")
+    try:
+        root = Path(root)
+    except TypeError:
+        raise DatasetRootError(f"root={root!r} must be a path") from None
+    if not root.exists():
+        raise DatasetRootError(f"root={str(root)!r} does not exist")
+    if not root.is_dir():
+        raise DatasetRootError(f"root={str(root)!r} is not a directory")
+    classes = sorted(e.name for e in os.scandir(root)
+                     if not _ignored(e.name) and e.is_dir(follow_symlinks=True))
+    if not classes:
+        raise DatasetRootError(
+            f"root={str(root)!r} has no class sub-folders; expected ImageFolder layout root/<class>/*.jpg"
+        )
+    walker = _Walker(root, classes)
+    paths: List[str] = []
+    labels: List[int] = []
+    empty = []
+    for ci, c in enumerate(classes):
+        found = walker.files(os.path.join(root, c))
+        if not found:
+            empty.append(c)
+        paths += found
+        labels += [ci] * len(found)
+    walker.warn(root)
+    if not paths:
+        extra = (f" ({walker.skipped_ext} files with other extensions were ignored)"
+                 if walker.skipped_ext else "")
+        raise DatasetRootError(f"root={str(root)!r} holds no .jpg/.jpeg files{extra}")
+    if empty and not allow_empty:
+        names = ", ".join(repr(c) for c in empty[:5]) + (" ..." if len(empty) > 5 else "")
+        raise DatasetRootError(
+            f"root={str(root)!r}: {len(empty)} class folder(s) hold no .jpg/.jpeg file: {names}; "
+            "remove them or pass allow_empty_classes=True")
+    return paths, np.asarray(labels, dtype=np.int64), classes

@@ -1,0 +1,41 @@
+"""Shared test helpers: file corruptions and small dataset builders."""
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+
+def jpeg(w: int = 48, h: int = 40, seed: int = 0, **kw) -> bytes:
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(buf, "JPEG", **kw)
+    return buf.getvalue()
+
+
+def broken_huffman(data: bytes) -> bytes:
+    """A JPEG that passes ``check_image_bytes`` but that every decoder rejects: the body of its
+    first Huffman table (DHT) is overwritten with 0xFF bytes ("Bogus Huffman table")."""
+    b = bytearray(data)
+    i = b.find(b"\xff\xc4")
+    assert i > 0
+    b[i + 4 : i + 40] = b"\xff" * 36
+    return bytes(b)
+
+
+def copy_root(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def plan_position(loader_cfg, n: int, index: int, epoch: int = 0) -> int:
+    """The batch position of dataset ``index`` in the plan of ``epoch``."""
+    from pipelines.indexing import config_batches
+
+    for pos, b in enumerate(config_batches(n, loader_cfg, epoch)):
+        if index in b.tolist():
+            return pos
+    raise AssertionError(f"index {index} not in the plan")
