@@ -52,3 +52,25 @@ def test_augment_spec_defaults():
     s = AugmentSpec(mode="eval", size=224)
     assert s.mode is Mode.EVAL and s.resize_size == 256
     assert s.mean_255[0] == pytest.approx(0.485 * 255)
+
+
+@pytest.mark.parametrize("kw, name", [
+    ({"seed": -1}, "seed"), ({"seed": 0.5}, "seed"), ({"seed": 2**63}, "seed"),
+    ({"seed": True}, "seed"), ({"batch_size": True}, "batch_size"),
+    ({"num_workers": 2.0}, "num_workers"), ({"prefetch": False}, "prefetch"),
+    ({"shuffle": "no"}, "shuffle"), ({"channels_last": 1}, "channels_last"),
+    ({"allow_empty_classes": "yes"}, "allow_empty_classes"),
+    ({"dali_hw_decoder_load": float("nan")}, "dali_hw_decoder_load"),
+    ({"max_image_pixels": 0}, "max_image_pixels"),
+])
+def test_wrong_types_and_ranges_name_the_option(kw, name):
+    with pytest.raises(ValueError, match=f"^{name}="):
+        LoaderConfig(root="x", **kw)
+
+
+def test_numpy_integers_are_accepted_as_plain_ints():
+    import numpy as np
+
+    c = LoaderConfig(root="x", batch_size=np.int64(8), seed=np.uint32(7), num_workers=np.int32(1))
+    assert (c.batch_size, c.seed, c.num_workers) == (8, 7, 1)
+    assert type(c.batch_size) is int and type(c.seed) is int

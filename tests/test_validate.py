@@ -1,0 +1,66 @@
+"""The byte check accepts what real decoders accept, and refuses what they cannot decode."""
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from pipelines.validate import check_image_bytes, jpeg_size, sof_offset
+
+from utils import jpeg
+
+
+def _decoders_read(data: bytes):
+    from torchvision.io import decode_image
+
+    Image.open(io.BytesIO(data)).convert("RGB").load()
+    return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8)).shape
+
+
+def _insert_before_sof(data: bytes, junk: bytes) -> bytes:
+    i = sof_offset(data)
+    return data[:i] + junk + data[i:]
+
+
+@pytest.mark.parametrize("name, make", [
+    ("motion photo: an MP4 after the JPEG", lambda d: d + b"\x00\x00\x00\x18ftypmp42" + bytes(5000)),
+    ("MPF: a second JPEG after the first", lambda d: d + jpeg(32, 32, seed=9)),
+    ("fill bytes 0xFF before a marker", lambda d: _insert_before_sof(d, b"\xff" * 7)),
+    ("stray bytes between segments", lambda d: _insert_before_sof(d, b"\x00\x00\x13")),
+])
+def test_valid_variants_pass_and_real_decoders_agree(name, make):
+    data = make(jpeg(64, 48))
+    assert _decoders_read(data)[-2:] == (48, 64), name
+    assert check_image_bytes(data) is None, name
+    assert jpeg_size(data) == (64, 48)
+
+
+def test_forged_huge_header_in_a_tiny_file_is_refused():
+    data = bytearray(jpeg(16, 16))
+    i = sof_offset(bytes(data))
+    data[i + 5 : i + 9] = (9000).to_bytes(2, "big") * 2
+    reason = check_image_bytes(bytes(data))
+    assert reason is not None and "cannot hold 9000x9000" in reason
+
+
+@pytest.mark.parametrize("size", [(1, 1), (4000, 3000), (17, 9)])
+@pytest.mark.parametrize("progressive", [False, True])
+def test_flat_images_stay_above_the_scan_size_bound(size, progressive):
+    buf = io.BytesIO()
+    Image.new("L", size, 0).save(buf, "JPEG", quality=1, optimize=True, progressive=progressive)
+    assert check_image_bytes(buf.getvalue()) is None
+
+
+def test_truncated_main_image_after_an_exif_thumbnail_is_refused():
+    thumb = jpeg(16, 16, seed=3)  # its own FF D9 sits in APP1, before the main SOF
+    exif = b"Exif\x00\x00" + thumb
+    main = jpeg(256, 256, seed=4)
+    data = main[:2] + b"\xff\xe1" + (len(exif) + 2).to_bytes(2, "big") + exif + main[2:]
+    assert check_image_bytes(data) is None
+    cut = data[: len(data) * 3 // 4]
+    assert "no end-of-image" in check_image_bytes(cut)
+
+
+def test_noise_is_not_an_image():
+    assert "not a JPEG or PNG" in check_image_bytes(np.random.default_rng(0).bytes(100))
