@@ -36,7 +36,11 @@ def default_dataset(num_images: int, log) -> Path:
 
     out = default_cache() / f"default-{num_images}-seed0"
     log(f"dataset: {out} (generated once, then reused)")
-    return ensure_dataset(GenConfig(out=str(out), num_images=num_images, classes=100, seed=0))
+    try:
+        cfg = GenConfig(out=str(out), num_images=num_images, classes=min(100, num_images), seed=0)
+        return ensure_dataset(cfg, elsewhere="set GPU_FEED_CACHE to another folder")
+    except OSError as e:  # foreign files in the cache, or an unwritable one: run() reports
+        raise ValueError(str(e)) from None  # ValueError as one line, not OSError
 
 
 def load_transform(ref: str):

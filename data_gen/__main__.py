@@ -29,34 +29,36 @@ def main(argv=None) -> int:
     p.add_argument("--width-range", type=_pair, default=(300, 800), metavar="LO,HI")
     p.add_argument("--quality-range", type=_pair, default=(75, 95), metavar="LO,HI")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    p.add_argument("--force", action="store_true", help="write into a non-empty foreign directory")
+    p.add_argument("--force", action="store_true",
+                   help="write beside files data_gen did not write (they stay), or replace a "
+                        "data_gen output of the other kind (dataset / bad-inputs corpus)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
-    if a.bad_inputs:
-        from .bad_inputs import make_bad_inputs
+    if not a.bad_inputs and not a.out:
+        p.error("--out is required (or --bad-inputs DIR)")
+    t = time.perf_counter()
+    try:
+        if a.bad_inputs:
+            from .bad_inputs import make_bad_inputs
 
-        try:
             m = make_bad_inputs(a.bad_inputs, seed=a.seed, force=a.force)
-        except (ValueError, FileExistsError) as e:
-            print(f"data_gen: error: {e}", file=sys.stderr)
-            return 2
+        else:
+            m = generate(GenConfig(
+                out=a.out, num_images=a.num_images, classes=a.classes, seed=a.seed,
+                width_range=a.width_range, quality_range=a.quality_range, workers=a.workers,
+                force=a.force,
+            ), progress=not a.quiet)
+    except (ValueError, OSError) as e:  # user errors and unwritable folders: one line
+        print(f"data_gen: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("data_gen: interrupted; the same command resumes where it stopped", file=sys.stderr)
+        return 130
+    if a.bad_inputs:
         for rel, f in m["files"].items():
             if f["kind"] != "generated JPEG":
                 print(f"{f['expect']:5s}  {rel:32s} {f['kind']}")
         return 0
-    if not a.out:
-        p.error("--out is required (or --bad-inputs DIR)")
-    try:
-        cfg = GenConfig(
-            out=a.out, num_images=a.num_images, classes=a.classes, seed=a.seed,
-            width_range=a.width_range, quality_range=a.quality_range, workers=a.workers,
-            force=a.force,
-        )
-        t = time.perf_counter()
-        m = generate(cfg, progress=not a.quiet)
-    except (ValueError, FileExistsError) as e:
-        print(f"data_gen: error: {e}", file=sys.stderr)
-        return 2
     dt = time.perf_counter() - t
     print(json.dumps({"out": a.out, "seconds": round(dt, 2), **m["stats"]}, indent=1))
     return 0

@@ -3,18 +3,24 @@
 ``class_0000`` holds good generated JPEGs; ``class_0001`` holds the problem files (and a few good
 ones). ``bad_manifest.json`` says, for each file, its kind and whether a loader must treat it as
 ``bad`` (skipped or raised) or ``valid`` (decoded to correct RGB by every backend).
+
+The corpus is made like a dataset (NOTE [atomic output] in ``partial.py``): in a partial folder,
+renamed into place, with a ``manifest.json`` of kind ``bad-inputs`` that lists every file,
+problem files and ``bad_manifest.json`` included, so regenerating the folder removes them all.
 """
 from __future__ import annotations
 
 import io
 import json
+import struct
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List, Optional
 
 import numpy as np
 from PIL import Image
 
 from .generate import GenConfig, generate
+from .outdir import Kind, Target
 
 BAD_MANIFEST = "bad_manifest.json"
 
@@ -33,12 +39,31 @@ def halves(w: int = 96, h: int = 48) -> Image.Image:
     return Image.fromarray(a)
 
 
+def _sof_offset(data: bytes) -> Optional[int]:
+    """Offset of the first SOF (frame header) segment, or ``None`` if none comes before the scan."""
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # no length field
+            i += 2
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return i if i + 9 <= len(data) else None
+        if marker == 0xDA:  # start of scan
+            return None
+        i += 2 + struct.unpack(">H", data[i + 2 : i + 4])[0]
+    return None
+
+
 def _bomb(width: int = 30000, height: int = 30000) -> bytes:
     """A small JPEG whose frame header claims ``width x height`` pixels."""
-    from pipelines.validate import sof_offset
-
     data = bytearray(_jpeg(Image.new("RGB", (16, 16), (90, 120, 150))))
-    i = sof_offset(bytes(data))
+    i = _sof_offset(bytes(data))
     data[i + 5 : i + 7] = height.to_bytes(2, "big")
     data[i + 7 : i + 9] = width.to_bytes(2, "big")
     return bytes(data)
@@ -67,20 +92,38 @@ def problem_files(good: bytes) -> Dict[str, tuple]:
 
 
 def make_bad_inputs(out: str | Path, good: int = 12, seed: int = 0, force: bool = False) -> Dict:
-    """Write the corpus into ``out``; returns (and writes) its manifest."""
-    out = Path(out)
-    generate(GenConfig(out=str(out), num_images=good, classes=2, seed=seed,
-                       width_range=(64, 160), workers=1, force=force), progress=False)
-    first = sorted((out / "class_0000").glob("*.jpg"))[0].read_bytes()
-    files = {}
-    for name, (data, expect, kind) in problem_files(first).items():
-        rel = f"class_0001/{name}"
-        (out / rel).write_bytes(data)
-        files[rel] = {"expect": expect, "kind": kind, "bytes": len(data)}
-    for p in sorted(out.glob("class_*/img_*.jpg")):
-        files[p.relative_to(out).as_posix()] = {"expect": "valid", "kind": "generated JPEG",
-                                                "bytes": p.stat().st_size}
-    manifest = {"files": files,
-                "bad": sorted(k for k, v in files.items() if v["expect"] == "bad")}
-    (out / BAD_MANIFEST).write_text(json.dumps(manifest, indent=1))
+    """Write the corpus into ``out``; returns (and writes) its ``bad_manifest.json``.
+
+    Args:
+        out: the folder.
+        good: generated JPEGs in it, besides the problem files.
+        seed: their seed.
+        force: write beside files data_gen did not write, or replace a data_gen dataset.
+
+    Raises:
+        FileExistsError: ``out`` holds a data_gen dataset or files data_gen did not write, and
+            ``force`` is not set.
+        ValueError: the manifest already in ``out`` lists a path outside it.
+        OSError: ``out`` cannot be written.
+    """
+    cfg = GenConfig(out=str(out), num_images=good, classes=2, seed=seed, width_range=(64, 160),
+                    workers=1, force=force)
+    manifest: Dict = {}
+
+    def corpus(folder: Path, images: List[Dict]) -> Dict[str, bytes]:
+        first = (folder / min(f["path"] for f in images if f["label"] == 0)).read_bytes()
+        files, blobs = {}, {}
+        for name, (data, expect, kind) in problem_files(first).items():
+            rel = f"class_0001/{name}"
+            blobs[rel] = data
+            files[rel] = {"expect": expect, "kind": kind, "bytes": len(data)}
+        for f in images:
+            files[f["path"]] = {"expect": "valid", "kind": "generated JPEG", "bytes": f["bytes"]}
+        manifest.update(files=files,
+                        bad=sorted(k for k, v in files.items() if v["expect"] == "bad"))
+        blobs[BAD_MANIFEST] = json.dumps(manifest, indent=1).encode()
+        return blobs
+
+    generate(cfg, progress=False, kind=Kind.BAD_INPUTS, extra=corpus,
+             target=Target.cli("--bad-inputs", out, force))
     return manifest

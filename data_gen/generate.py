@@ -4,18 +4,24 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing as mp
+import numbers
 import os
+import signal
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .sources import load_sources
+from .outdir import (GENERATOR_TAG, MANIFEST, Kind, Replace, Target, manifest_paths,
+                     read_manifest, survey)
+from .partial import Partial, plain_os_errors
 from .synth import make_jpeg
 
-MANIFEST = "manifest.json"
-GENERATOR_TAG = "gpu-feed data_gen v1"
+__all__ = ["GENERATOR_TAG", "MANIFEST", "GenConfig", "Kind", "ensure_dataset", "generate",
+           "read_manifest", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,8 @@ class GenConfig:
         width_range: image width range in pixels (inclusive); heights follow mixed aspect ratios.
         quality_range: JPEG quality range (inclusive).
         workers: processes (default: all cores).
-        force: allow writing into a non-empty directory that ``data_gen`` did not make.
+        force: write beside files that ``data_gen`` did not write (they stay; a warning counts
+            them), and replace a data_gen output of another kind (``--force``).
     """
 
     out: str
@@ -43,18 +50,24 @@ class GenConfig:
     force: bool = False
 
     def __post_init__(self) -> None:
-        if self.num_images < 1:
-            raise ValueError(f"num_images={self.num_images} must be >= 1")
-        if self.classes < 1:
-            raise ValueError(f"classes={self.classes} must be >= 1")
-        lo, hi = self.width_range
+        if not isinstance(self.out, (str, os.PathLike)) or not str(self.out):
+            raise TypeError(f"out={self.out!r} (--out) must be a folder path")
+        _int(self, "num_images", 1)
+        _int(self, "classes", 1)
+        _int(self, "seed", 0)
+        if self.workers is not None:
+            _int(self, "workers", 1)
+        if self.classes > self.num_images:
+            raise ValueError(f"classes={self.classes} (--classes) must be <= num_images="
+                             f"{self.num_images} (--num-images): every class needs an image")
+        lo, hi = _pair(self, "width_range")
         if not 16 <= lo <= hi <= 8192:
-            raise ValueError(f"width_range={self.width_range} must satisfy 16 <= lo <= hi <= 8192")
-        lo, hi = self.quality_range
+            raise ValueError(f"width_range={self.width_range} (--width-range) must satisfy "
+                             "16 <= lo <= hi <= 8192")
+        lo, hi = _pair(self, "quality_range")
         if not 1 <= lo <= hi <= 100:
-            raise ValueError(f"quality_range={self.quality_range} must satisfy 1 <= lo <= hi <= 100")
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(f"workers={self.workers} must be >= 1")
+            raise ValueError(f"quality_range={self.quality_range} (--quality-range) must satisfy "
+                             "1 <= lo <= hi <= 100")
 
     def recipe(self) -> Dict:
         """The arguments that decide the bytes (not out, workers or force)."""
@@ -62,6 +75,38 @@ class GenConfig:
         for k in ("out", "workers", "force"):
             d.pop(k)
         return d
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _int(cfg: GenConfig, name: str, lo: int) -> None:
+    """Check ``cfg.<name>`` is an int (not a bool) >= ``lo``; store it as a plain int."""
+    v = getattr(cfg, name)
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name}={v!r} ({_option(name)}) must be an int")
+    if v < lo:
+        raise ValueError(f"{name}={v} ({_option(name)}) must be >= {lo}")
+    object.__setattr__(cfg, name, int(v))
+
+
+def _pair(cfg: GenConfig, name: str) -> Tuple[int, int]:
+    """Check ``cfg.<name>`` is two ints; store it as a tuple."""
+    v = getattr(cfg, name)
+    try:
+        lo, hi = v
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}={v!r} ({_option(name)}) must be two ints (LO, HI)") from None
+    if any(isinstance(x, bool) or not isinstance(x, numbers.Integral) for x in (lo, hi)):
+        raise TypeError(f"{name}={v!r} ({_option(name)}) must be two ints (LO, HI)")
+    object.__setattr__(cfg, name, (int(lo), int(hi)))
+    return int(lo), int(hi)
+
+
+def image_path(cfg: GenConfig, i: int) -> str:
+    """Where image ``i`` goes, relative to ``out``."""
+    return f"class_{i % cfg.classes:04d}/img_{i:07d}.jpg"
 
 
 _SOURCES = None
@@ -72,14 +117,18 @@ def _init_worker() -> None:
     _SOURCES = load_sources(verbose=False)
 
 
+def _init_pool_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the pool, quietly
+    _init_worker()
+
+
 def _one(args) -> Dict:
-    i, cfg = args
+    i, cfg, folder = args
     label = i % cfg.classes
     rng = np.random.default_rng((cfg.seed, i))
     enc = make_jpeg(rng, _SOURCES, label, cfg.width_range, cfg.quality_range)
-    rel = f"class_{label:04d}/img_{i:07d}.jpg"
-    path = Path(cfg.out) / rel
-    with open(path, "wb") as f:
+    rel = image_path(cfg, i)
+    with open(Path(folder) / rel, "wb") as f:
         f.write(enc.data)
     return {
         "path": rel, "label": label, "width": enc.width, "height": enc.height,
@@ -89,35 +138,43 @@ def _one(args) -> Dict:
     }
 
 
-def read_manifest(out: str | os.PathLike) -> Optional[Dict]:
-    """The manifest of a ``data_gen`` directory, or ``None`` when there is none."""
-    p = Path(out) / MANIFEST
-    if not p.is_file():
-        return None
-    try:
-        m = json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
-    return m if isinstance(m, dict) and m.get("generator") == GENERATOR_TAG else None
-
-
-def _prepare_out(cfg: GenConfig) -> None:
-    out = Path(cfg.out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"--out {str(out)!r} exists and is not a directory")
-    if out.exists() and any(out.iterdir()):
-        old = read_manifest(out)
-        if old is None and not cfg.force:
-            raise FileExistsError(
-                f"--out {str(out)!r} is not empty and was not made by data_gen; "
-                "choose another directory or pass --force"
-            )
-        if old is not None:  # our own earlier output: remove exactly what we wrote
-            for rec in old.get("files", []):
-                (out / rec["path"]).unlink(missing_ok=True)
-            (out / MANIFEST).unlink()
+def _render(cfg: GenConfig, partial: Partial, progress: bool) -> List[Dict]:
+    """Make the images the partial folder does not hold yet; returns every image's record."""
+    paths = [image_path(cfg, i) for i in range(cfg.num_images)]
+    files = [partial.done[p] for p in paths if p in partial.done]
+    jobs = [(i, cfg, str(partial.data)) for i, p in enumerate(paths) if p not in partial.done]
     for c in range(cfg.classes):
-        (out / f"class_{c:04d}").mkdir(parents=True, exist_ok=True)
+        (partial.data / f"class_{c:04d}").mkdir(exist_ok=True)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        if files:
+            print(f"data_gen: resuming an interrupted run: {len(files)} of {len(paths)} images "
+                  "are already made", file=sys.stderr)
+        bar = tqdm(total=len(paths), initial=len(files), unit="img", desc="data_gen",
+                   dynamic_ncols=True)
+
+    def finished(rec: Dict) -> None:
+        partial.record(rec)  # the worker has closed the file
+        files.append(rec)
+        bar and bar.update(1)
+
+    workers = min(cfg.workers or max(1, os.cpu_count() or 1), len(jobs))
+    try:
+        if workers == 1:
+            _init_worker()
+            for rec in map(_one, jobs):
+                finished(rec)
+        elif workers > 1:
+            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+            with ctx.Pool(workers, initializer=_init_pool_worker) as pool:
+                for rec in pool.imap_unordered(_one, jobs, chunksize=16):
+                    finished(rec)
+    finally:
+        if bar:
+            bar.close()
+    return sorted(files, key=lambda r: r["path"])
 
 
 def summarize(files: List[Dict]) -> Dict:
@@ -140,53 +197,95 @@ def summarize(files: List[Dict]) -> Dict:
     }
 
 
-def generate(cfg: GenConfig, progress: bool = True) -> Dict:
+def generate(
+    cfg: GenConfig,
+    progress: bool = True,
+    *,
+    kind: Kind = Kind.DATASET,
+    extra: Optional[Callable[[Path, List[Dict]], Dict[str, bytes]]] = None,
+    target: Optional[Target] = None,
+) -> Dict:
     """Generate the dataset described by ``cfg`` and write its manifest.
+
+    The files are made in a partial folder next to ``cfg.out`` and renamed into place when all
+    are there; an interrupted run is resumed by the next one (NOTE [atomic output] in
+    ``partial.py``). Only files an earlier data_gen run wrote are ever replaced.
+
+    Args:
+        cfg: what to generate, and where.
+        progress: show a progress bar.
+        kind: what the manifest says the folder holds.
+        extra: ``(folder, image records) -> {relative path: bytes}``: more files to write beside
+            the images (the bad-inputs corpus); the manifest lists them too.
+        target: how to name the folder in errors and what may be replaced there (default:
+            ``--out cfg.out``, with ``cfg.force``).
 
     Returns:
         The manifest (also written to ``out/manifest.json``).
-    """
-    _prepare_out(cfg)
-    sources = load_sources(verbose=True)
-    workers = cfg.workers or max(1, os.cpu_count() or 1)
-    jobs = [(i, cfg) for i in range(cfg.num_images)]
-    bar = None
-    if progress:
-        from tqdm import tqdm
 
-        bar = tqdm(total=cfg.num_images, unit="img", desc="data_gen", dynamic_ncols=True)
-    files: List[Dict] = []
-    if workers == 1:
-        _init_worker()
-        it = map(_one, jobs)
-        for rec in it:
-            files.append(rec)
-            bar and bar.update(1)
-    else:
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with ctx.Pool(workers, initializer=_init_worker) as pool:
-            for rec in pool.imap_unordered(_one, jobs, chunksize=16):
-                files.append(rec)
-                bar and bar.update(1)
-    if bar:
-        bar.close()
-    files.sort(key=lambda r: r["path"])
-    manifest = {
-        "generator": GENERATOR_TAG,
-        "args": cfg.recipe(),
-        "sources": [n for n, _ in sources],
-        "stats": summarize(files),
-        "files": files,
-    }
-    (Path(cfg.out) / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    Raises:
+        FileExistsError: ``out`` holds files data_gen did not write (without ``force``), or a
+            data_gen output of another kind.
+        ValueError: the manifest already in ``out`` lists a path outside it.
+        OSError: ``out`` cannot be written (one line that names it).
+    """
+    target = target or Target.cli("--out", cfg.out, cfg.force)
+    with plain_os_errors(target.label):
+        existing = survey(target, kind)  # refuse before anything is written
+        args = cfg.recipe()
+        partial = Partial(target, {"generator": GENERATOR_TAG, "kind": kind.value, "args": args})
+        try:
+            sources = load_sources(verbose=True)
+            images = _render(cfg, partial, progress)
+            more = extra(partial.data, images) if extra else {}
+            files = images + [partial.write(rel, data) for rel, data in more.items()]
+            manifest = {
+                "generator": GENERATOR_TAG,
+                "kind": kind.value,
+                "args": args,
+                "sources": [n for n, _ in sources],
+                "stats": summarize(images),
+                "files": sorted(files, key=lambda r: r["path"]),
+            }
+            existing = survey(target, kind)  # again: the folder may have changed meanwhile
+            partial.commit(manifest, existing)
+        finally:
+            partial.close()
+    if existing.foreign:
+        print(f"data_gen: warning: {target.label} holds {len(existing.foreign)} files that "
+              f"data_gen did not write; they stay, and {MANIFEST} does not list them",
+              file=sys.stderr)
     return manifest
 
 
-def ensure_dataset(cfg: GenConfig, progress: bool = True) -> Path:
-    """Generate ``cfg`` unless ``cfg.out`` already holds exactly that recipe (a cache)."""
-    old = read_manifest(cfg.out)
-    if old is not None and old.get("args") == json.loads(json.dumps(cfg.recipe())):
-        if all((Path(cfg.out) / f["path"]).is_file() for f in old["files"]):
-            return Path(cfg.out)
-    generate(cfg, progress=progress)
-    return Path(cfg.out)
+def ensure_dataset(cfg: GenConfig, progress: bool = True,
+                   elsewhere: str = "choose another folder") -> Path:
+    """Generate ``cfg`` unless ``cfg.out`` already holds exactly that recipe (a cache).
+
+    The cache folder is the program's own: an earlier data_gen output there (another recipe,
+    missing files, the other kind) is replaced and an interrupted run is resumed, without
+    ``force``. Files data_gen did not write are never touched; they make it raise.
+
+    Args:
+        cfg: the dataset; ``cfg.out`` is the cache folder.
+        progress: show a progress bar when generating.
+        elsewhere: how the user picks another folder, for the error about foreign files.
+
+    Raises:
+        FileExistsError: the folder holds files data_gen did not write.
+        ValueError: its manifest lists a path outside it.
+    """
+    out = Path(cfg.out)
+    target = Target(out.resolve(), f"dataset cache {str(out)!r}",
+                    Replace.FORCE if cfg.force else Replace.ANY_KIND, f"delete it or {elsewhere}")
+    old = read_manifest(out)
+    if (old is not None and old.get("kind", Kind.DATASET.value) == Kind.DATASET.value
+            and old.get("args") == json.loads(json.dumps(cfg.recipe()))):
+        try:
+            paths = manifest_paths(target.path, old, target.label)
+        except ValueError:
+            paths = None  # generate() says why
+        if paths is not None and all((out / p).is_file() for p in paths):
+            return out
+    generate(cfg, progress=progress, target=target)
+    return out

@@ -119,3 +119,69 @@ def test_bad_inputs_cli(tmp_path, capsys):
     assert main(["--bad-inputs", str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     assert "bomb.jpg" in out and "exif_rotated.jpg" in out
+
+
+# --- where --bad-inputs writes (data_gen/outdir.py, data_gen/partial.py) ---------------------
+
+PROBLEMS = {"truncated.jpg", "zero_bytes.jpg", "bomb.jpg", "cmyk.jpg", "bad_manifest.json"}
+TINY_ARGS = ["--num-images", "6", "--classes", "2", "--width-range", "32,48", "--workers", "1",
+             "--quiet"]
+
+
+def _files(root):
+    """``{relative path: bytes}`` of every file under ``root``."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in Path(root).rglob("*")
+            if p.is_file()}
+
+
+def test_the_corpus_manifest_lists_every_file_it_wrote(corpus):
+    from data_gen.generate import read_manifest
+
+    m = read_manifest(corpus)
+    assert m["kind"] == "bad-inputs"
+    listed = {f["path"] for f in m["files"]}
+    on_disk = set(_files(corpus))
+    assert on_disk == listed | {"manifest.json"}
+    assert {f"class_0001/{n}" for n in ("truncated.jpg", "bomb.jpg")} | {BAD_MANIFEST} <= listed
+    assert set(_manifest(corpus)["files"]) == listed - {BAD_MANIFEST}
+
+
+def test_bad_inputs_over_a_dataset_refuses_unless_forced(tmp_path, capsys):
+    from data_gen.__main__ import main
+
+    d = tmp_path / "d"
+    assert main(["--out", str(d), *TINY_ARGS]) == 0
+    before = _files(d)
+    capsys.readouterr()
+    assert main(["--bad-inputs", str(d)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "dataset" in err and "--force" in err
+    assert _files(d) == before and sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    assert main(["--bad-inputs", str(d), "--force"]) == 0
+    files = _files(d)
+    assert set(files) == set(_manifest(d)["files"]) | {BAD_MANIFEST, "manifest.json"}
+    assert not any(files.get(p) == b for p, b in before.items() if p != "manifest.json")
+
+
+def test_a_dataset_over_a_corpus_leaves_no_problem_files(tmp_path, capsys):
+    from data_gen.__main__ import main
+    from data_gen.generate import read_manifest
+
+    d = tmp_path / "d"
+    make_bad_inputs(d, good=4)
+    before = _files(d)
+    assert main(["--out", str(d), *TINY_ARGS]) == 2
+    assert "bad-inputs corpus" in capsys.readouterr().err
+    assert _files(d) == before
+    assert main(["--out", str(d), *TINY_ARGS, "--force"]) == 0
+    files = set(_files(d))
+    assert files == {f["path"] for f in read_manifest(d)["files"]} | {"manifest.json"}
+    assert len(files) == 7 and not {Path(p).name for p in files} & PROBLEMS
+
+
+def test_regenerating_a_corpus_replaces_it_whole(tmp_path):
+    d = tmp_path / "d"
+    make_bad_inputs(d, good=6)
+    m = make_bad_inputs(d, good=4, seed=1)  # the same kind: no force needed
+    assert set(_files(d)) == set(m["files"]) | {BAD_MANIFEST, "manifest.json"}
+    assert len([p for p in m["files"] if "img_" in p]) == 4
