@@ -148,7 +148,7 @@ def pin(_paths, repeats, batch=256, size=224, iters=120, warmup=15, workers=6, d
         else:
             ring = PinnedRing(depth + 1) if mode == "ring" else None
             pf = CudaPrefetcher(dev, 2, depth, finish, upload=ring.upload if ring else None)
-            feed = (b.images for b in pf(dl))
+            feed = (b.images for b, _ in pf((x, y, None) for x, y in dl))
         times = []
         for k, x in enumerate(feed):
             x.sum()  # consume on the current stream

@@ -86,17 +86,20 @@ def test_decoder_failure_under_skip_is_replaced_named_and_counted(
         assert sorted(named) == sorted(victims * 2) and ld.stats["bad_files"] == 6
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_skips_are_counted_when_seen_even_if_the_epoch_is_cut_short(tiny_root, tmp_path, backend):
+def test_skips_are_counted_when_seen_even_if_the_epoch_is_cut_short(
+        tiny_root, tmp_path, backend, device):
     root = copy_root(tiny_root, tmp_path / "r")
-    _break(root, [0, 2, 9, 11, 12], "truncated")  # in batches 0 and 1 of 5
+    _break(root, [0, 2, 9, 11, 12, 30], "truncated")  # 5 in batches 0 and 1, 1 in batch 3
     counts = []
-    with create_loader(backend, _cfg(root, on_bad_file="skip")) as ld:
+    with create_loader(backend, _cfg(root, on_bad_file="skip", device=device)) as ld:
         for epoch in range(3):
             ld.set_epoch(epoch)
             for i, _ in enumerate(ld):
-                if i == 3:
-                    break
+                assert ld.stats["bad_files"] == 5 * epoch + (2 if i == 0 else 5)
+                if i == 2:
+                    break  # batch 3, with the sixth file, is prefetched but never handed out
             counts.append(ld.stats["bad_files"])
     assert counts == [5, 10, 15]
 

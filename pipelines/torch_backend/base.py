@@ -1,7 +1,8 @@
 """What the two torch backends share: the listing, the DataLoader, the lifecycle."""
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -13,6 +14,14 @@ from ..types import Batch
 from ..validate import BadFileError
 from . import shm
 from .dataset import Bad, JpegDataset, PlanBatchSampler, collate_skipping
+
+
+@dataclass
+class _Bad:
+    """The bad files that travel with one batch (and the wholly-bad batches dropped before it)."""
+
+    files: List[Tuple[str, str]] = field(default_factory=list)
+    dropped: int = 0
 
 
 class TorchLoaderBase:
@@ -83,25 +92,44 @@ class TorchLoaderBase:
             raise RuntimeError("this loader is closed; create a new one with create_loader()")
         self._indices = []
         self.stats.start_epoch(self.sampler.epoch)
-        for batch in self._batches(self._cpu_batches()):
+        for batch, bad in self._batches(self._cpu_batches()):
+            self._report(bad)
             yield batch
         self.stats.end_epoch()
         if self.config.debug_indices:
-            self.last_indices = np.concatenate(self._indices) if self._indices else np.empty(0, np.int64)
+            self.last_indices = (np.concatenate(self._indices) if self._indices
+                                 else np.empty(0, np.int64))
+
+    def _report(self, bad) -> None:
+        """Raise (``error``) or count (``skip``) the bad files of the batch being handed out.
+
+        Bad files travel with their batch (``bad`` is a ``_Bad`` record), so they are reported
+        when the consumer reaches that batch, also when the batches are prefetched ahead."""
+        if not bad.files:
+            return
+        if self.config.on_bad_file is BadFilePolicy.ERROR:
+            raise BadFileError(*bad.files[0])
+        self.stats.add(bad.files)
+        self.stats.dropped_batches += bad.dropped
 
     def _cpu_batches(self):
+        """``(images, labels, _Bad)`` per batch; a batch with no good sample is not yielded, its
+        bad files ride with the next batch (or come last, with no batch)."""
+        carry = _Bad()
         for images, labels, idx, bad in self.loader:
-            if bad:
-                if self.config.on_bad_file is BadFilePolicy.ERROR:
-                    raise BadFileError(*bad[0])
-                self.stats.add(bad, dropped_batch=images is None)
-                if images is None:
-                    continue
+            carry.files += bad
+            if images is None:
+                carry.dropped += 1
+                continue
             if self.config.debug_indices:
                 self._indices.append(idx.numpy())
-            yield images, labels
+            yield images, labels, carry
+            carry = _Bad()
+        if carry.files:
+            self._report(carry)
 
-    def _batches(self, cpu_batches) -> Iterator[Batch]:  # pragma: no cover - abstract
+    def _batches(self, cpu_batches) -> Iterator:  # pragma: no cover - abstract
+        """``(Batch, _Bad)`` for each ``(images, labels, _Bad)`` of ``cpu_batches``."""
         raise NotImplementedError
 
     def close(self) -> None:

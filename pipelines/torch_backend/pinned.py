@@ -55,13 +55,13 @@ class PinnedLoader(TorchLoaderBase):
         if self._prefetcher is not None:
             yield from self._prefetcher(cpu_batches)
             return
-        for images, labels in cpu_batches:
+        for images, labels, bad in cpu_batches:
             if self.ring is not None:
                 images, labels = self.ring.upload(images, labels, self.device)
             elif self.on_cuda:
                 images = images.to(self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
-            yield Batch(self._finish(images), labels)
+            yield Batch(self._finish(images), labels), bad
 
 
 def _user_tail(images: torch.Tensor, tail, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:

@@ -18,13 +18,18 @@ A batch is copied (``non_blocking=True``, from pinned memory) and normalised on 
    ``pin_mode="ring"`` the source is a slot of a ``PinnedRing``, which records an event on ``s``
    behind the copy and waits on it before it refills that slot.
 
+Errors keep their place: the source is read ``depth`` batches ahead, so an exception raised
+while pulling a batch is held in the queue and raised when the consumer reaches that position,
+after the batches before it (``BadFileError`` at its batch, as without prefetch). Each source
+item may carry an opaque ``meta`` (the batch's bad files), handed out with its batch.
+
 The side streams are created at high priority so a copy is not queued behind a long model step.
 ``streams == 0`` skips all of this: copies go on the consumer's stream (pin-memory only).
 """
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
 import torch
 
@@ -58,8 +63,8 @@ class CudaPrefetcher:
         self.finish = finish
         self.upload = upload
 
-    def _submit(self, k: int, cpu: Tuple[torch.Tensor, torch.Tensor]):
-        images, labels = cpu
+    def _submit(self, k: int, cpu: Tuple[torch.Tensor, torch.Tensor, Any]):
+        images, labels, meta = cpu
         s = self.streams[k % len(self.streams)]
         with torch.cuda.stream(s):
             if self.upload is not None:
@@ -70,25 +75,43 @@ class CudaPrefetcher:
             x = self.finish(x)
             ev = torch.cuda.Event()
             ev.record(s)
-        return x, y, ev, cpu
+        return x, y, ev, meta, cpu
 
-    def __call__(self, source: Iterable[Tuple[torch.Tensor, torch.Tensor]]) -> Iterator[Batch]:
+    def __call__(self, source: Iterable[Tuple[torch.Tensor, torch.Tensor, Any]]
+                 ) -> Iterator[Tuple[Batch, Any]]:
+        """Yield ``(Batch, meta)`` for each ``(images, labels, meta)`` of ``source``, in order."""
         it = iter(source)
         inflight: deque = deque()
         k = 0
-        for cpu in it:
-            inflight.append(self._submit(k, cpu))
-            k += 1
-            if len(inflight) >= self.depth:
+        failed = False
+
+        def pull() -> None:
+            nonlocal k, failed
+            if failed:
+                return
+            try:
+                nxt = next(it, None)
+            except Exception as e:  # held until the consumer reaches this position
+                inflight.append(e)
+                failed = True
+                return
+            if nxt is not None:
+                inflight.append(self._submit(k, nxt))
+                k += 1
+
+        while len(inflight) < self.depth:
+            n = len(inflight)
+            pull()
+            if len(inflight) == n or failed:
                 break
         while inflight:
-            x, y, ev, _cpu = inflight.popleft()
+            item = inflight.popleft()
+            if isinstance(item, Exception):
+                raise item
+            x, y, ev, meta, _cpu = item
             consumer = torch.cuda.current_stream(self.device)
             consumer.wait_event(ev)          # rule 1: order before use
             x.record_stream(consumer)        # rule 2: device memory lifetime
             y.record_stream(consumer)
-            yield Batch(x, y)
-            nxt = next(it, None)             # refill after the consumer has had its batch
-            if nxt is not None:
-                inflight.append(self._submit(k, nxt))
-                k += 1
+            yield Batch(x, y), meta
+            pull()                           # refill after the consumer has had its batch
