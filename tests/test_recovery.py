@@ -151,3 +151,20 @@ def test_dali_break_then_error_then_clean_epochs(tiny_root, tmp_path, device):
         ld.set_epoch(1)
         it = iter(ld)
         assert len(next(it)[1]) == 8  # the first batch of the next epoch arrives
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("policy", ["skip", "error"])
+def test_corrupt_png_named_jpg_is_a_bad_file_not_a_crashed_worker(tmp_path, tiny_root, backend,
+                                                                  policy):
+    from utils import corrupt_png
+
+    root = copy_root(tiny_root, tmp_path / "r")
+    victim = root / "class_0001" / "zz_corrupt.jpg"
+    victim.write_bytes(corrupt_png())
+    with create_loader(backend, _cfg(root, on_bad_file=policy)) as ld:
+        if policy == "error":
+            with pytest.raises(BadFileError, match="zz_corrupt.jpg"):
+                _epoch(ld)
+        else:
+            assert sum(_epoch(ld)) == 38 and [p for p, _ in ld.stats["bad"]] == [str(victim)]

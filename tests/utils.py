@@ -39,3 +39,16 @@ def plan_position(loader_cfg, n: int, index: int, epoch: int = 0) -> int:
         if index in b.tolist():
             return pos
     raise AssertionError(f"index {index} not in the plan")
+
+
+def corrupt_png(w: int = 64, h: int = 48, seed: int = 0) -> bytes:
+    """A PNG whose compressed image data (IDAT) has flipped bits: libpng reports an error, which
+    crashed torchvision's PNG decoder with a segmentation fault (found by the fuzzer)."""
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(buf, "PNG")
+    b = bytearray(buf.getvalue())
+    i = b.find(b"IDAT") + 4
+    for k in (40, 300, 700, 1500):
+        b[i + k] ^= 0x5A
+    return bytes(b)

@@ -17,10 +17,13 @@ from nvidia.dali import fn, pipeline_def, types
 
 def dali_reason(exc: BaseException) -> str:
     """A one-line reason from a DALI pipeline error (its most specific line)."""
+    generic = ("Error in", "Current pipeline", "Critical error", "which was used", "File ",
+               "encountered", "return ", "^")
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(generic)] or lines
     for key in ("failure", "Error", "error", "Invalid", "invalid"):
         for ln in reversed(lines):
-            if key in ln and not ln.startswith(("Error in", "Current pipeline", "Critical error")):
+            if key in ln:
                 return f"DALI decoder: {ln}"
     return f"DALI decoder: {lines[-1] if lines else type(exc).__name__}"
 

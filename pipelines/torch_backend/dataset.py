@@ -24,20 +24,26 @@ warnings.filterwarnings(
 )
 
 
+def _pil_rgb(data: bytes) -> torch.Tensor:
+    import io
+
+    with Image.open(io.BytesIO(data)) as im:
+        rgb = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+    return torch.from_numpy(rgb.copy()).permute(2, 0, 1)
+
+
 def decode_rgb(data: bytes) -> torch.Tensor:
     """Decode encoded image bytes to a ``uint8`` ``3 x H x W`` RGB tensor on the CPU.
 
-    ``torchvision.io`` (libjpeg-turbo) is used rather than PIL: measured on the default generated
-    set, decode + RandomResizedCrop + flip took a median 1.19 ms/img against 2.06 ms/img through
-    PIL (one thread, 300 images, 5 repeats; ``python -m compare.microbench decode``). Grayscale and CMYK come out as RGB
-    and the EXIF orientation is applied, as DALI's decoders do by default.
+    JPEGs go through ``torchvision.io`` (libjpeg-turbo), which is faster than PIL here
+    (``python -m compare.microbench decode``, docs/results/cpu/microbench.json). Anything else
+    (a PNG named .jpg) goes through PIL: torchvision's PNG decoder crashes the process with a
+    segmentation fault on corrupt PNG data (libpng's error longjmp; found by
+    ``python -m compare fuzz``), where PIL raises. Grayscale and CMYK come out as RGB and the
+    EXIF orientation is applied, as DALI's decoders do by default.
     """
-    if decode_image is None:  # pragma: no cover
-        import io
-
-        with Image.open(io.BytesIO(data)) as im:
-            rgb = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
-            return torch.from_numpy(rgb.copy()).permute(2, 0, 1)
+    if decode_image is None or not data.startswith(b"\xff\xd8"):
+        return _pil_rgb(data)
     t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     return decode_image(t, mode=ImageReadMode.RGB, apply_exif_orientation=True)
 
