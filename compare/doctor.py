@@ -2,11 +2,11 @@
 
 Checks /dev/shm against workers x prefetch x batch bytes, workers against CPU cores, the pinned
 memory the ``pinned`` backend will hold, CUDA and its driver, DALI, and whether the GPU has a
-hardware JPEG decoder.
+hardware JPEG decoder. A setting that no loader accepts (a negative worker count, a batch size
+of 0) is a ``[FAIL]`` line naming the option, and the exit status is 2.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -14,6 +14,8 @@ from typing import List, Tuple
 
 from pipelines.config import _default_workers
 from pipelines.torch_backend.shm import HEADROOM, fit_to_shm, shm_free_bytes, shm_need
+
+from . import cli
 
 # GPUs with NVJPG hardware JPEG decoder engines (DALI uses them through hw_decoder_load).
 HW_JPEG_CAPABILITIES = {(8, 0): "A100/A30", (9, 0): "H100/H200/GH200", (10, 0): "B200/GB200"}
@@ -25,9 +27,34 @@ def _mib(b: float) -> str:
     return f"{b / 2**20:,.0f} MiB"
 
 
+def invalid(batch_size: int, workers: int, prefetch: int, image_size: int) -> List[Line]:
+    """A ``FAIL`` line per setting that no loader accepts, in ``LoaderConfig``'s own words
+    (e.g. ``--workers: num_workers=-1 must be an int >= 0``); empty when all are valid."""
+    out: List[Line] = []
+    for topic, kw in (("batch size", {"batch_size": batch_size}),
+                      ("workers", {"num_workers": workers}),
+                      ("prefetch", {"prefetch": prefetch})):
+        try:
+            cli.loader_config(root=".", device="cpu", **kw)
+        except ValueError as e:
+            out.append(("FAIL", topic, str(e)))
+    try:
+        cli.augment(size=image_size)
+    except ValueError as e:
+        out.append(("FAIL", "image size", str(e)))
+    return out
+
+
 def check(batch_size: int, workers: int, prefetch: int, image_size: int,
           shm_free: int | None, cores: int, cuda: dict, dali: str | None) -> List[Line]:
-    """Pure function of the facts, so it can be tested with any machine's numbers."""
+    """Pure function of the facts, so it can be tested with any machine's numbers.
+
+    Settings that no loader accepts (``invalid``) give ``FAIL`` lines and nothing else: the
+    other checks would be advice about a setup that cannot run.
+    """
+    bad = invalid(batch_size, workers, prefetch, image_size)
+    if bad:
+        return bad
     out: List[Line] = []
     px = 3 * image_size ** 2
     f32, u8 = batch_size * px * 4, batch_size * px
@@ -102,7 +129,8 @@ def facts() -> Tuple[int, dict, str | None]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m compare doctor", description=__doc__)
+    """Print the report. Exit status: 2 when a setting is invalid (``FAIL``), 1 on a ``WARN``."""
+    p = cli.Parser(prog="python -m compare doctor", description=__doc__)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
     p.add_argument("--prefetch", type=int, default=2)
@@ -115,7 +143,8 @@ def main(argv=None) -> int:
           f"prefetch {a.prefetch}")
     for status, topic, msg in lines:
         print(f"[{status:4s}] {topic:22s} {msg}")
-    return 1 if any(s == "WARN" for s, _, _ in lines) else 0
+    statuses = {s for s, _, _ in lines}
+    return 2 if "FAIL" in statuses else 1 if "WARN" in statuses else 0
 
 
 if __name__ == "__main__":

@@ -3,19 +3,22 @@
 A loader that leaks (pinned buffers, DALI allocations, worker RSS) shows it here long before a
 90-epoch run dies. Per epoch it records host RSS (this process + its workers), torch's allocated
 and reserved CUDA memory, and NVML's device memory in use (which also sees DALI's own pools).
+Arguments are checked before the first epoch (``compare.cli``); ``memory.json`` is rewritten
+after each backend, so a backend that fails late leaves the finished ones on disk.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
-from pathlib import Path
+import traceback
 
 import torch
 
-from pipelines import AugmentSpec, Backend, LoaderConfig, create_loader
+from pipelines import AugmentSpec, LoaderConfig, create_loader
+
+from . import cli
 
 
 def host_rss_mib() -> float:
@@ -87,26 +90,43 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
+PROG = "python -m compare.memory"
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m compare.memory", description=__doc__)
+    p = cli.Parser(prog=PROG, description=__doc__)
     p.add_argument("--data", required=True)
-    p.add_argument("--backends", default="dali")
+    p.add_argument("--backends", default="dali", help="comma list of dali,pinned,pageable")
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--out", required=True, help="output directory for memory.json")
     a = p.parse_args(argv)
     cuda = torch.cuda.is_available()
+    try:  # every argument, before the first epoch (compare.cli)
+        backends = cli.parse_backends(a.backends, note=cli.note(PROG))
+        cli.at_least("--epochs", a.epochs, 1)
+        cfg = cli.loader_config(root=a.data, batch_size=a.batch_size,
+                                augment=AugmentSpec(size=224), num_workers=a.workers,
+                                device="cuda" if cuda else "cpu",
+                                dtype="bfloat16" if cuda else "float32", channels_last=cuda)
+        paths, _ = cli.list_dataset(a.data)
+        cli.check_batches(len(paths), cfg)
+        out = cli.writable_dir(a.out, "--out") / "memory.json"
+    except (ValueError, TypeError) as e:
+        return cli.fail(PROG, e)
     result = {}
-    for b in a.backends.split(","):
-        Backend.parse(b)
-        cfg = LoaderConfig(root=a.data, batch_size=a.batch_size, augment=AugmentSpec(size=224),
-                           num_workers=a.workers, device="cuda" if cuda else "cpu",
-                           dtype="bfloat16" if cuda else "float32", channels_last=cuda)
-        rows = track(b, cfg, a.epochs)
-        result[b] = {"epochs": rows, "summary": summarize(rows)}
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out) / "memory.json").write_text(json.dumps(result, indent=1))
+    for b in backends:
+        try:
+            rows = track(b.value, cfg, a.epochs)
+        except Exception as e:  # noqa: BLE001 - one line; the traceback goes to error.log
+            log = out.with_name("error.log")
+            log.write_text(traceback.format_exc())
+            kept = f"{out} holds {', '.join(result)}" if result else "nothing was written"
+            return cli.fail(PROG, f"backend {b.value} failed: {type(e).__name__}: {e}; {kept}; "
+                            f"traceback in {log}", 1)
+        result[b.value] = {"epochs": rows, "summary": summarize(rows)}
+        out.write_text(json.dumps(result, indent=1))  # after each backend: a late error loses none
     for b, r in result.items():
         print(b, json.dumps(r["summary"]))
     return 0

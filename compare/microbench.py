@@ -20,7 +20,9 @@ import time
 import numpy as np
 import torch
 
-from pipelines.indexing import list_samples
+from pipelines import dali_available
+
+from . import cli
 
 
 def _median(fn, repeats: int) -> float:
@@ -168,17 +170,29 @@ def pin(_paths, repeats, batch=256, size=224, iters=120, warmup=15, workers=6, d
     return out
 
 
+PROG = "python -m compare.microbench"
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m compare.microbench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.Parser(prog=PROG, description=__doc__,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["decode", "validate", "feed", "pin"])
     p.add_argument("--data", help="an ImageFolder root (all but pin)")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args(argv)
-    if a.what != "pin" and not a.data:
-        p.error(f"{a.what} needs --data DIR")
-    paths = list_samples(a.data)[0][: a.images] if a.data else []
+    try:  # every argument, before any measurement (compare.cli)
+        cli.at_least("--images", a.images, 1)
+        cli.at_least("--repeats", a.repeats, 1)
+        if a.what == "pin" and not torch.cuda.is_available():
+            raise ValueError("pin needs CUDA (it measures pinned host memory and H2D)")
+        if a.what == "feed" and not dali_available():
+            raise ValueError("feed needs nvidia-dali: pip install 'gpu-feed[dali]'")
+        if a.what != "pin" and not a.data:
+            raise ValueError(f"--data DIR is needed by {a.what}")
+        paths = cli.list_dataset(a.data)[0][: a.images] if a.data else []
+    except ValueError as e:
+        return cli.fail(PROG, e)
     res = {"decode": decode, "validate": validate, "feed": feed, "pin": pin}[a.what](paths, a.repeats)
     print(json.dumps({"what": a.what, **({"images": len(paths)} if paths else {}),
                       "repeats": a.repeats,

@@ -99,8 +99,15 @@ def markdown(res: SuiteResult) -> str:
         "Values are medians over repeats, ± half the range. % ceiling compares with the same step "
         "on a batch already on the device.",
         "",
-        head + body,
     ]
+    if not res.complete:
+        planned = len(s.get("variants") or ()) or "?"
+        why = f" Stopped by: {s['error']}" if s.get("error") else ""
+        lines += [f"**Partial results**: {len(res.variants)} of {planned} variants finished "
+                  f"(`complete: false` in results.json).{why}", ""]
+    lines += [head + body]
+    if s.get("notes"):
+        lines += ["**Notes**", ""] + [f"- {x}" for x in s["notes"]] + [""]
     if w:
         lines += ["**Warnings**", ""] + [f"- {x}" for x in w] + [""]
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -53,13 +54,18 @@ class VariantResult:
 
 @dataclass(frozen=True)
 class SuiteResult:
-    """A whole comparison: environment, the shared setup, the ceiling and every variant."""
+    """A whole comparison: environment, the shared setup, the ceiling and every variant.
+
+    ``complete`` is False while the suite runs (``results.json`` is rewritten after each
+    variant) and in a run that stopped early; ``setup["error"]`` then says why.
+    """
 
     env: Dict[str, object]
     setup: Dict[str, object]
     ceiling: Optional[VariantResult]
     variants: Tuple[VariantResult, ...] = field(default_factory=tuple)
     schema: str = SCHEMA
+    complete: bool = True
 
     def variant(self, label: str) -> VariantResult:
         for v in self.variants:
@@ -86,7 +92,12 @@ class SuiteResult:
         return v.median("samples_per_s") / b.median("samples_per_s")
 
     def dump(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1, default=str))
+        """Write JSON atomically (a sibling file renamed over ``path``): a reader or a crash
+        mid-write never sees half a file."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1, default=str))
+        os.replace(tmp, path)
 
     @classmethod
     def from_dict(cls, d: Dict) -> "SuiteResult":
@@ -102,7 +113,8 @@ class SuiteResult:
                                  v["h2d_bytes_per_sample"], reps)
 
         return cls(d["env"], d["setup"], var(d["ceiling"]),
-                   tuple(var(v) for v in d["variants"]), d["schema"])
+                   tuple(var(v) for v in d["variants"]), d["schema"],
+                   bool(d.get("complete", True)))
 
     @classmethod
     def load(cls, path: str | Path) -> "SuiteResult":

@@ -31,3 +31,18 @@ def test_doctor_cli_prints_a_report(capsys):
     rc = main(["--batch-size", "8", "--workers", "1"])
     out = capsys.readouterr().out
     assert "/dev/shm" in out and "pinned memory" in out and rc in (0, 1)
+
+
+def test_settings_no_loader_accepts_fail_and_name_the_option():
+    lines = check(-4, -1, 0, 224, shm_free=8 * GiB, cores=16, cuda=H200, dali="2.4")
+    assert {s for s, _, _ in lines} == {"FAIL"}
+    msgs = [m for _, _, m in lines]
+    assert msgs == ["--batch-size: batch_size=-4 must be an int >= 1",
+                    "--workers: num_workers=-1 must be an int >= 0",
+                    "--prefetch: prefetch=0 must be an int >= 1"]
+
+
+def test_doctor_cli_exits_2_on_a_fail(capsys):
+    assert main(["--workers", "-1"]) == 2
+    out = capsys.readouterr().out
+    assert "[FAIL] workers" in out and "--workers" in out and "/dev/shm" not in out

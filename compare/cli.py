@@ -1,0 +1,169 @@
+"""Argument checks shared by every ``compare`` command-line tool.
+
+``python -m compare``, ``compare train``, ``compare doctor``, ``compare.memory`` and
+``compare.microbench`` validate their arguments here, before any work, so the same mistake gets
+the same message everywhere. A user error is one line that names the option, printed as
+``<prog>: error: <message>`` with exit status 2 and no traceback.
+
+Loader options are checked by ``LoaderConfig`` (and ``AugmentSpec``) themselves, never copied
+here: their message is the one the user sees, prefixed by the command-line option, e.g.
+``--batch-size: batch_size=0 must be an int >= 1``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Callable, List, Mapping, Optional, Tuple
+
+from pipelines import (AugmentSpec, Backend, LastBatchPolicy, LoaderConfig, available_backends,
+                       list_samples)
+from pipelines.indexing import check_nonempty
+
+# LoaderConfig / AugmentSpec field -> the command-line option that sets it.
+FLAGS = {
+    "root": "--data", "batch_size": "--batch-size", "num_workers": "--workers",
+    "prefetch": "--prefetch", "seed": "--seed", "dtype": "--dtype", "device": "--device",
+    "on_bad_file": "--on-bad-file", "transform": "--transform", "size": "--image-size",
+    "mode": "--mode",
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse`` with one-line errors (argparse prints the whole usage block first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def fail(prog: str, err: object, code: int = 2) -> int:
+    """Print ``err`` as one line on stderr; return ``code`` (2: a usage error)."""
+    msg = " ".join(str(err).split("\n"))
+    print(f"{prog}: error: {msg}", file=sys.stderr, flush=True)
+    return code
+
+
+def note(prog: str) -> Callable[[str], None]:
+    """A one-line ``<prog>: note: ...`` printer (stderr, so JSON on stdout stays clean)."""
+    return lambda msg: print(f"{prog}: note: {msg}", file=sys.stderr, flush=True)
+
+
+def at_least(option: str, value: int, lo: int) -> int:
+    """``value`` if it is ``>= lo``, else ``ValueError`` naming ``option``."""
+    if value < lo:
+        raise ValueError(f"{option} {value} must be >= {lo}")
+    return value
+
+
+def positive(option: str, value: float) -> float:
+    """``value`` if it is a finite number > 0, else ``ValueError`` naming ``option``."""
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{option} {value} must be a number > 0")
+    return value
+
+
+def option_error(err: Exception, flags: Mapping[str, str] = FLAGS,
+                 where: str = "") -> ValueError:
+    """A ``LoaderConfig``-style error (``"name=value ..."``) prefixed by its option.
+
+    Example: ``ValueError("num_workers=-1 must be an int >= 0")`` -> ``"--workers:
+    num_workers=-1 must be an int >= 0"``; with ``where="variant 'x'"``, ``"--workers (variant
+    'x'): ..."``.
+    """
+    msg = str(err)
+    m = re.match(r"(\w+)=", msg)
+    flag = flags.get(m.group(1)) if m else None
+    head = " ".join(x for x in (flag, f"({where})" if where else "") if x)
+    return ValueError(f"{head}: {msg}" if head else msg)
+
+
+def loader_config(flags: Mapping[str, str] = FLAGS, **kw) -> LoaderConfig:
+    """``LoaderConfig(**kw)``; its errors name the command-line option (see ``option_error``)."""
+    try:
+        return LoaderConfig(**kw)
+    except (ValueError, TypeError) as e:
+        raise option_error(e, flags) from None
+
+
+def augment(**kw) -> AugmentSpec:
+    """``AugmentSpec(**kw)``; ``size`` errors name ``--image-size``, ``mode`` ``--mode``."""
+    try:
+        return AugmentSpec(**kw)
+    except (ValueError, TypeError) as e:
+        raise option_error(e) from None
+
+
+def parse_backends(spec: str, option: str = "--backends",
+                   note: Optional[Callable[[str], None]] = None) -> List[Backend]:
+    """``"dali,pinned"`` -> backends, each once, all installed here.
+
+    Raises:
+        ValueError: the list names no backend (``","``), an unknown one, or one not installed.
+    """
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise ValueError(f"{option} {spec!r} names no backend; give a comma list of "
+                         f"{','.join(b.value for b in Backend)}")
+    try:
+        parsed = [Backend.parse(n) for n in names]
+    except ValueError as e:
+        raise ValueError(f"{option}: {e}") from None
+    out = list(dict.fromkeys(parsed))
+    if len(out) < len(parsed) and note:
+        twice = sorted({b.value for b in parsed if parsed.count(b) > 1})
+        note(f"{option} lists {', '.join(twice)} more than once; each runs once")
+    avail = available_backends()
+    missing = [b.value for b in out if b not in avail]
+    if missing:
+        raise ValueError(f"{option} {','.join(missing)}: not installed here "
+                         "(pip install 'gpu-feed[dali]')")
+    return out
+
+
+def writable_dir(path: str | os.PathLike, option: str = "--out") -> Path:
+    """Create ``path`` and prove it can be written (a probe file is written and deleted).
+
+    Raises:
+        ValueError: naming ``option``, when the folder cannot be made or written.
+    """
+    p = Path(path)
+    probe = p / f".gpu-feed-probe-{os.getpid()}"
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as e:
+        raise ValueError(f"{option} {str(p)!r} cannot be written ({e.strerror or e}); "
+                         "choose another folder") from None
+    return p
+
+
+def list_dataset(root: str | os.PathLike, option: str = "--data",
+                 allow_empty: bool = False) -> Tuple[List[str], List[str]]:
+    """``(paths, classes)`` of an ImageFolder root; errors (``DatasetRootError``) name ``option``."""
+    try:
+        paths, _, classes = list_samples(root, allow_empty=allow_empty)
+    except ValueError as e:  # DatasetRootError: "root='...' does not exist"
+        raise type(e)(f"{option}: {e}") from None
+    return paths, classes
+
+
+def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
+                  where: str = "") -> None:
+    """Refuse ``cfg`` when an epoch of ``n`` samples would yield no batch (``check_nonempty``).
+
+    The command-line tools do not expose ``last_batch``, so the usual case (one rank, a batch
+    larger than the dataset under ``drop``) is said in terms of ``--batch-size``.
+    """
+    try:
+        check_nonempty(n, cfg)
+    except ValueError as e:
+        if cfg.world_size > 1 or cfg.last_batch is not LastBatchPolicy.DROP:
+            raise option_error(e, flags, where) from None
+        flag = flags.get("batch_size", "batch_size")
+        ctx = f" ({where})" if where else ""
+        raise ValueError(f"{flag} {cfg.batch_size}{ctx} gives no batch: the dataset holds {n} "
+                         f"images and the last, partial batch is dropped; use {flag} <= {n}"
+                         ) from None
