@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from compare import fuzz
+from compare.fuzz import mutations
 from pipelines import dali_available, list_samples
 from pipelines.validate import jpeg_size
 
@@ -49,7 +50,7 @@ def test_bitflips_flip_1_to_8_bits_at_the_named_offsets():
             bits = sum(bin(data[i] ^ out[i]).count("1") for i in diff)
             assert 1 <= bits <= 8, desc
             if kind == "header bitflip":  # only before the scan / the image data
-                assert max(offs) < fuzz._header_end(data), desc
+                assert max(offs) < mutations._header_end(data), desc
                 assert re.search(r"\((\w+,?)+\)$", desc), desc
 
 
@@ -70,22 +71,22 @@ def test_truncate_insert_delete_do_what_they_say():
 
 def test_duplicate_repeats_one_segment_or_chunk_in_place():
     for data, out, desc in _kinds("duplicate"):
-        if fuzz._is_png(data):
+        if mutations._is_png(data):
             typ = desc.rsplit(" ", 1)[1].encode()
-            before = [t for _, t, _ in fuzz._png_chunks(data)]
-            after = [t for _, t, _ in fuzz._png_chunks(out)]
+            before = [t for _, t, _ in mutations._png_chunks(data)]
+            after = [t for _, t, _ in mutations._png_chunks(out)]
             assert after.count(typ) == before.count(typ) + 1 or typ == b"IEND", desc
         else:
             m = re.match(r"duplicate marker FF([0-9A-F]{2})@(\d+)", desc)
             marker, off = int(m.group(1), 16), int(m.group(2))
-            seg = next(n for o, mk, n in fuzz._jpeg_segments(data) if o == off)
+            seg = next(n for o, mk, n in mutations._jpeg_segments(data) if o == off)
             assert data[off + 1] == marker
             assert out == data[:off + seg] + data[off:off + seg] + data[off + seg:], desc
 
 
 def test_dimension_edits_read_back():
     for data, out, desc in _kinds("dimension", n=20):
-        if fuzz._is_png(data):
+        if mutations._is_png(data):
             m = re.match(r"PNG (width|height) (\d+) \(IHDR(, stale CRC)?\)", desc)
             w, h = struct.unpack(">II", out[16:24])
             assert (w if m.group(1) == "width" else h) == int(m.group(2)), desc
@@ -190,7 +191,7 @@ def test_a_crashing_file_is_pinned_down_and_the_search_goes_on(tiny_root, tmp_pa
         return real(data)
 
     monkeypatch.setattr(dataset, "decode_rgb", decode)
-    d = fuzz._Driver("pageable", str(tiny_root), tmp_path, epoch_timeout=30, max_crashes=5)
+    d = fuzz.Driver("pageable", str(tiny_root), tmp_path, epoch_timeout=30, max_crashes=5)
     d.run_skip() if policy == "skip" else d.run_error()
     assert d.complete and sorted(d.crash) == [2, 21] and d.bad == {}
     assert d.decoded == [k for k in range(len(paths)) if k not in (2, 21)]

@@ -1,0 +1,7 @@
+"""``python -m compare.fuzz``: see ``compare.fuzz.cli``."""
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
