@@ -5,7 +5,8 @@ Every backend runs :func:`check_image_bytes` before decoding (the torch backends
 they read for every sample; DALI once per file, see ``pipelines.dali.source``), so "bad" means
 the same thing everywhere: empty, not a JPEG/PNG, a JPEG with no end-of-image marker after its
 scan (truncated), a Huffman-coded JPEG whose scan is too short for the pixels its header claims
-(a forged or truncated header), a header with a zero or bomb-sized (> ``max_pixels``)
+(a forged or truncated header), a PNG whose image data is too short for its header even at
+deflate's best ratio, a header with a zero or bomb-sized (> ``max_pixels``)
 dimension. The walk accepts what libjpeg-turbo and PIL accept: fill and stray bytes between
 segments, and data after the end-of-image marker. The torch backends also treat a decoder
 exception as bad; DALI finds a file that fails inside its decoder by its recovery
@@ -98,6 +99,33 @@ def _min_scan_bytes(data: bytes, sof: int, w: int, h: int) -> int:
     return ((w + 7) // 8) * ((h + 7) // 8) // 8
 
 
+# deflate cannot compress better than about 1032:1 (a stream of zeros at level 9)
+_DEFLATE_MAX_RATIO = 1100
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+
+
+def _png_problem(data: bytes) -> Optional[str]:
+    """Why a PNG's chunks cannot hold the image its header claims, or ``None``."""
+    w, h = struct.unpack(">II", data[16:24])
+    depth, ctype = data[24], data[25]
+    if ctype not in _PNG_CHANNELS or depth not in (1, 2, 4, 8, 16):
+        return f"PNG header with colour type {ctype} and bit depth {depth}"
+    i, idat = 8, 0
+    while i + 8 <= len(data):
+        (n,) = struct.unpack(">I", data[i:i + 4])
+        kind = data[i + 4:i + 8]
+        if kind == b"IDAT":
+            idat += n
+        if kind == b"IEND":
+            break
+        i += 12 + n
+    raw = h * (1 + (w * _PNG_CHANNELS[ctype] * depth + 7) // 8)
+    if idat * _DEFLATE_MAX_RATIO + 1024 < raw:
+        return (f"truncated PNG: {idat} bytes of image data cannot hold {w}x{h} pixels "
+                f"({raw} bytes decompressed)")
+    return None
+
+
 def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Optional[str]:
     """Return why ``data`` is not a usable image, or ``None`` when it looks fine."""
     if len(data) == 0:
@@ -125,7 +153,9 @@ def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Opti
         return f"zero-sized image ({w}x{h})"
     if w * h > max_pixels:
         return f"decompression bomb: {w}x{h} = {w * h} pixels > max_pixels={max_pixels}"
-    if data.startswith(JPEG_SOI) and eoi - sos < _min_scan_bytes(data, sof, w, h):
+    if data.startswith(PNG_SIG):
+        return _png_problem(data)
+    if eoi - sos < _min_scan_bytes(data, sof, w, h):
         return (f"truncated JPEG: {eoi - sos} bytes of scan data cannot hold {w}x{h} pixels "
                 f"(at least {_min_scan_bytes(data, sof, w, h)})")
     return None

@@ -64,3 +64,26 @@ def test_truncated_main_image_after_an_exif_thumbnail_is_refused():
 
 def test_noise_is_not_an_image():
     assert "not a JPEG or PNG" in check_image_bytes(np.random.default_rng(0).bytes(100))
+
+
+def _png(mode, size, **kw):
+    buf = io.BytesIO()
+    Image.new(mode, size, 0).save(buf, "PNG", **kw)
+    return buf.getvalue()
+
+
+def test_png_with_a_forged_height_is_refused_though_pil_loads_it():
+    import struct
+    import zlib
+
+    d = bytearray(_png("RGB", (48, 40)))
+    d[20:24] = struct.pack(">I", 100000)
+    d[29:33] = struct.pack(">I", zlib.crc32(bytes(d[12:29])))  # a valid header CRC
+    Image.open(io.BytesIO(bytes(d))).load()                    # PIL: a mostly black image
+    assert "cannot hold 48x100000" in check_image_bytes(bytes(d))
+
+
+@pytest.mark.parametrize("mode, size", [("RGB", (4000, 3000)), ("1", (5000, 5000)),
+                                        ("P", (1000, 1000)), ("I;16", (300, 200)), ("L", (1, 1))])
+def test_flat_pngs_at_the_best_deflate_ratio_pass(mode, size):
+    assert check_image_bytes(_png(mode, size, optimize=True)) is None
