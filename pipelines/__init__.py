@@ -13,11 +13,13 @@ from .augment import AugmentSpec, Mode
 from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig, OutputDType, PinMode
 from .factory import Backend, available_backends, create_loader, dali_available
 from .indexing import DatasetRootError, epoch_batches, list_samples, num_batches
+from .migrate import InvalidTransformError, TransformError, UnsupportedTransformError
 from .types import Batch, BatchLoader
 from .validate import BadFileError
 
 __all__ = [
     "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig", "OutputDType", "PinMode", "Backend",
     "available_backends", "create_loader", "dali_available", "DatasetRootError", "epoch_batches",
-    "list_samples", "num_batches", "Batch", "BatchLoader",
+    "list_samples", "num_batches", "Batch", "BatchLoader", "InvalidTransformError",
+    "TransformError", "UnsupportedTransformError",
 ]

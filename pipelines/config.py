@@ -151,9 +151,15 @@ class LoaderConfig:
         dali_preallocate_width_hint, dali_preallocate_height_hint: decoder preallocation hints.
         on_bad_file: a ``BadFilePolicy`` (or ``"error"`` / ``"skip"``).
         max_image_pixels: images with more pixels are refused as decompression bombs.
-        transform: your own ``torchvision.transforms.v2.Compose`` instead of ``augment``. The
-            torch backends run it as it is (``pinned`` runs its ``ToDtype``/``Normalize`` tail on
-            the GPU); the DALI backend runs its translation (``pipelines.migrate``).
+        transform: your own torchvision transform instead of ``augment``: a v2 ``Compose``, a
+            single v2 or v1 transform, an ``nn.Sequential`` of transforms or a v1 ``Compose``
+            (stored as one flat v2 ``Compose``; anything else is a ``TypeError``). A sequence
+            torchvision itself would refuse on the decoded uint8 image (``Normalize`` before
+            any float conversion, ...) raises ``InvalidTransformError`` here. The torch
+            backends run it as it is (``pinned`` runs its ``ToDtype``/``Normalize`` tail on
+            the GPU); the DALI backend runs its translation or refuses it when the loader is
+            built (``pipelines.migrate``). A Compose with no float conversion gives the uint8
+            values as floats (0.0..255.0) in every backend.
         allow_empty_classes: keep class folders that hold no image (their class index is kept)
             instead of raising, as ``ImageFolder(allow_empty=True)``.
         debug_indices: also record the dataset index of every yielded sample in
@@ -196,8 +202,10 @@ class LoaderConfig:
         if not isinstance(self.root, (str, os.PathLike)):
             raise TypeError(f"root={self.root!r} must be a str or os.PathLike")
         s("root", Path(self.root))
-        if self.transform is not None and not hasattr(self.transform, "transforms"):
-            raise TypeError(f"transform={self.transform!r} must be a torchvision.transforms.v2.Compose")
+        if self.transform is not None:  # stored as a flat v2 Compose; see pipelines.migrate
+            from .migrate import check_transform
+
+            s("transform", check_transform(self.transform))
         if not isinstance(self.augment, AugmentSpec):
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")
         s("last_batch", _enum(LastBatchPolicy, "last_batch", self.last_batch))

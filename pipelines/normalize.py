@@ -23,7 +23,12 @@ def normalize_uint8(
 
 
 def finish_float(images: torch.Tensor, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
-    """Cast an already normalised float32 batch to the output dtype and memory format."""
+    """Cast a transformed batch to the output dtype and memory format.
+
+    A float batch (normalised by the transform) is cast as it is. An integer batch (a user
+    Compose with no float conversion) gives its values as floats, uint8 0..255 -> 0.0..255.0,
+    as the DALI translation does.
+    """
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     if images.dtype == dtype and images.is_contiguous(memory_format=fmt):
         return images

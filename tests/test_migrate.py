@@ -110,6 +110,28 @@ def test_random_resized_crop_area_and_aspect(tmp_path, what, device):
     assert ks(ref, bad) > D_CRIT, "the test cannot see a mistranslated scale/ratio"
 
 
+def test_random_resized_crop_fallback_is_centred_as_in_torchvision(tmp_path, monkeypatch):
+    """scale=(0.9, 1) on a 2:1 image: every attempt fails, torchvision centres the fallback
+    window. DALI's own generator (forced here as the wrong translation) puts it anywhere."""
+    from pipelines.migrate import translate
+
+    def make(scale):
+        return v2.Compose([v2.RandomResizedCrop(32, scale=scale), *TAIL])
+
+    def stat(x):
+        return x[:, 0, :, 0].mean(1).numpy()  # left edge = x offset of the window
+
+    arr = np.ascontiguousarray(marker(256)[:128])
+    assert translate.rrc_window((0.9, 1.0), (3 / 4, 4 / 3)) == "torchvision"
+    root = dataset(tmp_path, arr, "fallback")
+    ref, ok = stat(run_tv(arr, make((0.9, 1.0)))), stat(run_dali(root, make((0.9, 1.0))))
+    # one window for all (the centre): the same offset, within the resampling tolerance
+    assert np.ptp(ref) == 0 and np.ptp(ok) < 1.0 and abs(ref.mean() - ok.mean()) < 2.0
+    monkeypatch.setattr(translate, "rrc_window", lambda scale, ratio: "dali")
+    bad = stat(run_dali(root, make((0.9, 1.0))))
+    assert np.ptp(bad) > 20.0  # offsets spread over the image
+
+
 def test_random_crop_offsets(tmp_path):
     def make(size):
         return v2.Compose([v2.RandomCrop(size), *TAIL])
@@ -228,7 +250,7 @@ def test_normalize_matches(tmp_path, device):
 def test_unsupported_transforms_are_listed_with_positions():
     with pytest.raises(UnsupportedTransformError) as e:
         from_torchvision(v2.Compose([v2.RandomRotation(10), v2.CenterCrop(8), v2.RandomErasing(),
-                                     v2.RandomCrop(4, padding=2), *TAIL]))
+                                     v2.RandomCrop(4, padding=2, fill=0.5), *TAIL]))
     msg = str(e.value)
     assert "#0 RandomRotation" in msg and "#2 RandomErasing" in msg and "#3 RandomCrop" in msg
     assert "#1" not in msg and "Supported:" in msg
@@ -261,3 +283,83 @@ def test_compare_cli_rejects_untranslatable_transform_for_dali(tiny_root, tmp_pa
     rc = main(["--data", str(tiny_root), "--device", "cpu", "--backends", "dali",
                "--transform", "user_recipes:bad", "--out", str(tmp_path)])
     assert rc == 2 and "#0 RandomRotation" in capsys.readouterr().err
+
+
+# -- the forms users pass, and v1 transforms ----------------------------------------------------
+import torchvision.transforms as T  # noqa: E402
+
+I = v2.InterpolationMode
+V1_V2 = [  # the same step in both APIs: the translation must not tell them apart
+    (lambda m: m.RandomResizedCrop(16, scale=(0.3, 0.9), ratio=(0.5, 2.0),
+                                   interpolation=I.BICUBIC)),
+    (lambda m: m.Resize(20, max_size=30, antialias=False)),
+    (lambda m: m.Resize((16, 20), interpolation=I.NEAREST_EXACT)),
+    (lambda m: m.CenterCrop((15, 17))),
+    (lambda m: m.RandomCrop(16, padding=(1, 2, 3, 4), fill=(1, 2, 3), padding_mode="edge")),
+    (lambda m: m.RandomCrop(16, padding=2, pad_if_needed=True)),
+    (lambda m: m.RandomHorizontalFlip(0.3)),
+    (lambda m: m.RandomVerticalFlip(0.7)),
+    (lambda m: m.ColorJitter(0.4, (0.5, 0.5), 0.2, 0.1)),
+    (lambda m: m.RandomGrayscale(0.2)),
+    (lambda m: m.GaussianBlur((3, 5), sigma=(0.5, 1.5))),
+]
+
+
+@pytest.mark.parametrize("make", V1_V2, ids=lambda f: type(f(v2)).__name__)
+def test_v1_and_v2_steps_translate_alike(make):
+    def plan(m, tail):
+        return from_torchvision(v2.Compose([make(m), v2.CenterCrop(12), *tail]))
+
+    assert plan(T, [T.ConvertImageDtype(torch.float32), T.Normalize([0.5] * 3, [0.2] * 3)]) \
+        == plan(v2, [v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.2] * 3)])
+
+
+def test_a_v1_compose_with_totensor_is_stored_as_its_v2_meaning(tiny_root):
+    cfg = LoaderConfig(root=tiny_root, transform=T.Compose([T.CenterCrop(8), T.PILToTensor(),
+                                                            T.ToTensor()]))
+    assert isinstance(cfg.transform, v2.Compose)
+    assert [type(t).__name__ for t in cfg.transform.transforms] == ["CenterCrop", "Identity",
+                                                                    "ToDtype"]
+    assert cfg.transform.transforms[2].scale and cfg.transform.transforms[2].dtype == torch.float32
+
+
+@pytest.mark.parametrize("form", [
+    lambda: v2.CenterCrop(8),
+    lambda: torch.nn.Sequential(v2.CenterCrop(8), v2.ToDtype(torch.float32, scale=True)),
+    lambda: v2.Compose([v2.Compose([v2.CenterCrop(8)]), torch.nn.Sequential(v2.ToImage())]),
+    lambda: T.CenterCrop(8),
+], ids=["single", "sequential", "nested", "single-v1"])
+def test_accepted_forms_are_stored_as_one_flat_v2_compose(tiny_root, form):
+    cfg = LoaderConfig(root=tiny_root, transform=form())
+    assert isinstance(cfg.transform, v2.Compose)
+    assert not any(hasattr(t, "transforms") or isinstance(t, torch.nn.Sequential)
+                   for t in cfg.transform.transforms)
+    assert type(cfg.transform.transforms[0]).__name__ == "CenterCrop"
+    assert cfg.replace(seed=1).transform is cfg.transform  # normalising is idempotent
+
+
+def test_a_flat_v2_compose_is_kept_as_given(tiny_root):
+    t = v2.Compose([v2.CenterCrop(8), v2.ToDtype(torch.float32, scale=True)])
+    cfg = LoaderConfig(root=tiny_root, transform=t)
+    assert cfg.transform is t and cfg == cfg.replace()
+
+
+@pytest.mark.parametrize("bad", [[v2.CenterCrop(8)], "v2.CenterCrop(8)", lambda x: x, 3])
+def test_anything_else_is_a_one_line_type_error_naming_transform(tiny_root, bad):
+    with pytest.raises(TypeError) as e:
+        LoaderConfig(root=tiny_root, transform=bad)
+    assert str(e.value).startswith("transform=") and "\n" not in str(e.value)
+
+
+def test_pinneds_tail_is_the_batchable_end_and_keeps_the_tensor_kind():
+    from pipelines.migrate import split_compose
+
+    head, tail = split_compose(v2.Compose([
+        v2.ToImage(), v2.ToDtype(torch.uint8, scale=True), v2.RandomResizedCrop(8),
+        v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.2] * 3)]))
+    assert [type(t).__name__ for t in head.transforms] == ["ToImage", "ToDtype",
+                                                            "RandomResizedCrop"]
+    assert tail.offset == 3 and tail.kind == "image"
+    head, tail = split_compose(v2.Compose([v2.CenterCrop(8), v2.Lambda(lambda x: x),
+                                           v2.ToDtype(torch.float32, scale=True)]))
+    assert len(tail) == 0  # after an unknown step the batch's kind is unknown: all in workers

@@ -16,6 +16,7 @@ except ImportError:  # pragma: no cover - a torchvision that has dropped it
 
 from ..config import LoaderConfig
 from ..indexing import config_batches, config_len, sample_seed
+from ..migrate.run import apply
 from ..validate import check_image_bytes
 
 warnings.filterwarnings(
@@ -75,19 +76,23 @@ class JpegDataset(torch.utils.data.Dataset):
         return len(self.paths)
 
     def __getitem__(self, key: Tuple[int, int]):
+        """``(image, label, index)``, or ``Bad`` when the file cannot be read or decoded.
+
+        Only reading, the byte check and decoding make a ``Bad`` file; an exception from the
+        transform is a ``TransformError`` naming the step, raised under every policy."""
         epoch, index = key
         path = self.paths[index]
         try:
             with open(path, "rb") as f:
                 data = f.read()
             reason = check_image_bytes(data, self.max_pixels)
-            if reason is None:
-                img = decode_rgb(data)
-                torch.manual_seed(sample_seed(self.seed, epoch, index))
-                return self.transform(img), int(self.labels[index]), index
+            img = decode_rgb(data) if reason is None else None
         except Exception as e:  # an unreadable file or a decoder error
             reason = f"{type(e).__name__}: {e}".strip()
-        return Bad(path, reason)  # the main process raises or skips, per on_bad_file
+        if reason is not None:
+            return Bad(path, reason)  # the main process raises or skips, per on_bad_file
+        torch.manual_seed(sample_seed(self.seed, epoch, index))
+        return apply(self.transform, img, where=path), int(self.labels[index]), index
 
 
 def collate_skipping(batch: list):
@@ -96,6 +101,7 @@ def collate_skipping(batch: list):
     Returns ``(images, labels, indices, bad)``; ``images`` is ``None`` when no sample was good.
     """
     bad = [b for b in batch if isinstance(b, Bad)]
+    _check_shapes(batch)
     if not bad:
         return (*default_collate(batch), [])
     good = [b for b in batch if not isinstance(b, Bad)]
@@ -109,6 +115,17 @@ def collate_skipping(batch: list):
             k += 1
         filled.append(b)
     return (*default_collate(filled), [tuple(b) for b in bad])
+
+
+def _check_shapes(batch: list) -> None:
+    """One clear error, instead of ``torch.stack``'s, when the transform's outputs differ."""
+    shapes = {tuple(b[0].shape) for b in batch
+              if not isinstance(b, Bad) and isinstance(b[0], torch.Tensor)}
+    if len(shapes) > 1:
+        a, b = sorted(shapes)[:2]
+        raise RuntimeError(f"transform gives images of different shapes in one batch ({list(a)} "
+                           f"and {list(b)}); end it with a fixed-size step (a crop, or "
+                           "Resize((h, w)))")
 
 
 class PlanBatchSampler(torch.utils.data.Sampler):

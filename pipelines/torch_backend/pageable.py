@@ -26,7 +26,5 @@ class PageableLoader(TorchLoaderBase):
     def _batches(self, cpu_batches) -> Iterator[Batch]:
         for images, labels, bad in cpu_batches:
             images = images.as_subclass(torch.Tensor).to(self.device)  # blocking, from pageable memory
-            if not images.is_floating_point():  # a user transform without ToDtype
-                images = images.float()
             labels = labels.to(self.device)
             yield Batch(finish_float(images, self.dtype, self.config.channels_last), labels), bad

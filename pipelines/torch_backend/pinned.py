@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import functools
+from collections import deque
 from typing import Iterator
 
 import torch
 
 from ..config import LoaderConfig, PinMode
 from ..device import resolve_device
+from ..migrate import TransformError
 from ..normalize import finish_float, normalize_uint8
 from ..types import Batch
 from .base import TorchLoaderBase
@@ -45,15 +47,21 @@ class PinnedLoader(TorchLoaderBase):
                 normalize_uint8, spec=config.augment, dtype=config.dtype.torch,
                 channels_last=config.channels_last,
             )
+        self._held = _HoldErrors(self._finish)  # no reference back to self: no cycle
         self._prefetcher = (
-            CudaPrefetcher(self.device, config.streams, config.prefetch, self._finish,
+            CudaPrefetcher(self.device, config.streams, config.prefetch, self._held,
                            upload=self.ring.upload if self.ring is not None else None)
             if self.on_cuda and config.streams > 0 else None
         )
 
     def _batches(self, cpu_batches) -> Iterator[Batch]:
         if self._prefetcher is not None:
-            yield from self._prefetcher(cpu_batches)
+            self._held.errors.clear()
+            for batch, bad in self._prefetcher(cpu_batches):
+                err = self._held.errors.popleft()
+                if err is not None:
+                    raise err
+                yield batch, bad
             return
         for images, labels, bad in cpu_batches:
             if self.ring is not None:
@@ -64,8 +72,26 @@ class PinnedLoader(TorchLoaderBase):
             yield Batch(self._finish(images), labels), bad
 
 
+class _HoldErrors:
+    """``finish`` for the prefetcher, which runs it batches ahead: a ``TransformError`` of the
+    user's tail is held (one entry per batch in ``errors``) and raised when the consumer
+    reaches that batch, as a bad file is."""
+
+    def __init__(self, finish):
+        self.finish = finish
+        self.errors: deque = deque()
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        try:
+            out, err = self.finish(images), None
+        except TransformError as e:
+            out, err = images.new_empty(0), e
+        self.errors.append(err)
+        return out
+
+
 def _user_tail(images: torch.Tensor, tail, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
-    x = tail(images.as_subclass(torch.Tensor))
-    if not x.is_floating_point():
-        x = x.float()
+    """The user's batchable tail (``pipelines.migrate.split_compose``) on the device batch;
+    its errors are ``TransformError`` naming the step."""
+    x = tail(images.as_subclass(torch.Tensor), where=f"a batch on {images.device}")
     return finish_float(x.as_subclass(torch.Tensor), dtype, channels_last)

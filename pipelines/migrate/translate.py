@@ -1,0 +1,300 @@
+"""Translate a torchvision Compose into the ``TvPlan`` that DALI runs: exactly, or not at all.
+
+``from_torchvision`` follows the Compose with ``flow.walk`` (dtype, tensor kind, the affine map
+of the values, the size) and builds the plan from what torchvision does on the decoded uint8
+image. What DALI cannot reproduce is refused with ``UnsupportedTransformError``, naming the
+step, its position, the parameter and the reason; what torchvision itself refuses raises
+``InvalidTransformError`` first.
+
+How values are reproduced: DALI augments uint8 images as torchvision does until the first
+float conversion; ``ToDtype`` / ``ConvertImageDtype`` / ``Normalize`` steps compose into one
+per-channel map ``scale * x + shift``, applied where the next geometric step needs float
+input (an ``affine`` op) or fused into the output op. A Compose with no float conversion
+gives the uint8 values as floats (0.0..255.0) in every backend.
+
+Tolerances (checked by tests/test_translation_table.py and tests/test_migrate.py):
+
+* Resampling: BILINEAR, BICUBIC and LANCZOS with ``antialias=True`` differ from torch by at
+  most 1/255 on average on worst-case noise (single pixels up to 34/255); BILINEAR with
+  ``antialias=False`` and any upscale by at most 1/255 per pixel. NEAREST_EXACT picks the same
+  pixels except where a source coordinate falls exactly on a pixel boundary, where float
+  rounding can pick the neighbouring row.
+* Intermediate float16 / bfloat16 / float64 steps are computed in float32 by DALI.
+* ColorJitter and RandomGrayscale compute what torchvision's uint8 kernels compute (its grey
+  weights, its truncations, hue in HSV), to within a uint8 level; but DALI applies brightness,
+  contrast, saturation, hue in this fixed order where torchvision draws an order per image.
+* Random parameters follow the same distributions, drawn from DALI's generator. One
+  exception: RandomResizedCrop with scale / ratio for which torchvision rarely falls back
+  (below 1e-3 for 3:4 to 4:3 images, the default ones included) uses DALI's crop generator,
+  whose fallback window has torchvision's size but a random offset instead of the centre
+  (see ``rrc_window``); all other scale / ratio values run torchvision's algorithm exactly.
+
+``DALI_REFUSED`` lists, for each supported transform, the parameter values that are refused
+(the README's migration table is built from it). Any other transform is refused.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import torch
+
+from .errors import InvalidTransformError, Problem, UnsupportedTransformError, refusal
+from .flow import State, Step, antialias, check, hw, interpolation, padding_lrtb, resized
+from .plan import Op, TvPlan
+
+SUPPORTED = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip",
+             "RandomVerticalFlip", "ColorJitter", "RandomGrayscale", "GaussianBlur", "Normalize",
+             "ToImage", "ToPureTensor", "PILToTensor", "ToTensor", "Identity", "ToDtype",
+             "ConvertImageDtype")
+FORMAT = ("ToImage", "ToPureTensor", "PILToTensor", "ToTensor", "Identity")
+COLOUR = ("ColorJitter", "RandomGrayscale")
+
+_AFTER_FLOAT = ("after a float conversion", "torchvision clamps float images to [0, 1] and "
+                "DALI runs it on uint8 images; move it before ToDtype")
+DALI_REFUSED = {
+    "RandomResizedCrop, Resize": (
+        ("interpolation=NEAREST", "torch's legacy nearest samples pixel floor(i * in / out), "
+         "half a pixel from DALI's nearest; use NEAREST_EXACT"),
+        ("interpolation=BICUBIC with antialias=False", "torch's plain bicubic (a = -0.75) is "
+         "not DALI's cubic (4/255 apart on average); use antialias=True"),
+    ),
+    "RandomCrop": (
+        ("fill=<dict>", "per-type fills are not translated; give a number or 3 numbers"),
+        ("fill=<non-integer or outside 0..255> before the float conversion",
+         "torchvision truncates or refuses it on uint8 images"),
+    ),
+    "ColorJitter": (_AFTER_FLOAT,),
+    "RandomGrayscale": (_AFTER_FLOAT,),
+    "ToDtype, ConvertImageDtype": (
+        ("dtype=<an integer dtype>, unless it keeps uint8 as it is",
+         "DALI keeps uint8 until the float conversion and cannot round floats back"),
+    ),
+    "(the sequence)": (
+        ("no fixed output size", "the last size-setting step must be a crop, "
+         "Resize((h, w)) or a Resize(int) of a fixed-size image, so that images batch"),
+    ),
+    "(any other transform)": (
+        ("any value", "not supported (RandomRotation, RandomAffine, RandomErasing, Lambda, "
+         "RandomApply, ...); the torch backends run it"),
+    ),
+}
+
+# torchvision interpolation -> the DALI one that matches it (see the module's tolerances)
+INTERP = {"bilinear": "linear", "nearest-exact": "nn", "bicubic": "cubic", "lanczos": "lanczos3"}
+PAD_MODE = {"constant": "constant", "edge": "edge", "reflect": "reflect_101",
+            "symmetric": "reflect_1001"}
+
+
+def _resample(t) -> Tuple[Tuple[Tuple[str, object], ...], Optional[Problem]]:
+    mode, aa = interpolation(t).value, antialias(t)
+    if mode == "nearest":
+        return (), ("interpolation=NEAREST", DALI_REFUSED["RandomResizedCrop, Resize"][0][1])
+    if mode == "bicubic" and not aa:
+        return (), ("interpolation=BICUBIC, antialias=False",
+                    DALI_REFUSED["RandomResizedCrop, Resize"][1][1])
+    if mode not in INTERP:
+        return (), (f"interpolation={interpolation(t)}", "no DALI interpolation matches it")
+    return (("interp", INTERP[mode]), ("antialias", aa and mode != "nearest-exact")), None
+
+
+FALLBACK_BOUND = 1e-3  # see rrc_window
+
+
+def rrc_window(scale, ratio) -> str:
+    """Who draws a ``RandomResizedCrop`` window in DALI: ``"dali"`` or ``"torchvision"``.
+
+    DALI's own generator draws areas, log aspect ratios and offsets as torchvision does, and
+    its fallback (all ten attempts fail) has torchvision's size, but at a random offset where
+    torchvision centres it. It is fused into the decoder at no cost; torchvision's algorithm
+    in DALI ops (``pipelines.dali.graph._rrc_window``) is about 90 per-sample CPU operators,
+    which nearly halved the H200's loader-only rate. So DALI's generator is
+    used where torchvision falls back with probability below ``FALLBACK_BOUND`` for images of
+    aspect ratio 3:4 to 4:3 (the default scale and ratio: 1.4e-6 at 4:3; 1.7e-3 at 2:1,
+    3.7e-2 at 3:1), torchvision's algorithm everywhere else (degenerate ranges, a scale above
+    1, ...).
+    """
+    import math
+
+    (s0, s1), (r0, r1) = scale, ratio
+    if not (0 < s0 and s1 <= 1 and 0 < r0):
+        return "torchvision"
+    worst = 0.0
+    for a in (3 / 4, 1.0, 4 / 3):
+        n = 256
+        ok = 0.0
+        for k in range(n):
+            r = math.exp(math.log(r0) + (math.log(r1) - math.log(r0)) * (k + 0.5) / n)
+            fits = 1.0 / max(r / a, a / r)  # the largest area fraction that fits
+            ok += (1.0 if fits >= s0 else 0.0) if s1 == s0 else \
+                min(max((fits - s0) / (s1 - s0), 0.0), 1.0)
+        worst = max(worst, (1.0 - ok / n) ** 10)
+    return "dali" if worst < FALLBACK_BOUND else "torchvision"
+
+
+def _range(v, center: float = 1.0) -> Optional[Tuple[float, float]]:
+    if v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return (max(0.0, center - v), center + v) if v else None
+    return float(v[0]), float(v[1])
+
+
+def _fill(t, s: State):
+    fill = t.fill if t.fill is not None else 0
+    if isinstance(fill, dict):
+        return None, ("fill=" + repr(fill), DALI_REFUSED["RandomCrop"][0][1])
+    vals = [float(fill)] * 3 if isinstance(fill, (int, float)) else [float(v) for v in fill]
+    if len(vals) == 1:
+        vals *= 3
+    if len(vals) != 3:
+        return None, (f"fill={fill!r}", "needs 1 or 3 values for an RGB image")
+    if not s.is_float and any(v != int(v) or not 0 <= v <= 255 for v in vals):
+        return None, (f"fill={fill!r}", DALI_REFUSED["RandomCrop"][1][1])
+    return tuple(vals), None
+
+
+def _geometry(st: Step) -> Tuple[List[Op], Optional[Tuple[str, str]]]:
+    """The plan ops for one geometric / colour step, or the reason DALI cannot run it."""
+    t, s, n = st.t, st.before, st.name
+    if n in ("RandomHorizontalFlip", "RandomVerticalFlip"):
+        return [Op("hflip" if "Horizontal" in n else "vflip", (("p", float(t.p)),))], None
+    if n in COLOUR and s.is_float:
+        return [], _AFTER_FLOAT
+    if n == "ColorJitter":
+        return [Op("color_jitter", (
+            ("brightness", _range(t.brightness)), ("contrast", _range(t.contrast)),
+            ("saturation", _range(t.saturation)), ("hue", _range(t.hue, center=0.0))))], None
+    if n == "RandomGrayscale":
+        return [Op("grayscale", (("p", float(t.p)),))], None
+    if n == "GaussianBlur":
+        kw, kh = hw(t.kernel_size)  # torchvision's kernel_size is (x, y)
+        sigma = [float(v) for v in t.sigma] if not isinstance(t.sigma, (int, float)) \
+            else [float(t.sigma)] * 2
+        return [Op("gaussian_blur", (("kernel", (kh, kw)), ("sigma", (sigma[0], sigma[-1]))))], None
+    if n == "CenterCrop":
+        return [Op("center_crop", (("size", hw(t.size)),))], None
+    if n == "RandomCrop":
+        fill, bad = _fill(t, s)
+        if bad:
+            return [], bad
+        if t.padding_mode not in PAD_MODE:
+            return [], (f"padding_mode={t.padding_mode!r}", "unknown padding mode")
+        pad = padding_lrtb(t) if t.padding is not None else None
+        return [Op("random_crop", (("size", hw(t.size)), ("padding", pad),
+                                   ("pad_if_needed", bool(t.pad_if_needed)), ("fill", fill),
+                                   ("mode", PAD_MODE[t.padding_mode])))], None
+    interp, bad = _resample(t)
+    if bad:
+        return [], bad
+    if n == "RandomResizedCrop":
+        scale, ratio = tuple(map(float, t.scale)), tuple(map(float, t.ratio))
+        return [Op("random_resized_crop", (("size", hw(t.size)), ("scale", scale), ("ratio", ratio),
+                                           ("window", rrc_window(scale, ratio)), *interp))], None
+    size, max_size = t.size, getattr(t, "max_size", None)
+    if size is not None and not isinstance(size, int) and len(size) == 2:
+        return [Op("resize", (("size", hw(size)), *interp))], None
+    if s.size:  # a Resize(int) of a fixed-size image has a fixed size
+        return [Op("resize", (("size", resized(s.size, size, max_size)), *interp))], None
+    short = None if size is None else hw(size)[0]
+    return [Op("resize_shorter", (("size", short), ("max_size", max_size), *interp))], None
+
+
+def _dtype_problem(st: Step) -> Optional[Tuple[str, str]]:
+    a = st.after
+    if a.dtype is not None and not a.dtype.is_floating_point and a.dtype != st.before.dtype:
+        return f"dtype={a.dtype}", DALI_REFUSED["ToDtype, ConvertImageDtype"][0][1]
+    if a.dtype is not None and st.before.affine and not a.affine:
+        return f"dtype={a.dtype}", DALI_REFUSED["ToDtype, ConvertImageDtype"][0][1]
+    return None
+
+
+class _Builder:
+    """Collects plan ops; tracks the value map DALI's images carry (uint8 ``x`` until the first
+    ``affine`` op)."""
+
+    def __init__(self):
+        self.ops: List[Op] = []
+        self.scale, self.shift, self.is_float = (1.0,) * 3, (0.0,) * 3, False
+
+    def _rel(self, s: State):
+        """The map from DALI's current values to ``s``'s values."""
+        a = tuple(s.scale[c] / self.scale[c] for c in range(3))
+        b = tuple(s.shift[c] - a[c] * self.shift[c] for c in range(3))
+        return a, b
+
+    def add(self, st: Step, ops: List[Op]) -> None:
+        s = st.before
+        needs_float = s.is_float and not self.is_float
+        a, b = self._rel(s)
+        moved = any(v != 1.0 for v in a) or any(b)
+        commutes = all(o.kind in ("hflip", "vflip") or (o.kind == "random_crop" and o["padding"]
+                       is None and not o["pad_if_needed"]) for o in ops)
+        if (needs_float or moved) and not commutes:
+            self.ops.append(Op("affine", (("scale", a), ("shift", b))))
+            self.scale, self.shift, self.is_float = s.scale, s.shift, True
+        self.ops += ops
+
+    def plan(self, s: State) -> TvPlan:
+        a, b = self._rel(s)
+        mean = tuple(0.0 - b[c] / a[c] for c in range(3))
+        std = tuple(1.0 / a[c] for c in range(3))
+        return TvPlan(tuple(self.ops), mean, std, s.size)  # type: ignore[arg-type]
+
+
+def _rgb(s: State) -> State:
+    """``s`` with 3-channel scale / shift (a 1-value Normalize broadcasts)."""
+    from dataclasses import replace
+
+    if s.scale is None or len(s.scale) == 3:
+        return s
+    return replace(s, scale=s.scale * 3, shift=s.shift * 3)
+
+
+def from_torchvision(compose) -> TvPlan:
+    """Translate ``compose`` into the plan that the DALI backend runs.
+
+    Args:
+        compose: any form ``LoaderConfig(transform=...)`` accepts (a v2 or v1 Compose, a single
+            transform, an ``nn.Sequential``), or a list of transforms.
+
+    Raises:
+        InvalidTransformError: torchvision itself refuses the sequence (every backend).
+        UnsupportedTransformError: lists each step DALI cannot reproduce exactly, with its
+            position, parameter and reason.
+        TypeError: ``compose`` is not a torchvision transform.
+    """
+    from torchvision.transforms import v2
+
+    from .forms import as_compose
+
+    if isinstance(compose, (list, tuple)):
+        compose = v2.Compose(list(compose))
+    steps = check(as_compose(compose))
+    b = _Builder()
+    problems: List[Problem] = []
+    for st in steps:
+        bad, ops = None, []
+        if st.name not in SUPPORTED:
+            bad = ("", "not supported")
+        elif st.before.dtype is None:
+            continue  # after a refused step
+        elif st.name in ("ToDtype", "ConvertImageDtype"):
+            bad = _dtype_problem(st)
+        elif st.name not in FORMAT and st.name != "Normalize":
+            ops, bad = _geometry(st)
+        if bad:
+            problems.append(Problem(st.pos, st.name, *bad))
+        elif ops and not problems:
+            b.add(Step(st.pos, st.t, st.name, _rgb(st.before), st.after), ops)
+    end = _rgb(steps[-1].after)
+    if not problems and end.size is None:
+        problems.append(Problem(-1, "", "no fixed output size",
+                                DALI_REFUSED["(the sequence)"][0][1]))
+    if problems:
+        raise refusal(UnsupportedTransformError, "from_torchvision cannot translate", problems,
+                      f"Supported: {', '.join(SUPPORTED)}")
+    return b.plan(end)
+
+
+__all__ = ["from_torchvision", "DALI_REFUSED", "SUPPORTED", "InvalidTransformError",
+           "UnsupportedTransformError"]
