@@ -36,8 +36,6 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-import torch
-
 from .errors import InvalidTransformError, Problem, UnsupportedTransformError, refusal
 from .flow import State, Step, antialias, check, hw, interpolation, padding_lrtb, resized
 from .plan import Op, TvPlan
@@ -106,7 +104,7 @@ def rrc_window(scale, ratio) -> str:
     DALI's own generator draws areas, log aspect ratios and offsets as torchvision does, and
     its fallback (all ten attempts fail) has torchvision's size, but at a random offset where
     torchvision centres it. It is fused into the decoder at no cost; torchvision's algorithm
-    in DALI ops (``pipelines.dali.graph._rrc_window``) is about 90 per-sample CPU operators,
+    in DALI ops (``pipelines.dali.geometry.rrc_window``) is about 90 per-sample CPU operators,
     which nearly halved the H200's loader-only rate. So DALI's generator is
     used where torchvision falls back with probability below ``FALLBACK_BOUND`` for images of
     aspect ratio 3:4 to 4:3 (the default scale and ratio: 1.4e-6 at 4:3; 1.7e-3 at 2:1,

@@ -1,0 +1,143 @@
+"""torchvision's geometric transforms as DALI ops: resize, crops, the random-resized-crop window.
+
+Each function reproduces torchvision's geometry (sizes, offsets, rounding, padding) on decoded
+HWC images; the tolerances are those of ``pipelines.migrate.translate``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from nvidia.dali import fn, types
+from nvidia.dali import math as dmath
+
+from ..migrate import Op
+
+INTERP = {"linear": types.INTERP_LINEAR, "nn": types.INTERP_NN, "cubic": types.INTERP_CUBIC,
+          "lanczos3": types.INTERP_LANCZOS3}
+
+
+def uniform(lo_hi, shape=None):
+    lo, hi = lo_hi
+    kw = {} if shape is None else {"shape": shape}
+    return fn.random.uniform(range=[lo, hi], **kw) if hi > lo else float(lo)
+
+
+def as_float(x):
+    return fn.cast(x, dtype=types.FLOAT)
+
+
+def image_hw(images):
+    shp = images.shape()
+    return as_float(shp[0]), as_float(shp[1])
+
+
+def round_half_even(x):
+    """Python's ``round`` (ties to even), as torchvision rounds crop sizes."""
+    r = dmath.floor(x + 0.5)
+    return r - ((r - x) == 0.5) * (r - 2.0 * dmath.floor(r * 0.5))
+
+
+def rrc_window(shape, scale, ratio, attempts: int = 10):
+    """torchvision's ``RandomResizedCrop`` window ``(start, shape)`` as ``[y, x]`` / ``[h, w]``.
+
+    The same algorithm, vectorised over the 10 attempts: area ~ U(scale) * H * W, log aspect
+    ratio ~ U(log ratio), sizes rounded half to even; the first attempt that fits wins, its
+    offsets uniform over every position (``randint(0, H - h + 1)``); none fits: the central
+    crop of the whole image with its aspect ratio clamped to ``ratio``. DALI's own generator
+    puts that fallback at a random offset. About 90 per-sample CPU operators, so it runs only
+    where the fallback matters (``pipelines.migrate.translate.rrc_window``).
+    """
+    H, W = as_float(shape[0]), as_float(shape[1])
+    area = H * W * uniform(scale, [attempts])
+    log_ar = uniform((math.log(ratio[0]), math.log(ratio[1])), [attempts])
+    ar = math.exp(log_ar) if isinstance(log_ar, float) else dmath.exp(log_ar)
+    w, h = round_half_even(dmath.sqrt(area * ar)), round_half_even(dmath.sqrt(area / ar))
+    rank = ((w > 0.0) & (w <= W) & (h > 0.0) & (h <= H)) * types.Constant(
+        np.arange(attempts, 0, -1, dtype=np.float32))
+    best = fn.reductions.max(rank)
+    first = rank == best
+    found = best > 0.0
+    lt, gt = (W / H) < ratio[0], (W / H) > ratio[1]
+    ch = found * fn.reductions.sum(first * h) + (1 - found) * (H + lt * (round_half_even(W / ratio[0]) - H))
+    cw = found * fn.reductions.sum(first * w) + (1 - found) * (W + gt * (round_half_even(H * ratio[1]) - W))
+    u = fn.random.uniform(range=[0.0, 1.0], shape=[2])
+    y = found * dmath.min(dmath.floor(u[0] * (H - ch + 1.0)), H - ch) \
+        + (1 - found) * dmath.floor((H - ch) * 0.5)
+    x = found * dmath.min(dmath.floor(u[1] * (W - cw + 1.0)), W - cw) \
+        + (1 - found) * dmath.floor((W - cw) * 0.5)
+    return fn.stack(y, x), fn.stack(ch, cw)
+
+
+def resize(images, size, op: Op):
+    h, w = size
+    return fn.resize(images, size=[h, w], interp_type=INTERP[op["interp"]],
+                     antialias=op["antialias"])
+
+
+def resize_shorter(images, op: Op):
+    """torchvision's ``Resize(size, max_size=...)`` geometry for images of any size: the long
+    side is truncated, ``int(size * long / short)``, then capped at ``max_size``. DALI's
+    ``resize_shorter`` rounds instead, so the sizes are computed here in integers."""
+    shp = images.shape()
+    h = fn.cast(shp[0], dtype=types.INT64)
+    w = fn.cast(shp[1], dtype=types.INT64)
+    short, long = dmath.min(h, w), dmath.max(h, w)
+    size, max_size = op["size"], op["max_size"]
+    if size is None:
+        new_short, new_long = (max_size * short) // long, long * 0 + max_size
+    else:
+        new_short, new_long = short * 0 + size, (size * long) // short
+        if max_size is not None:
+            over = fn.cast(new_long > max_size, dtype=types.INT64)
+            new_short = over * ((max_size * new_short) // new_long) + (1 - over) * new_short
+            new_long = over * max_size + (1 - over) * new_long
+    w_short = fn.cast(w <= h, dtype=types.INT64)
+    new_w = w_short * new_short + (1 - w_short) * new_long
+    new_h = w_short * new_long + (1 - w_short) * new_short
+    return fn.resize(images, resize_x=as_float(new_w), resize_y=as_float(new_h),
+                     interp_type=INTERP[op["interp"]], antialias=op["antialias"])
+
+
+def centre_crop(images, ch: int, cw: int):
+    """torchvision's ``CenterCrop``: offsets ``round((H - ch) / 2)`` with ties to even (DALI's
+    ``crop_pos=0.5`` rounds ties up); an image smaller than the crop is padded with zeros,
+    ``(ch - H) // 2`` rows on top, as torchvision pads."""
+    shp = images.shape()
+    h = fn.cast(shp[0], dtype=types.INT64)
+    w = fn.cast(shp[1], dtype=types.INT64)
+
+    def offset(k):  # round(k / 2) ties to even for k >= 0, -((-k) // 2) below (floor divisions
+        kp, kn = dmath.max(k, 0), dmath.max(-k, 0)  # of non-negative numbers only)
+        return kp // 2 + (kp + 1) // 4 - kp // 4 - kn // 2
+
+    start = fn.stack(offset(h - ch), offset(w - cw))
+    return fn.slice(images, start=fn.cast(start, dtype=types.INT32), shape=[ch, cw],
+                    axis_names="HW", out_of_bounds_policy="pad", fill_values=0.0)
+
+
+def random_crop(images, op: Op):
+    """torchvision's ``RandomCrop``: pad by ``padding`` (and, with ``pad_if_needed``, by the
+    missing size on both sides), then a crop at ``randint(0, padded - size + 1)``. Without
+    ``pad_if_needed`` a crop larger than the (padded) image raises, as torchvision does."""
+    ch, cw = op["size"]
+    l, r, t, b = op["padding"] or (0, 0, 0, 0)
+    mode, fill = op["mode"], list(op["fill"])
+    if op["padding"] is not None and not op["pad_if_needed"]:
+        H, W = image_hw(images)
+        shape = fn.cast(fn.stack(H + (t + b), W + (l + r)), dtype=types.INT32)
+        images = fn.slice(images, start=np.array([-t, -l], np.int32), shape=shape,
+                          axis_names="HW", out_of_bounds_policy=mode, fill_values=fill)
+        l = r = t = b = 0
+    H, W = image_hw(images)
+    Hp, Wp = H + t + b, W + l + r
+    if op["pad_if_needed"]:
+        dh, dw = dmath.max(ch - Hp, 0.0), dmath.max(cw - Wp, 0.0)
+        t, l, Hp, Wp = t + dh, l + dw, Hp + 2.0 * dh, Wp + 2.0 * dw
+    u = fn.random.uniform(range=[0.0, 1.0], shape=[2])
+    y = dmath.min(dmath.floor(u[0] * (Hp - ch + 1.0)), Hp - ch) - t
+    x = dmath.min(dmath.floor(u[1] * (Wp - cw + 1.0)), Wp - cw) - l
+    pad = op["pad_if_needed"]
+    return fn.slice(images, start=fn.cast(fn.stack(y, x), dtype=types.INT32), shape=[ch, cw],
+                    axis_names="HW", out_of_bounds_policy=mode if pad else "error",
+                    fill_values=fill)
