@@ -87,19 +87,31 @@ def default_dataset(cfg, log) -> Path:
 
 
 def load_transform(ref: str):
-    """``"module:name"`` -> the Compose it names (or the Compose a zero-argument callable returns)."""
+    """``"module:name"`` -> the transform it names, as the flat v2 Compose ``LoaderConfig`` keeps.
+
+    The name may hold a v2 or v1 ``Compose``, a single transform, an ``nn.Sequential`` of
+    transforms, or a function of no arguments that returns one of these.
+    """
     import importlib
+    import inspect
+
+    from pipelines.migrate import check_transform
 
     mod, _, name = ref.partition(":")
     try:
         obj = getattr(importlib.import_module(mod), name)
     except (ImportError, AttributeError, ValueError) as e:
         raise ValueError(f"--transform {ref!r} cannot be loaded ({e}); use MODULE:NAME") from None
-    if callable(obj) and not hasattr(obj, "transforms"):
-        obj = obj()
-    if not hasattr(obj, "transforms"):
-        raise ValueError(f"--transform {ref!r} is not a torchvision.transforms.v2.Compose")
-    return obj
+    if inspect.isfunction(obj):
+        try:
+            obj = obj()
+        except TypeError as e:
+            raise ValueError(f"--transform {ref!r} is a function that needs arguments ({e}); "
+                             "name a transform or a function of no arguments") from None
+    try:
+        return check_transform(obj)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--transform {ref!r}: {e}") from None
 
 
 def parse_args(argv):

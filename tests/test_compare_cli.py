@@ -93,3 +93,30 @@ def test_fuzz_subcommand_is_dispatched(monkeypatch):
     fake.main = lambda argv: seen.append(argv) or 7
     monkeypatch.setitem(sys.modules, "compare.fuzz", fake)
     assert main(["fuzz", "--cases", "3"]) == 7 and seen == [["--cases", "3"]]
+
+
+def test_transform_option_takes_every_form_users_pass(monkeypatch):
+    import sys
+    import types
+
+    import torch
+    from torchvision import transforms as v1
+    from torchvision.transforms import v2
+
+    from compare.__main__ import load_transform
+
+    m = types.ModuleType("user_augs")
+    m.single = v2.RandomResizedCrop(32)
+    m.seq = torch.nn.Sequential(v2.RandomResizedCrop(32), v2.RandomHorizontalFlip())
+    m.old = v1.Compose([v1.RandomResizedCrop(32), v1.ToTensor()])
+    m.factory = lambda: v2.Compose([v2.CenterCrop(32)])
+    m.needs_args = lambda size: v2.CenterCrop(size)
+    m.not_a_transform = 42
+    monkeypatch.setitem(sys.modules, "user_augs", m)
+    for name, n in (("single", 1), ("seq", 2), ("old", 2), ("factory", 1)):
+        c = load_transform(f"user_augs:{name}")
+        assert isinstance(c, v2.Compose) and len(c.transforms) == n, name
+    for name, msg in (("needs_args", "needs arguments"), ("not_a_transform", "transform="),
+                      ("missing", "cannot be loaded")):
+        with pytest.raises(ValueError, match=msg):
+            load_transform(f"user_augs:{name}")
