@@ -10,7 +10,7 @@ from pipelines import AugmentSpec, LoaderConfig, create_loader
 from pipelines.indexing import config_batches
 from pipelines.torch_backend import shm
 
-from utils import broken_huffman, copy_root
+from utils import broken_huffman
 
 BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]
 

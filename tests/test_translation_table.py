@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -42,9 +42,8 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from pipelines import (InvalidTransformError, LoaderConfig, TransformError,
-                       UnsupportedTransformError, create_loader, dali_available, list_samples)
+                       UnsupportedTransformError, create_loader, list_samples)
 from pipelines.indexing import sample_seed
-from pipelines.migrate import from_torchvision
 from pipelines.migrate.params import resize_refusal
 
 I = v2.InterpolationMode
