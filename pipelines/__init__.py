@@ -18,7 +18,8 @@ from .types import Batch, BatchLoader
 from .validate import BadFileError
 
 __all__ = [
-    "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig", "OutputDType", "PinMode", "Backend",
+    "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig",
+    "OutputDType", "PinMode", "Backend",
     "available_backends", "create_loader", "dali_available", "DatasetRootError", "epoch_batches",
     "list_samples", "num_batches", "Batch", "BatchLoader", "InvalidTransformError",
     "TransformError", "UnsupportedTransformError",

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from .augment import AugmentSpec
+from .validate import DEFAULT_MAX_PIXELS
 
 
 class LastBatchPolicy(str, enum.Enum):
@@ -190,7 +191,7 @@ class LoaderConfig:
     dali_preallocate_width_hint: int = 0
     dali_preallocate_height_hint: int = 0
     on_bad_file: BadFilePolicy = BadFilePolicy.ERROR
-    max_image_pixels: int = 89_478_485
+    max_image_pixels: int = DEFAULT_MAX_PIXELS
     transform: Any = None
     allow_empty_classes: bool = False
     debug_indices: bool = False

@@ -163,7 +163,8 @@ def test_flip_rate(tmp_path, flip, device):
 
 def test_resize_and_center_crop_match_pixels(tmp_path):
     rng = np.random.default_rng(0)
-    arr = (np.clip(marker(200)[:150].astype(float) + rng.normal(0, 20, (150, 200, 3)), 0, 255)).astype(np.uint8)
+    noisy = marker(200)[:150].astype(float) + rng.normal(0, 20, (150, 200, 3))
+    arr = np.clip(noisy, 0, 255).astype(np.uint8)
     compose = v2.Compose([v2.Resize(64), v2.CenterCrop(48), *TAIL])
     root = dataset(tmp_path, arr, "rcc")
     tv = run_tv(arr, compose)[:1]

@@ -42,9 +42,12 @@ def test_slots_are_reused_round_robin_only_after_their_event():
 
 def test_partial_batch_uses_a_view_and_a_new_shape_reallocates():
     ring = PinnedRing(2, pin_memory=False, new_event=FakeEvent)
-    ring.stage(*_batch(8, 1)); ring.guard()
-    ring.stage(*_batch(8, 2)); ring.guard()
-    x, y = ring.stage(*_batch(3, 7)); ring.guard()              # short last batch: a view
+    ring.stage(*_batch(8, 1))
+    ring.guard()
+    ring.stage(*_batch(8, 2))
+    ring.guard()
+    x, y = ring.stage(*_batch(3, 7))                            # short last batch: a view
+    ring.guard()
     assert x.shape == (3, 3, 4, 4) and int(x.max()) == 7 and ring.allocations == 4
     x, _ = ring.stage(torch.zeros(2, 3, 5, 5, dtype=torch.uint8), torch.arange(2))
     assert x.shape == (2, 3, 5, 5) and ring.allocations == 5   # new image shape -> new buffer

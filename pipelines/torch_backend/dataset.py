@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover - a torchvision that has dropped it
 from ..config import LoaderConfig
 from ..indexing import config_batches, config_len, sample_seed
 from ..migrate.run import apply
-from ..validate import check_image_bytes
+from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes
 
 warnings.filterwarnings(
     "ignore", message="The image decoding and encoding capabilities of TorchVision are deprecated",
@@ -65,7 +65,7 @@ class JpegDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray, transform: Callable, seed: int,
-                 max_pixels: int = 89_478_485):
+                 max_pixels: int = DEFAULT_MAX_PIXELS):
         self.paths = list(paths)
         self.labels = labels
         self.transform = transform
