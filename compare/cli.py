@@ -16,11 +16,14 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Tuple
 
-from pipelines import (AugmentSpec, Backend, LastBatchPolicy, LoaderConfig, available_backends,
-                       list_samples)
-from pipelines.indexing import check_nonempty
+if TYPE_CHECKING:
+    from pipelines import AugmentSpec, Backend, LoaderConfig
+
+# ``pipelines`` (and so torch) is imported inside the functions that need it, so that parsing
+# arguments and ``--help`` stay fast.
+PRESETS = ("seeds",)
 
 # LoaderConfig / AugmentSpec field -> the command-line option that sets it.
 FLAGS = {
@@ -81,6 +84,7 @@ def option_error(err: Exception, flags: Mapping[str, str] = FLAGS,
 
 def loader_config(flags: Mapping[str, str] = FLAGS, **kw) -> LoaderConfig:
     """``LoaderConfig(**kw)``; its errors name the command-line option (see ``option_error``)."""
+    from pipelines import LoaderConfig
     try:
         return LoaderConfig(**kw)
     except (ValueError, TypeError) as e:
@@ -89,6 +93,7 @@ def loader_config(flags: Mapping[str, str] = FLAGS, **kw) -> LoaderConfig:
 
 def augment(**kw) -> AugmentSpec:
     """``AugmentSpec(**kw)``; ``size`` errors name ``--image-size``, ``mode`` ``--mode``."""
+    from pipelines import AugmentSpec
     try:
         return AugmentSpec(**kw)
     except (ValueError, TypeError) as e:
@@ -102,6 +107,7 @@ def parse_backends(spec: str, option: str = "--backends",
     Raises:
         ValueError: the list names no backend (``","``), an unknown one, or one not installed.
     """
+    from pipelines import Backend, available_backends
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise ValueError(f"{option} {spec!r} names no backend; give a comma list of "
@@ -143,6 +149,7 @@ def writable_dir(path: str | os.PathLike, option: str = "--out") -> Path:
 def list_dataset(root: str | os.PathLike, option: str = "--data",
                  allow_empty: bool = False) -> Tuple[List[str], List[str]]:
     """``(paths, classes)`` of an ImageFolder root; errors (``DatasetRootError``) name ``option``."""
+    from pipelines import list_samples
     try:
         paths, _, classes = list_samples(root, allow_empty=allow_empty)
     except ValueError as e:  # DatasetRootError: "root='...' does not exist"
@@ -157,6 +164,8 @@ def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
     The command-line tools do not expose ``last_batch``, so the usual case (one rank, a batch
     larger than the dataset under ``drop``) is said in terms of ``--batch-size``.
     """
+    from pipelines import LastBatchPolicy
+    from pipelines.indexing import check_nonempty
     try:
         check_nonempty(n, cfg)
     except ValueError as e:

@@ -10,6 +10,7 @@ import torch
 
 from pipelines import Backend, LoaderConfig, create_loader
 
+from .cli import PRESETS
 from .metrics import CpuUtil, NvmlSampler, loader_only, measure
 from .models import TrainStep
 from .results import Repeat, VariantResult
@@ -41,7 +42,6 @@ class Variant:
                              f"{sorted(ALLOWED_OVERRIDES)} may differ between variants")
 
 
-PRESETS = ("seeds",)
 ORDER = (Backend.PAGEABLE, Backend.PINNED, Backend.DALI)
 
 

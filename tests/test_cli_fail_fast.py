@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import compare.__main__ as compare_main
+import compare.suite as compare_suite
 from compare.results import SuiteResult
 from data_gen.generate import GenConfig, generate
 
@@ -56,7 +57,7 @@ def no_timing(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a variant ran before the arguments were checked")
 
-    monkeypatch.setattr(compare_main, "run_variant", refuse)
+    monkeypatch.setattr(compare_suite, "run_variant", refuse)
 
 
 def one_line(err: str) -> str:
@@ -120,7 +121,7 @@ def test_default_dataset_is_not_generated_for_a_batch_it_cannot_fill(tmp_path, c
 
 
 def test_a_late_failure_keeps_the_finished_variants(root, tmp_path, capsys, monkeypatch):
-    real = compare_main.run_variant
+    real = compare_suite.run_variant
     calls = []
 
     def second_one_fails(v, *a, **k):
@@ -129,7 +130,7 @@ def test_a_late_failure_keeps_the_finished_variants(root, tmp_path, capsys, monk
             raise RuntimeError("boom in the second variant")
         return real(v, *a, **k)
 
-    monkeypatch.setattr(compare_main, "run_variant", second_one_fails)
+    monkeypatch.setattr(compare_suite, "run_variant", second_one_fails)
     out = tmp_path / "out"
     rc = timed(compare_main.main, ["--data", str(root), *FAST, "--out", str(out),
                                    "--backends", "pageable,pinned"])

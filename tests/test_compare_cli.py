@@ -103,7 +103,7 @@ def test_transform_option_takes_every_form_users_pass(monkeypatch):
     from torchvision import transforms as v1
     from torchvision.transforms import v2
 
-    from compare.__main__ import load_transform
+    from compare.suite import load_transform
 
     m = types.ModuleType("user_augs")
     m.single = v2.RandomResizedCrop(32)
@@ -120,3 +120,17 @@ def test_transform_option_takes_every_form_users_pass(monkeypatch):
                       ("missing", "cannot be loaded")):
         with pytest.raises(ValueError, match=msg):
             load_transform(f"user_augs:{name}")
+
+
+def test_help_and_usage_errors_do_not_import_torch():
+    """``python -m compare --help`` returns at once: torch is imported only when a run starts."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom compare.__main__ import main\n"
+            "for argv in (['--help'], ['--steps', 'x']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
+    assert "default: 256 with CUDA, 32 without" in out.stdout

@@ -1,0 +1,108 @@
+"""``python -m compare``: which backend keeps my GPU busy, and by how much?
+
+Runs every backend on the same files, AugmentSpec, batch size, model, steps and warm-up and
+writes a table, ``results.json``, PNG plots and ``summary.md`` to ``--out``.
+Sub-commands: ``train`` (``python -m compare train --backend dali --data DIR --epochs 2``),
+``doctor`` (``python -m compare doctor``: /dev/shm, workers, pinned memory, CUDA, DALI) and
+``fuzz`` (``python -m compare fuzz``: mutated image files against every loader).
+
+Which variants run:
+
+* By default one per backend of ``--backends`` (default: every backend installed here).
+  A backend listed twice runs once (a one-line note); an empty list (``--backends ,``) is refused.
+* ``--preset seeds``: pageable, pin-only, pinned (2 streams) and dali, restricted to the
+  ``--backends`` given. A preset is a fixed set of variants, so ``--preset`` with ``--sweep``
+  is refused.
+* ``--sweep "KEY=V1,V2 ..."``: every combination, per backend. A key is swept only on the
+  backends that honour it: ``workers``, ``prefetch`` on all; ``streams``, ``pinmode`` on pinned;
+  ``hw``, ``pipes``, ``mmap``, ``prealloc`` on dali. A backend runs once for the keys it does
+  not honour (a note says "no effect on <backend>"), so identical setups are never timed twice;
+  a key that no backend of the run honours is refused. ``pin=on,off`` picks pinned / pageable:
+  without ``--backends`` it chooses them, with ``--backends`` it must name the same torch
+  backends (``--sweep pin=on,off --backends dali`` is refused). Repeated values run once.
+
+NOTE [one validation pass, incremental results]
+Every input is checked before the first timed batch (and, where the answer does not need its
+files, before the default dataset is generated): each variant's ``LoaderConfig`` (so a sweep
+value the config refuses is caught up front), the dataset against the batch size and
+last-batch policy (listed once), the model, the transform, and that ``--out`` can be written.
+An error is one line naming the option and the variant; exit status 2. While the suite runs,
+``results.json`` (``"complete": false``) and ``summary.md`` are rewritten after each finished
+variant, so a late failure loses nothing: it exits 1 with one line that says where the partial
+results are, and leaves the traceback in ``error.log`` beside them.
+"""
+from __future__ import annotations
+
+import argparse
+
+from . import cli
+from .cli import PRESETS
+
+# NOTE [fast --help]: the options are parsed without importing torch, so ``--help`` and usage
+# errors return at once. Defaults that depend on the machine are ``None`` in the parser and
+# filled in by ``fill_defaults`` (which imports torch) once the run starts; the help shows both.
+PROG = "python -m compare"
+AUTO = {  # option -> (default with CUDA, default without)
+    "num_images": (8000, 1000), "model": ("resnet50", "tinycnn"), "batch_size": (256, 32),
+    "steps": (50, 5), "warmup": (10, 2), "dtype": ("bfloat16", "float32"),
+    "device": ("cuda", "cpu"),
+}
+
+
+def fill_defaults(a: argparse.Namespace) -> argparse.Namespace:
+    """Fill the machine-dependent defaults the user did not give (imports torch)."""
+    if any(getattr(a, k) is None for k in AUTO):
+        import torch
+
+        cuda = torch.cuda.is_available()
+        for k, (gpu, cpu) in AUTO.items():
+            if getattr(a, k) is None:
+                setattr(a, k, gpu if cuda else cpu)
+    return a
+
+
+def _auto(key: str) -> str:
+    gpu, cpu = AUTO[key]
+    return f"default: {gpu} with CUDA, {cpu} without"
+
+
+def parse_args(argv):
+    p = cli.Parser(prog=PROG, description=__doc__,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", help="ImageFolder root (default: generate one into the cache)")
+    p.add_argument("--num-images", type=int, default=None,
+                   help=f"size of the default generated dataset ({_auto('num_images')})")
+    p.add_argument("--backends", default=None,
+                   help="comma list of dali,pinned,pageable (default: all available)")
+    p.add_argument("--preset", choices=PRESETS,
+                   help="seeds: pageable, pin-only, pinned, dali (restricted to --backends; "
+                        "not with --sweep)")
+    p.add_argument("--sweep", help="e.g. 'workers=0,4,8,16 pin=on,off' or 'hw=0,1.0 pipes=1,2'. "
+                   "Keys: workers, prefetch (every backend); streams, pinmode (pinned); hw, pipes, "
+                   "mmap, prealloc (dali); pin=on/off picks pinned/pageable. A key runs only on "
+                   "the backends it applies to: the others run once, noted 'no effect on "
+                   "<backend>'; a key that applies to no backend of the run is refused")
+    p.add_argument("--model", default=None,
+                   help="none, tinycnn, resnet18, resnet50, vit_b_16, vit_l_16 or synthetic:<ms> "
+                        f"({_auto('model')})")
+    p.add_argument("--batch-size", type=int, default=None, help=_auto("batch_size"))
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--mode", choices=["train", "eval"], default="train")
+    p.add_argument("--steps", type=int, default=None, help=_auto("steps"))
+    p.add_argument("--warmup", type=int, default=None, help=_auto("warmup"))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                   help=_auto("dtype"))
+    p.add_argument("--device", default=None, help=_auto("device"))
+    p.add_argument("--on-bad-file", choices=["error", "skip"], default="error",
+                   help="a file that is not a decodable image: stop with its name (error) or "
+                        "replace it within its batch and count it (skip)")
+    p.add_argument("--out", default="runs/compare", help="output directory")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the model-only ceiling run")
+    p.add_argument("--transform", metavar="MODULE:NAME",
+                   help="your torchvision v2 Compose (e.g. compare.recipes:color_aug): the torch "
+                        "backends run it as is, DALI runs its translation")
+    return fill_defaults(p.parse_args(argv))
+
+

@@ -1,0 +1,266 @@
+"""What ``python -m compare`` runs: plan every variant, check every input, time them, report.
+
+The options and their meaning are documented in ``compare/args.py`` (``--help``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, List, Optional
+
+
+from pipelines import Backend, LoaderConfig, available_backends
+
+from . import cli
+from .args import PROG, parse_args
+from .env import environment
+from .models import parse_model
+from .report import markdown, plots, table, warnings_for
+from .results import SuiteResult
+from .runner import (ORDER, Variant, make_step, parse_sweep, preset, run_ceiling,
+                     run_variant)
+
+
+
+def default_cache() -> Path:
+    base = os.environ.get("GPU_FEED_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "gpu-feed")
+    return Path(base)
+
+
+def default_gen_config(num_images: int):
+    """The ``GenConfig`` of the default dataset (in the cache); nothing is written yet."""
+    from data_gen.generate import GenConfig
+
+    out = default_cache() / f"default-{num_images}-seed0"
+    try:
+        return GenConfig(out=str(out), num_images=num_images, classes=max(1, min(100, num_images)),
+                         seed=0)
+    except (ValueError, TypeError) as e:  # names --num-images
+        raise ValueError(str(e)) from None
+
+
+def default_dataset(cfg, log) -> Path:
+    """Generate the default dataset once (then reuse it from the cache)."""
+    from data_gen.generate import ensure_dataset
+
+    log(f"dataset: {cfg.out} (generated once, then reused)")
+    try:
+        return ensure_dataset(cfg, elsewhere="set GPU_FEED_CACHE to another folder")
+    except OSError as e:  # foreign files in the cache, or an unwritable one: one line
+        raise ValueError(str(e)) from None
+
+
+def load_transform(ref: str):
+    """``"module:name"`` -> the transform it names, as the flat v2 Compose ``LoaderConfig`` keeps.
+
+    The name may hold a v2 or v1 ``Compose``, a single transform, an ``nn.Sequential`` of
+    transforms, or a function of no arguments that returns one of these.
+    """
+    import importlib
+    import inspect
+
+    from pipelines.migrate import check_transform
+
+    mod, _, name = ref.partition(":")
+    try:
+        obj = getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"--transform {ref!r} cannot be loaded ({e}); use MODULE:NAME") from None
+    if inspect.isfunction(obj):
+        try:
+            obj = obj()
+        except TypeError as e:
+            raise ValueError(f"--transform {ref!r} is a function that needs arguments ({e}); "
+                             "name a transform or a function of no arguments") from None
+    try:
+        return check_transform(obj)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--transform {ref!r}: {e}") from None
+
+
+@dataclass
+class Plan:
+    """Everything the run needs, checked: the variants with their configs, and ``--out``."""
+
+    variants: List[Variant]
+    configs: List[LoaderConfig]
+    base: LoaderConfig
+    out: Path
+    gen: object = None  # the default dataset's GenConfig, when --data is not given
+    classes: int = 0  # classes in --data (0 until the default dataset is listed)
+    notes: List[str] = field(default_factory=list)
+
+
+def _variants(a, note: Callable[[str], None]) -> List[Variant]:
+    chosen = a.backends is not None
+    backs = cli.parse_backends(a.backends, note=note) if chosen else available_backends()
+    if a.preset and a.sweep is not None:
+        raise ValueError(f"--preset {a.preset} is a fixed set of variants and cannot be combined "
+                         "with --sweep; use one of them")
+    if a.preset:
+        return preset(a.preset, backs)
+    if a.sweep is not None:
+        return parse_sweep(a.sweep, backs, chosen=chosen, note=note)
+    return [Variant(b.value, b) for b in sorted(backs, key=ORDER.index)]
+
+
+def _where(v: Variant) -> str:
+    return f"variant {v.label!r}"
+
+
+def plan(a, note: Callable[[str], None]) -> Plan:
+    """The validation pass: raises ``ValueError`` naming the option (and the variant)."""
+    for k, v in {"--steps": a.steps, "--repeats": a.repeats}.items():
+        cli.at_least(k, v, 1)
+    cli.at_least("--warmup", a.warmup, 0)
+    try:
+        parse_model(a.model)
+    except ValueError as e:
+        raise ValueError(f"--model: {e}") from None
+    variants = _variants(a, note)
+    transform = load_transform(a.transform) if a.transform else None
+    gen = None if a.data else default_gen_config(a.num_images)
+    base = cli.loader_config(
+        root=a.data if a.data else gen.out, batch_size=a.batch_size,
+        augment=cli.augment(mode=a.mode, size=a.image_size), num_workers=a.workers,
+        dtype=a.dtype, channels_last=a.device.startswith("cuda"), device=a.device,
+        last_batch="drop", seed=0, transform=transform, on_bad_file=a.on_bad_file,
+    )
+    configs = []
+    for v in variants:
+        try:
+            configs.append(base.replace(**v.overrides))
+        except (ValueError, TypeError) as e:
+            raise cli.option_error(e, {**cli.FLAGS, **v.options}, _where(v)) from None
+    if transform is not None and any(v.backend is Backend.DALI for v in variants):
+        from pipelines.migrate import from_torchvision
+
+        try:
+            from_torchvision(transform)  # fail now, with the list of untranslatable transforms
+        except ValueError as e:
+            raise ValueError(f"--transform {a.transform} (for dali): {e}") from None
+    classes = 0
+    if gen is None:
+        paths, names = cli.list_dataset(a.data, allow_empty=base.allow_empty_classes)
+        check_dataset(len(paths), variants, configs)
+        classes = len(names)
+    elif not Path(gen.out).exists():  # about to be generated: check its size first
+        check_dataset(gen.num_images, variants, configs)
+    out = cli.writable_dir(a.out, "--out")
+    return Plan(variants, configs, base, out, gen, classes)
+
+
+def check_dataset(n: int, variants: List[Variant], configs: List[LoaderConfig]) -> None:
+    """Every variant gets at least one batch per epoch from ``n`` images (``check_nonempty``)."""
+    for v, cfg in zip(variants, configs):
+        cli.check_batches(n, cfg, {**cli.FLAGS, **v.options}, _where(v))
+
+
+def prepare(p: Plan, a, log):
+    """Make (or reuse) the default dataset and check it as ``--data`` is; build the model step."""
+    root, classes = p.base.root, p.classes
+    if p.gen is not None:
+        root = default_dataset(p.gen, log)
+        paths, names = cli.list_dataset(root, allow_empty=p.base.allow_empty_classes)
+        check_dataset(len(paths), p.variants, p.configs)
+        classes = len(names)
+    return Path(root), make_step(a.model, p.base, classes)
+
+
+def run(argv=None) -> int:
+    """Run the suite for ``argv`` (or already parsed options); returns the exit status."""
+    a = argv if isinstance(argv, argparse.Namespace) else parse_args(argv)
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    notes: List[str] = []
+    say = cli.note(PROG)
+
+    def note(msg: str) -> None:
+        notes.append(msg)
+        say(msg)
+
+    try:
+        p = plan(a, note)
+        p.notes = notes
+        root, step = prepare(p, a, log)
+    except (ValueError, TypeError, ImportError) as e:
+        return cli.fail(PROG, e)
+    return execute(a, p, root, step, log)
+
+
+def execute(a, p: Plan, root: Path, step, log) -> int:
+    """Run the planned variants, rewriting the results after each one (see the NOTE)."""
+    from data_gen.generate import read_manifest
+
+    base, out = p.base, p.out
+    man = read_manifest(root)
+    setup = {
+        "data": str(root), "dataset": (man or {}).get("stats", {}), "model": a.model,
+        "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
+        "dtype": a.dtype, "channels_last": base.channels_last, "workers": base.num_workers,
+        "prefetch": base.prefetch, "on_bad_file": base.on_bad_file.value,
+        "augment": repr(base.transform) if base.transform is not None else repr(base.augment),
+        "device": a.device, "variants": [v.label for v in p.variants], "notes": list(p.notes),
+    }
+    env = environment()
+    results: list = []
+    captured: list = []
+    ceiling: Optional[object] = None
+
+    def save(complete: bool, error: Optional[str] = None) -> SuiteResult:
+        suite = SuiteResult(env, {**setup, **({"error": error} if error else {})}, ceiling,
+                            tuple(results), complete=complete)
+        suite.dump(out / "results.json")
+        (out / "summary.md").write_text(markdown(suite))
+        return suite
+
+    def late(code: int, why: str, tb: Optional[str] = None) -> int:
+        where = "; no variant finished, nothing written"
+        if results:
+            try:
+                save(False, why)
+                where = (f"; {len(results)} of {len(p.variants)} variants finished, partial "
+                         f"results in {out / 'results.json'} (complete: false)")
+            except OSError as e:
+                where = f"; the partial results could not be written ({e})"
+        if tb:
+            try:
+                (out / "error.log").write_text(tb)
+                where += f"; traceback in {out / 'error.log'}"
+            except OSError:
+                pass
+        return cli.fail(PROG, why + where, code)
+
+    log(f"running {len(p.variants)} variants x {a.repeats} repeats, model {a.model}, "
+        f"batch {a.batch_size}, {a.steps} steps (+{a.warmup} warm-up), workers {base.num_workers}")
+    t0 = time.perf_counter()
+    stage = "setup"
+    try:
+        for v in p.variants:
+            stage = _where(v)
+            want = None if (captured or a.no_ceiling or a.model == "none") else captured
+            results.append(run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
+                                       repeats=a.repeats, log=log, capture=want))
+            save(False)
+        if captured:
+            stage = "the ceiling run"
+            ceiling = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
+                                  repeats=a.repeats, device=captured[0][0].device, log=log)
+    except KeyboardInterrupt:
+        return late(130, f"interrupted during {stage}")
+    except Exception as e:  # noqa: BLE001 - reported in one line, traceback kept in error.log
+        return late(1, f"{stage} failed: {type(e).__name__}: {e}", traceback.format_exc())
+    suite = save(True)
+    (out / "error.log").unlink(missing_ok=True)  # a stale one from an earlier failed run
+    pngs = plots(suite, out)
+    print()
+    print(table(suite))
+    for w in warnings_for(suite):
+        print(f"warning: {w}")
+    print(f"\nwrote {out / 'results.json'}, {out / 'summary.md'}, "
+          f"{', '.join(str(p) for p in pngs)} in {time.perf_counter() - t0:.0f}s")
+    return 0
