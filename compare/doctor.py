@@ -7,15 +7,14 @@ of 0) is a ``[FAIL]`` line naming the option, and the exit status is 2.
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from typing import List, Tuple
 
-from pipelines.config import _default_workers
+from pipelines.config import default_workers, usable_cores
 from pipelines.torch_backend.shm import HEADROOM, fit_to_shm, shm_free_bytes, shm_need
 
 from . import cli
+from .env import nvidia_driver
 
 # GPUs with NVJPG hardware JPEG decoder engines (DALI uses them through hw_decoder_load).
 HW_JPEG_CAPABILITIES = {(8, 0): "A100/A30", (9, 0): "H100/H200/GH200", (10, 0): "B200/GB200"}
@@ -105,17 +104,12 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
 def facts() -> Tuple[int, dict, str | None]:
     import torch
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     cuda = {"available": torch.cuda.is_available()}
     if cuda["available"]:
         p = torch.cuda.get_device_properties(0)
         cuda.update(name=p.name, cc=(p.major, p.minor), runtime=torch.version.cuda)
-        try:
-            cuda["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
-        except Exception:
-            cuda["driver"] = None
+        cuda["driver"] = nvidia_driver()
     dali = None
     from importlib.metadata import PackageNotFoundError, version
 
@@ -137,7 +131,7 @@ def main(argv=None) -> int:
     p.add_argument("--image-size", type=int, default=224)
     a = p.parse_args(argv)
     cores, cuda, dali = facts()
-    workers = a.workers if a.workers is not None else _default_workers()
+    workers = a.workers if a.workers is not None else default_workers()
     lines = check(a.batch_size, workers, a.prefetch, a.image_size, shm_free_bytes(), cores, cuda, dali)
     print(f"gpu-feed doctor: batch {a.batch_size}, {a.image_size}px, workers {workers}, "
           f"prefetch {a.prefetch}")

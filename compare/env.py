@@ -23,7 +23,7 @@ def environment() -> Dict[str, object]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_affinity": _usable_cores(),
         "cpu_model": _cpu_model(),
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),
@@ -43,18 +43,29 @@ def environment() -> Dict[str, object]:
         env.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1),
                    sm_count=p.multi_processor_count, cuda_runtime=torch.version.cuda,
                    cudnn=torch.backends.cudnn.version())
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10).stdout.strip()
-            env["driver"] = out.splitlines()[0] if out else None
-        except Exception:
-            env["driver"] = None
+        env["driver"] = nvidia_driver()
     try:
         st = os.statvfs("/dev/shm")
         env["dev_shm_gib"] = round(st.f_blocks * st.f_frsize / 2**30, 2)
     except OSError:
         env["dev_shm_gib"] = None
     return env
+
+
+def _usable_cores() -> int:
+    from pipelines.config import usable_cores  # the rule the loaders use for their defaults
+
+    return usable_cores()
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version ``nvidia-smi`` reports, or ``None`` where it cannot say."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:  # no nvidia-smi, a timeout, a broken driver
+        return None
+    return out.splitlines()[0] if out else None
 
 
 def _cpu_model() -> str | None:

@@ -69,8 +69,17 @@ class OutputDType(str, enum.Enum):
         ]
 
 
-def _default_workers() -> int:
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """``LoaderConfig.num_workers`` when not given: the usable cores minus two (for the main
+    process and the pin thread), at least one."""
+    n = usable_cores()
     return max(1, n - 2) if n > 2 else n
 
 
@@ -221,7 +230,7 @@ class LoaderConfig:
         s("max_image_pixels", _int("max_image_pixels", self.max_image_pixels, 1))
         s("batch_size", _int("batch_size", self.batch_size, 1))
         if self.num_workers is None:
-            s("num_workers", _default_workers())
+            s("num_workers", default_workers())
         s("num_workers", _int("num_workers", self.num_workers, 0))
         s("prefetch", _int("prefetch", self.prefetch, 1))
         s("streams", _int("streams", self.streams, 0))

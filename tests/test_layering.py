@@ -26,3 +26,14 @@ def test_pipelines_does_not_import_the_suite():
     bad = [f"{p.relative_to(ROOT)}: {m}" for p, m in _imports("pipelines")
            if m.split(".")[0] in ("compare", "data_gen")]
     assert bad == []
+
+
+def test_compare_imports_no_private_name_from_pipelines():
+    bad = []
+    for path in sorted((ROOT / "compare").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.split(".")[0] == "pipelines"):
+                bad += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_")]
+    assert bad == []
