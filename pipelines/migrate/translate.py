@@ -104,8 +104,8 @@ def rrc_window(scale, ratio) -> str:
     DALI's own generator draws areas, log aspect ratios and offsets as torchvision does, and
     its fallback (all ten attempts fail) has torchvision's size, but at a random offset where
     torchvision centres it. It is fused into the decoder at no cost; torchvision's algorithm
-    in DALI ops (``pipelines.dali.geometry.rrc_window``) is about 90 per-sample CPU operators,
-    which nearly halved the H200's loader-only rate. So DALI's generator is
+    in DALI ops (``pipelines.dali.geometry.rrc_window``) is about 90 per-sample CPU operators
+    on the consumer's critical path, too costly for the default recipe. So DALI's generator is
     used where torchvision falls back with probability below ``FALLBACK_BOUND`` for images of
     aspect ratio 3:4 to 4:3 (the default scale and ratio: 1.4e-6 at 4:3; 1.7e-3 at 2:1,
     3.7e-2 at 3:1), torchvision's algorithm everywhere else (degenerate ranges, a scale above
