@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import operator
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -91,10 +92,9 @@ def _dist_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-def _int(name: str, value, lo: int, hi: int | None = None) -> int:
-    """``value`` as an int in ``[lo, hi)`` (numpy integers welcome, bools refused)."""
-    import operator
-
+def int_option(name: str, value, lo: int, hi: int | None = None) -> int:
+    """``value`` as an int in ``[lo, hi)`` (numpy integers welcome, bools refused), or a
+    ``ValueError`` naming ``name``."""
     try:
         v = None if isinstance(value, bool) else operator.index(value)
     except TypeError:
@@ -226,15 +226,15 @@ class LoaderConfig:
                   "debug_indices", "allow_empty_classes"):
             if not isinstance(getattr(self, k), bool):
                 raise ValueError(f"{k}={getattr(self, k)!r} must be a bool")
-        s("seed", _int("seed", self.seed, 0, 2**32))
-        s("max_image_pixels", _int("max_image_pixels", self.max_image_pixels, 1))
-        s("batch_size", _int("batch_size", self.batch_size, 1))
+        s("seed", int_option("seed", self.seed, 0, 2**32))
+        s("max_image_pixels", int_option("max_image_pixels", self.max_image_pixels, 1))
+        s("batch_size", int_option("batch_size", self.batch_size, 1))
         if self.num_workers is None:
             s("num_workers", default_workers())
-        s("num_workers", _int("num_workers", self.num_workers, 0))
-        s("prefetch", _int("prefetch", self.prefetch, 1))
-        s("streams", _int("streams", self.streams, 0))
-        s("dali_pipelines", _int("dali_pipelines", self.dali_pipelines, 1))
+        s("num_workers", int_option("num_workers", self.num_workers, 0))
+        s("prefetch", int_option("prefetch", self.prefetch, 1))
+        s("streams", int_option("streams", self.streams, 0))
+        s("dali_pipelines", int_option("dali_pipelines", self.dali_pipelines, 1))
         try:
             dev = torch.device(self.device)
         except (RuntimeError, TypeError):
@@ -245,8 +245,8 @@ class LoaderConfig:
             r, w = _dist_rank_world()
             s("rank", r if self.rank is None else self.rank)
             s("world_size", w if self.world_size is None else self.world_size)
-        s("world_size", _int("world_size", self.world_size, 1))
-        s("rank", _int("rank", self.rank, 0))
+        s("world_size", int_option("world_size", self.world_size, 1))
+        s("rank", int_option("rank", self.rank, 0))
         if self.rank >= self.world_size:
             raise ValueError(f"rank={self.rank!r} must be in [0, world_size={self.world_size})")
         if (isinstance(self.dali_hw_decoder_load, bool)
@@ -260,7 +260,7 @@ class LoaderConfig:
                              f"{self.num_workers} (each pipeline needs a thread)")
         for k in ("dali_device_memory_padding", "dali_host_memory_padding",
                   "dali_preallocate_width_hint", "dali_preallocate_height_hint"):
-            s(k, _int(k, getattr(self, k), 0))
+            s(k, int_option(k, getattr(self, k), 0))
 
     @property
     def torch_device(self) -> torch.device:

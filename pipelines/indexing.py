@@ -16,25 +16,18 @@ the same files, each exactly once per epoch (per the last-batch policy):
 from __future__ import annotations
 
 import math
-import operator
 from typing import List
 
 import numpy as np
 
-from .config import LastBatchPolicy
+from .config import LastBatchPolicy, int_option
 from .listing import DatasetRootError, list_samples  # noqa: F401  (re-exported)
 
 
 
 def as_epoch(epoch) -> int:
     """``epoch`` as a plain int (numpy integers welcome), or ``ValueError`` naming it."""
-    try:
-        e = operator.index(epoch)
-    except TypeError:
-        e = None
-    if e is None or isinstance(epoch, bool) or e < 0:
-        raise ValueError(f"epoch={epoch!r} must be an int >= 0")
-    return e
+    return int_option("epoch", epoch, 0)
 
 
 def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:

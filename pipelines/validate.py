@@ -64,21 +64,23 @@ def _segments(data: bytes):
         i += 2 + seglen
 
 
-def sof_offset(data: bytes) -> Optional[int]:
-    """Offset of the first SOF marker segment, or ``None`` if there is none before the scan."""
-    for i, marker in _segments(data):
-        if marker == 0xDA:  # start of scan before any SOF
-            return None
-        if marker in _SOF:
-            return i if i + 10 <= len(data) else None
-    return None
-
-
-def _sos_offset(data: bytes) -> Optional[int]:
+def _frame(data: bytes) -> Tuple[Optional[int], Optional[int]]:
+    """``(SOF offset, SOS offset)`` from one walk; the SOF is ``None`` when the scan comes first
+    or the frame header is cut short, the SOS ``None`` when there is no scan."""
+    sof = None
     for i, marker in _segments(data):
         if marker == 0xDA:
-            return i
-    return None
+            return sof, i
+        if marker in _SOF and sof is None:
+            sof = i if i + 10 <= len(data) else None
+            if sof is None:
+                return None, None
+    return sof, None
+
+
+def sof_offset(data: bytes) -> Optional[int]:
+    """Offset of the first SOF marker segment, or ``None`` if there is none before the scan."""
+    return _frame(data)[0]
 
 
 def jpeg_size(data: bytes) -> Optional[Tuple[int, int]]:
@@ -131,11 +133,10 @@ def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Opti
     if len(data) == 0:
         return "empty file (0 bytes)"
     if data.startswith(JPEG_SOI):
-        sof = sof_offset(data)
+        sof, sos = _frame(data)
         if sof is None:
             return "JPEG without a frame header (SOF)"
         h, w = struct.unpack(">HH", data[sof + 5 : sof + 9])
-        sos = _sos_offset(data)
         if sos is None:
             return "truncated JPEG (no start of scan)"
         # 0xFF in scan data is always stuffed (FF 00), so the first FF D9 after the SOS ends

@@ -81,6 +81,10 @@ class Fed:
     bad: List[Tuple[str, str]] = field(default_factory=list)
     dropped: int = 0
 
+    @classmethod
+    def empty(cls) -> "Fed":
+        return cls([], np.empty(0, np.int64))
+
 
 class PlanSource:
     """DALI batch callable: ``source(batch_info) -> (paths, meta)``.
@@ -121,7 +125,7 @@ class PlanSource:
         self._lane_pos = [0] * lanes
         self._start_pos: List[int] = list(range(lanes))
         self._stopped = False
-        self._carry: List[Fed] = [Fed([], np.empty(0, np.int64)) for _ in range(lanes)]
+        self._carry: List[Fed] = [Fed.empty() for _ in range(lanes)]
         self._fed: List[Deque[Fed]] = [deque() for _ in range(lanes)]
         self._pending: Dict[int, Future] = {}
         self._alive: deque = deque(maxlen=keep_alive * lanes)
@@ -144,7 +148,7 @@ class PlanSource:
         self._stopped = False
         self._start_pos = list(resume) if resume is not None else list(range(self.lanes))
         self._fed = [deque() for _ in range(self.lanes)]
-        self._carry = [Fed([], np.empty(0, np.int64)) for _ in range(self.lanes)]
+        self._carry = [Fed.empty() for _ in range(self.lanes)]
 
     def stop(self) -> None:
         """End the epoch early: every later call raises ``StopIteration``, so draining an
@@ -244,7 +248,7 @@ class PlanSource:
             if pos >= len(self._batches):
                 if carry.positions:  # trailing wholly-bad batches: the loader takes them last
                     self._fed[k].append(carry)
-                    self._carry[k] = Fed([], np.empty(0, np.int64))
+                    self._carry[k] = Fed.empty()
                 raise StopIteration
             for q in range(pos, min(pos + 1 + self.readahead * self.lanes, len(self._batches))):
                 if q not in self._pending:
@@ -258,7 +262,7 @@ class PlanSource:
             carry.dropped += 1  # every file of this batch was bad: skip the batch
         carry.rows = rows
         self._fed[k].append(carry)
-        self._carry[k] = Fed([], np.empty(0, np.int64))
+        self._carry[k] = Fed.empty()
         paths = [np.frombuffer(os.fsencode(self.paths[i]), dtype=np.uint8) for i in rows]
         meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
         out = (paths, meta)
