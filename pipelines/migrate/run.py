@@ -53,11 +53,16 @@ class Steps:
         return f"Steps(#{self.offset}..#{self.offset + len(self) - 1}: {self.transforms})"
 
 
+def as_steps(transform) -> Steps:
+    """``transform`` (a Compose, one transform or ``Steps``) as ``Steps``."""
+    if isinstance(transform, Steps):
+        return transform
+    return Steps(getattr(transform, "transforms", [transform]))
+
+
 def apply(transform, x, where: str = ""):
     """``transform(x)``, with errors as ``TransformError`` naming the step (see :class:`Steps`)."""
-    if not isinstance(transform, Steps):
-        transform = Steps(getattr(transform, "transforms", [transform]))
-    return transform(x, where)
+    return as_steps(transform)(x, where)
 
 
 def split_compose(compose) -> Tuple[Steps, Steps]:

@@ -16,7 +16,7 @@ except ImportError:  # pragma: no cover - a torchvision that has dropped it
 
 from ..config import LoaderConfig
 from ..indexing import config_batches, config_len, sample_seed
-from ..migrate.run import apply
+from ..migrate.run import as_steps
 from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes
 
 warnings.filterwarnings(
@@ -68,7 +68,7 @@ class JpegDataset(torch.utils.data.Dataset):
                  max_pixels: int = DEFAULT_MAX_PIXELS):
         self.paths = list(paths)
         self.labels = labels
-        self.transform = transform
+        self.transform = as_steps(transform)  # once, not per sample
         self.seed = seed
         self.max_pixels = max_pixels
 
@@ -92,7 +92,7 @@ class JpegDataset(torch.utils.data.Dataset):
         if reason is not None:
             return Bad(path, reason)  # the main process raises or skips, per on_bad_file
         torch.manual_seed(sample_seed(self.seed, epoch, index))
-        return apply(self.transform, img, where=path), int(self.labels[index]), index
+        return self.transform(img, where=path), int(self.labels[index]), index
 
 
 def collate_skipping(batch: list):
