@@ -1,10 +1,13 @@
-"""Turn a ``SuiteResult`` into a terminal table, a markdown summary and PNG plots."""
+"""Turn a ``SuiteResult`` into a terminal table, a markdown summary and PNG plots.
+
+The plots are drawn by ``compare.plot`` (``python -m compare plot`` redraws them from a
+``results.json``); ``plots`` is re-exported here for the suite."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import List
 
+from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .results import SPREAD_WARN, SuiteResult, VariantResult
 
 COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
@@ -111,50 +114,3 @@ def markdown(res: SuiteResult) -> str:
     if w:
         lines += ["**Warnings**", ""] + [f"- {x}" for x in w] + [""]
     return "\n".join(lines)
-
-
-def plots(res: SuiteResult, out: Path) -> List[Path]:
-    """``throughput.png`` (samples/s and idle % bars) and ``timeline.png`` (data wait per step)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [v.label for v in res.variants]
-    med = [v.median("samples_per_s") for v in res.variants]
-    err = [v.spread("samples_per_s") / 2 for v in res.variants]
-    idle = [v.median("idle_pct") for v in res.variants]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
-    a.bar(labels, med, yerr=err, color="#4878d0", capsize=4)
-    if res.ceiling is not None:
-        c = res.ceiling.median("samples_per_s")
-        a.axhline(c, color="k", ls="--", lw=1)
-        a.text(len(labels) - 0.5, c, f"ceiling {c:.0f}", ha="right", va="bottom", fontsize=8)
-    a.set_ylabel("samples/s (median, ± half range)")
-    a.set_title(f"Training throughput: {res.setup.get('model')}, batch {res.setup.get('batch_size')}")
-    b.bar(labels, idle, color="#ee854a")
-    b.set_ylim(0, 100)
-    b.set_ylabel("GPU idle % (compute stream)")
-    b.set_title("GPU idle (lower is better)")
-    for ax in (a, b):
-        ax.tick_params(axis="x", rotation=20)
-    fig.suptitle(f"{res.env.get('gpu', 'CPU')} · {res.env.get('cpu_count')} CPU cores", fontsize=9)
-    fig.tight_layout()
-    p1 = out / "throughput.png"
-    fig.savefig(p1, dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(12, 3.8))
-    for v in res.variants:
-        if v.repeats:
-            ax.plot(v.repeats[0].waits_ms, label=v.label, lw=1)
-    ax.set_xlabel("timed step (first repeat)")
-    ax.set_ylabel("data wait (ms)")
-    ax.set_yscale("symlog", linthresh=1.0)
-    ax.set_title("Host time blocked in next(loader), per step")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    p2 = out / "timeline.png"
-    fig.savefig(p2, dpi=110)
-    plt.close(fig)
-    return [p1, p2]

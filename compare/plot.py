@@ -1,0 +1,161 @@
+"""``python -m compare plot RESULTS.json [--out DIR]``: draw a run's PNG plots from its ``results.json``.
+
+The suite writes ``throughput.png`` (samples/s and GPU idle % per variant) and ``timeline.png``
+(data wait per timed step of the first repeat) next to every ``results.json``; the plots are not
+kept in the repository (``docs/results/``) because this command redraws them from the JSON.
+
+Importing this module imports neither torch nor matplotlib: matplotlib is imported when a plot
+is drawn. Errors (a missing file, a file that is not a suite ``results.json``, an ``--out`` that
+cannot be written) are one line on stderr naming the argument; exit status 2. A missing
+matplotlib is one line too (exit status 1).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from .results import SCHEMA, SuiteResult
+
+PROG = "python -m compare plot"
+FILES = ("throughput.png", "timeline.png")
+
+
+class MatplotlibMissing(RuntimeError):
+    """matplotlib is not installed; the message says how to install it."""
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as e:  # pragma: no cover - matplotlib is a dependency of the project
+        raise MatplotlibMissing(
+            "matplotlib is not installed: pip install 'matplotlib>=3.6' to draw the plots") from e
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plots(res: SuiteResult, out: Path) -> List[Path]:
+    """Write ``throughput.png`` (samples/s and idle % bars) and ``timeline.png`` (data wait per
+    step) for ``res`` into the existing folder ``out``; return their paths."""
+    plt = _pyplot()
+    out = Path(out)
+    labels = [v.label for v in res.variants]
+    med = [v.median("samples_per_s") for v in res.variants]
+    err = [v.spread("samples_per_s") / 2 for v in res.variants]
+    idle = [v.median("idle_pct") for v in res.variants]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+    a.bar(labels, med, yerr=err, color="#4878d0", capsize=4)
+    if res.ceiling is not None:
+        c = res.ceiling.median("samples_per_s")
+        a.axhline(c, color="k", ls="--", lw=1)
+        a.text(max(len(labels), 1) - 0.5, c, f"ceiling {c:.0f}", ha="right", va="bottom", fontsize=8)
+    a.set_ylabel("samples/s (median, ± half range)")
+    a.set_title(f"Training throughput: {res.setup.get('model')}, batch {res.setup.get('batch_size')}")
+    b.bar(labels, idle, color="#ee854a")
+    b.set_ylim(0, 100)
+    b.set_ylabel("GPU idle % (compute stream)")
+    b.set_title("GPU idle (lower is better)")
+    for ax in (a, b):
+        ax.tick_params(axis="x", rotation=20)
+    fig.suptitle(f"{res.env.get('gpu') or 'CPU'} · {res.env.get('cpu_count')} CPU cores", fontsize=9)
+    fig.tight_layout()
+    p1 = out / FILES[0]
+    fig.savefig(p1, dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(12, 3.8))
+    drawn = 0
+    for v in res.variants:
+        if v.repeats and v.repeats[0].waits_ms:
+            ax.plot(v.repeats[0].waits_ms, label=v.label, lw=1)
+            drawn += 1
+    ax.set_xlabel("timed step (first repeat)")
+    ax.set_ylabel("data wait (ms)")
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_title("Host time blocked in next(loader), per step")
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no per-step data waits recorded", ha="center", va="center",
+                transform=ax.transAxes)
+    fig.tight_layout()
+    p2 = out / FILES[1]
+    fig.savefig(p2, dpi=110)
+    plt.close(fig)
+    return [p1, p2]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Draw throughput.png and timeline.png from a suite results.json "
+                    "(as python -m compare writes them) and print the paths written.")
+    p.add_argument("results", metavar="RESULTS.json",
+                   help="a results.json written by python -m compare, or the folder holding it")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="folder for the PNGs, created if missing (default: the folder of RESULTS.json)")
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def load(path: Path) -> SuiteResult:
+    """Read a suite ``results.json`` (``SuiteResult.from_dict``); ``ValueError`` whose message
+    starts with "not" when it is not one."""
+    try:
+        data = json.loads(path.read_text())
+    except UnicodeDecodeError as e:
+        raise ValueError("not a text file") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e.msg}, line {e.lineno})") from e
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"not a suite results.json (schema {data.get('schema')!r}, expected {SCHEMA!r})")
+    try:
+        return SuiteResult.from_dict(data)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ValueError(f"not a suite results.json ({type(e).__name__}: {e})") from e
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``python -m compare plot``; ``argv`` excludes the word ``plot``."""
+    a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    src = Path(a.results)
+    if src.is_dir():
+        src = src / "results.json"
+    if not src.is_file():
+        return _fail(f"RESULTS.json: {str(src)!r} does not exist")
+    try:
+        res = load(src)
+    except ValueError as e:
+        return _fail(f"RESULTS.json: {str(src)!r} is {e}")
+    except OSError as e:
+        return _fail(f"RESULTS.json: cannot read {str(src)!r} ({e.strerror or e})")
+    out = Path(a.out) if a.out is not None else src.parent
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return _fail(f"--out: cannot create folder {str(out)!r} ({e.strerror or e})")
+    try:
+        written = plots(res, out)
+    except MatplotlibMissing as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        return _fail(f"--out: cannot write into {str(out)!r} ({e.strerror or e})")
+    for p in written:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
