@@ -28,7 +28,7 @@ PRESETS = ("seeds",)
 # LoaderConfig / AugmentSpec field -> the command-line option that sets it.
 FLAGS = {
     "root": "--data", "batch_size": "--batch-size", "num_workers": "--workers",
-    "prefetch": "--prefetch", "seed": "--seed", "dtype": "--dtype", "device": "--device",
+    "prefetch_factor": "--prefetch", "seed": "--seed", "dtype": "--dtype", "device": "--device",
     "on_bad_file": "--on-bad-file", "transform": "--transform", "size": "--image-size",
     "mode": "--mode",
 }
@@ -164,8 +164,7 @@ def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
     The command-line tools do not expose ``last_batch``, so the usual case (one rank, a batch
     larger than the dataset under ``drop``) is said in terms of ``--batch-size``.
     """
-    from pipelines import LastBatchPolicy
-    from pipelines.indexing import check_nonempty
+    from pipelines import LastBatchPolicy, check_nonempty
     try:
         check_nonempty(n, cfg)
     except ValueError as e:

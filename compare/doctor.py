@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from typing import List, Tuple
 
-from pipelines.config import default_workers, usable_cores
-from pipelines.torch_backend.shm import HEADROOM, fit_to_shm, shm_free_bytes, shm_need
+from pipelines import (SHM_HEADROOM, TorchOptions, default_workers, fit_to_shm, shm_free_bytes,
+                       shm_need, usable_cores)
 
 from . import cli
 from .env import nvidia_driver
@@ -31,12 +31,15 @@ def invalid(batch_size: int, workers: int, prefetch: int, image_size: int) -> Li
     (e.g. ``--workers: num_workers=-1 must be an int >= 0``); empty when all are valid."""
     out: List[Line] = []
     for topic, kw in (("batch size", {"batch_size": batch_size}),
-                      ("workers", {"num_workers": workers}),
-                      ("prefetch", {"prefetch": prefetch})):
+                      ("workers", {"num_workers": workers})):
         try:
             cli.loader_config(root=".", device="cpu", **kw)
         except ValueError as e:
             out.append(("FAIL", topic, str(e)))
+    try:
+        TorchOptions(prefetch_factor=prefetch)
+    except ValueError as e:
+        out.append(("FAIL", "prefetch", str(cli.option_error(e))))
     try:
         cli.augment(size=image_size)
     except ValueError as e:
@@ -67,7 +70,7 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
     else:
         for name, bb in (("pageable (float32)", f32), ("pinned (uint8)", u8)):
             need = shm_need(workers, prefetch, bb)
-            if need <= HEADROOM * shm_free:
+            if need <= SHM_HEADROOM * shm_free:
                 out.append(("OK", "/dev/shm", f"{name}: needs ~{_mib(need)} of {_mib(shm_free)} free"))
             else:
                 w, p, _ = fit_to_shm(workers, prefetch, bb, shm_free)
@@ -75,10 +78,11 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
                             f"{name}: needs ~{_mib(need)} but only {_mib(shm_free)} free; the "
                             f"loader will fall back to num_workers={w}, prefetch={p}. Enlarge it "
                             "(docker run --shm-size=8g) to keep all workers"))
-    pinned = (prefetch + workers * prefetch + 1) * u8
+    depth = TorchOptions().queue_depth
+    pinned = (depth + workers * prefetch + 1) * u8
     out.append(("INFO", "pinned memory", f"the pinned backend holds up to ~{_mib(pinned)} of "
                 f"page-locked host memory ({workers} workers x prefetch {prefetch} uint8 batches "
-                "+ the GPU prefetch queue)"))
+                f"+ the device queue of {depth})"))
     if not cuda.get("available"):
         out.append(("WARN", "CUDA", "no CUDA device: pinned runs as a plain CPU loader and DALI "
                     "uses its CPU operators; GPU numbers need a GPU"))
@@ -89,7 +93,7 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
         if hw:
             out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI default "
                         "hw_decoder_load=0.0 is best for training on an H200; use 1.0 (and "
-                        "dali_pipelines=2) when the loader alone is the job"))
+                        "pipelines=2) when the loader alone is the job (DaliOptions)"))
         else:
             out.append(("INFO", "JPEG hardware decoder", "none on this GPU: DALI decodes with "
                         "nvJPEG's CUDA path (hw_decoder_load has no effect)"))

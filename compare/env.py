@@ -53,7 +53,7 @@ def environment() -> Dict[str, object]:
 
 
 def _usable_cores() -> int:
-    from pipelines.config import usable_cores  # the rule the loaders use for their defaults
+    from pipelines import usable_cores  # the rule the loaders use for their defaults
 
     return usable_cores()
 

@@ -121,13 +121,6 @@ def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device
     return n / (time.perf_counter() - t0)
 
 
-def median_spread(xs: List[float]) -> tuple[float, float]:
-    """``(median, max - min)`` of repeated measurements."""
-    if not xs:
-        return float("nan"), float("nan")
-    return statistics.median(xs), (max(xs) - min(xs))
-
-
 class CpuUtil:
     """Whole-machine CPU utilisation between ``start()`` and ``stop()`` from ``/proc/stat``."""
 

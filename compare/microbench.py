@@ -5,9 +5,9 @@ behind design choices quoted in the README and docstrings (single thread, median
 * ``validate``: ``pipelines.validate.check_image_bytes`` per file.
 * ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
   one dense array, and copied vs ``no_copy`` buffers.
-* ``pin`` (CUDA): the ``pinned`` backend's pinning step alone, DataLoader's pin thread vs the
-  ``PinnedRing``, with workers that return ready uint8 batches (no decode, so the pinning and
-  the H2D path are the bottleneck); ``unpinned`` is the blocking pageable copy, for scale.
+
+The ``pinned`` backend's pin thread against its ring is measured with the real loader:
+``python -m compare --backends pinned --sweep pin_mode=thread,ring``.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def decode(paths, repeats):
     from PIL import Image, ImageOps
     from torchvision.transforms import v2
 
-    from pipelines.torch_backend.dataset import decode_rgb
+    from pipelines import decode_rgb
 
     torch.set_num_threads(1)
     rrc = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
@@ -61,7 +61,7 @@ def decode(paths, repeats):
 
 
 def validate(paths, repeats):
-    from pipelines.validate import check_image_bytes
+    from pipelines import check_image_bytes
 
     blobs = [open(p, "rb").read() for p in paths]
     dt = _median(lambda: [check_image_bytes(b) for b in blobs], repeats)
@@ -108,92 +108,28 @@ def feed(paths, repeats, batch=256, iters=60):
     return {f"{m}_ms_per_batch": one(m) for m in ("lists", "dense", "dense_no_copy")}
 
 
-class _ReadyBatches(torch.utils.data.Dataset):
-    """Workers hand out one fixed uint8 batch: the cost left is IPC, pinning and H2D."""
-
-    def __init__(self, n: int, batch: int, size: int):
-        self.n, self.shape = n, (batch, 3, size, size)
-        self._x = None
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        if self._x is None:  # once per worker
-            self._x = torch.randint(0, 256, self.shape, dtype=torch.uint8)
-        # like default_collate in a worker: the batch is written straight into shared memory
-        x = torch.empty(self.shape, dtype=torch.uint8).share_memory_()
-        x.copy_(self._x)
-        return x, torch.full(self.shape[:1], i, dtype=torch.int64)
-
-
-def pin(_paths, repeats, batch=256, size=224, iters=120, warmup=15, workers=6, depth=2):
-    if not torch.cuda.is_available():
-        raise SystemExit("microbench pin: needs CUDA (it measures pinned host memory and H2D)")
-    from functools import partial
-
-    from pipelines.augment import AugmentSpec
-    from pipelines.normalize import normalize_uint8
-    from pipelines.torch_backend.prefetch import CudaPrefetcher
-    from pipelines.torch_backend.ring import PinnedRing
-
-    dev = torch.device("cuda")
-    finish = partial(normalize_uint8, spec=AugmentSpec(size=size), dtype=torch.bfloat16,
-                     channels_last=True)
-
-    def one(mode):
-        dl = torch.utils.data.DataLoader(
-            _ReadyBatches(warmup + iters, batch, size), batch_size=None, num_workers=workers,
-            pin_memory=mode == "thread", prefetch_factor=2)
-        if mode == "unpinned":
-            feed = (finish(x.to(dev)) for x, _ in dl)
-        else:
-            ring = PinnedRing(depth + 1) if mode == "ring" else None
-            pf = CudaPrefetcher(dev, 2, depth, finish, upload=ring.upload if ring else None)
-            feed = (b.images for b, _ in pf((x, y, None) for x, y in dl))
-        times = []
-        for k, x in enumerate(feed):
-            x.sum()  # consume on the current stream
-            if k >= warmup - 1:
-                torch.cuda.synchronize()
-                times.append(time.perf_counter())
-        dt = (times[-1] - times[0]) / (len(times) - 1)
-        return dt
-
-    out = {}
-    for mode in ("unpinned", "thread", "ring"):
-        dts = sorted(one(mode) for _ in range(repeats))
-        med = statistics.median(dts)
-        out[f"{mode}_ms_per_batch"] = 1e3 * med
-        out[f"{mode}_img_per_s"] = batch / med
-        out[f"{mode}_spread_pct"] = 100 * (dts[-1] - dts[0]) / med
-    return out
-
-
 PROG = "python -m compare.microbench"
 
 
 def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__,
                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["decode", "validate", "feed", "pin"])
-    p.add_argument("--data", help="an ImageFolder root (all but pin)")
+    p.add_argument("what", choices=["decode", "validate", "feed"])
+    p.add_argument("--data", help="an ImageFolder root")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args(argv)
     try:  # every argument, before any measurement (compare.cli)
         cli.at_least("--images", a.images, 1)
         cli.at_least("--repeats", a.repeats, 1)
-        if a.what == "pin" and not torch.cuda.is_available():
-            raise ValueError("pin needs CUDA (it measures pinned host memory and H2D)")
         if a.what == "feed" and not dali_available():
             raise ValueError("feed needs nvidia-dali: pip install 'gpu-feed[dali]'")
-        if a.what != "pin" and not a.data:
+        if not a.data:
             raise ValueError(f"--data DIR is needed by {a.what}")
         paths = cli.list_dataset(a.data)[0][: a.images] if a.data else []
     except ValueError as e:
         return cli.fail(PROG, e)
-    res = {"decode": decode, "validate": validate, "feed": feed, "pin": pin}[a.what](paths, a.repeats)
+    res = {"decode": decode, "validate": validate, "feed": feed}[a.what](paths, a.repeats)
     print(json.dumps({"what": a.what, **({"images": len(paths)} if paths else {}),
                       "repeats": a.repeats,
                       **{k: round(v, 3) for k, v in res.items()}}, indent=1))

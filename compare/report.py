@@ -55,7 +55,7 @@ def warnings_for(res: SuiteResult) -> List[str]:
         if v.backend not in ("pinned", "pageable") or not steps:
             continue
         queue = (v.overrides.get("num_workers", s.get("workers") or 0)
-                 * v.overrides.get("prefetch", s.get("prefetch", 2)))
+                 * v.overrides.get("prefetch_factor", s.get("prefetch", 2)))
         if steps < queue:
             w.append(f"{v.label}: {steps} timed steps are fewer than the DataLoader's queue of "
                      f"{queue} batches (workers x prefetch); its numbers count batches decoded "

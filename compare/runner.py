@@ -1,14 +1,17 @@
 """Runs every variant on the same files, augmentation, batch size, model, steps and warm-up."""
 from __future__ import annotations
 
+import enum
 import gc
 import itertools
+import typing
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from pipelines import Backend, LoaderConfig, create_loader
+from pipelines import Backend, LoaderConfig, Options, create_loader, options_for
 
 from .cli import PRESETS
 from .metrics import CpuUtil, NvmlSampler, loader_only, measure
@@ -16,30 +19,54 @@ from .models import TrainStep
 from .results import Repeat, VariantResult
 
 
-ALLOWED_OVERRIDES = {"num_workers", "prefetch", "streams", "persistent_workers", "pin_mode",
-                     "dali_hw_decoder_load", "dali_preallocate_width_hint",
-                     "dali_preallocate_height_hint", "dali_pipelines", "dali_use_mmap"}
+# What a variant may change: how data is loaded, never the data, augmentation, batch or model.
+# ``num_workers`` (a LoaderConfig field every backend honours) and every field of the backend's
+# options class (``pipelines.options_for``), read from the class, so a new option is sweepable
+# as soon as it exists.
+CONFIG_KEYS = ("num_workers",)
+
+
+def _option_types(b: Backend) -> Dict[str, object]:
+    return options_for(b).option_types()
+
+
+def honours(b: Backend, key: str) -> bool:
+    """Whether backend ``b`` has a knob ``key`` with an effect on it."""
+    if key in CONFIG_KEYS:
+        return True
+    cls = options_for(b)
+    return key in cls.option_types() and b.value in cls.honoured_by(key)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """A backend plus loader-only overrides (never the data, augmentation, batch or model).
+    """A backend plus loader-only overrides: ``num_workers`` and its options' fields.
 
-    ``options`` names, for each override, the command-line item that set it (e.g.
-    ``{"num_workers": "--sweep workers=4"}``), so a value the config refuses is reported
+    ``sources`` names, for each override, the command-line item that set it (e.g.
+    ``{"num_workers": "--sweep num_workers=4"}``), so a value that is refused is reported
     against what the user typed.
     """
 
     label: str
     backend: Backend
     overrides: Dict[str, object] = field(default_factory=dict)
-    options: Dict[str, str] = field(default_factory=dict, compare=False)
+    sources: Dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
-        extra = sorted(set(self.overrides) - ALLOWED_OVERRIDES)
+        allowed = set(CONFIG_KEYS) | set(_option_types(self.backend))
+        extra = sorted(set(self.overrides) - allowed)
         if extra:  # apples to apples: a variant may only change how data is loaded
             raise ValueError(f"variant {self.label!r} overrides {extra}; only "
-                             f"{sorted(ALLOWED_OVERRIDES)} may differ between variants")
+                             f"{sorted(allowed)} may differ between variants")
+
+    def config_of(self, base: LoaderConfig) -> LoaderConfig:
+        """``base`` with this variant's config overrides (validated)."""
+        return base.replace(**{k: v for k, v in self.overrides.items() if k in CONFIG_KEYS})
+
+    def options_of(self) -> Options:
+        """This variant's backend options (validated, and refused where they have no effect)."""
+        kw = {k: v for k, v in self.overrides.items() if k not in CONFIG_KEYS}
+        return options_for(self.backend)(**kw).for_backend(self.backend.value)
 
 
 ORDER = (Backend.PAGEABLE, Backend.PINNED, Backend.DALI)
@@ -59,59 +86,70 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
 
 
 # NOTE [sweep keys and the backends they apply to]
-# A sweep key sets a LoaderConfig field that only some backends honour. On any other backend it
-# has no effect, so sweeping it there would time identical setups and report noise as a
-# speed-up. The rule: each backend is swept over the keys it honours only, and runs once per
-# combination of those (a one-line note says "no effect on <backend>"); a key that no backend of
-# the run honours is refused. ``pin`` is not a knob but picks backends: on = pinned, off =
-# pageable; without --backends it chooses them, with --backends it must agree with them.
-_ALL = frozenset(Backend)
-SWEEP_KEYS: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
-    "workers": (("num_workers",), _ALL),
-    "prefetch": (("prefetch",), _ALL),
-    "streams": (("streams",), frozenset({Backend.PINNED})),
-    "pinmode": (("pin_mode",), frozenset({Backend.PINNED})),
-    "hw": (("dali_hw_decoder_load",), frozenset({Backend.DALI})),
-    "pipes": (("dali_pipelines",), frozenset({Backend.DALI})),
-    "mmap": (("dali_use_mmap",), frozenset({Backend.DALI})),
-    "prealloc": (("dali_preallocate_width_hint", "dali_preallocate_height_hint"),
-                 frozenset({Backend.DALI})),
-}
+# A sweep key is ``num_workers`` or a field of a backend's options class; it has an effect on
+# the backends that honour it (``honours``) and none on the others, so sweeping it there would
+# time identical setups and report noise as a speed-up. The rule: each backend is swept over
+# the keys it honours only, and runs once per combination of those (a one-line note says "no
+# effect on <backend>"); a key that no backend of the run honours is refused. ``pin`` is not a
+# knob but picks backends: on = pinned, off = pageable; without --backends it chooses them, with
+# --backends it must agree with them.
 PIN = {"on": Backend.PINNED, "off": Backend.PAGEABLE}
+WORDS = {"on": True, "off": False, "true": True, "false": False}
+
+
+def sweep_keys() -> Dict[str, object]:
+    """Every sweep key and its type: ``num_workers``, then each backend's option fields."""
+    keys: Dict[str, object] = {"num_workers": int}
+    for b in ORDER:
+        for k, t in _option_types(b).items():
+            keys.setdefault(k, t)
+    return keys
 
 
 def _names(backs) -> str:
     return ",".join(b.value for b in backs)
 
 
-def _sweep_value(key: str, raw: str):
-    """One ``--sweep`` value, typed (ranges are checked by ``LoaderConfig`` later)."""
-    word = {"pin": ("on", "off"), "mmap": ("on", "off"), "pinmode": ("thread", "ring")}
-    if key in word:
-        if raw not in word[key]:
-            raise ValueError(f"--sweep {key}={raw} must be {' or '.join(word[key])}")
-        return raw == "on" if key == "mmap" else raw
+def _sweep_value(key: str, hint, raw: str):
+    """One ``--sweep`` value, typed from the option's annotation (ranges are checked by the
+    options class later)."""
+    if key == "pin":
+        if raw not in PIN:
+            raise ValueError(f"--sweep pin={raw} must be on or off")
+        return raw
+    args = typing.get_args(hint)
+    if type(None) in args:
+        if raw.lower() == "none":
+            return None
+        hint = next(a for a in args if a is not type(None))
+    if hint is bool:
+        if raw.lower() not in WORDS:
+            raise ValueError(f"--sweep {key}={raw} must be on or off")
+        return WORDS[raw.lower()]
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return raw  # the options class names the valid values
     try:
-        return float(raw) if key == "hw" else int(raw)
+        return float(raw) if hint is float else int(raw)
     except ValueError:
-        kind = "a number" if key == "hw" else "an int"
+        kind = "a number" if hint is float else "an int"
         raise ValueError(f"--sweep {key}={raw} must be {kind}") from None
 
 
 def _axes(spec: str, note: Callable[[str], None]) -> Dict[str, List[Tuple[str, object]]]:
-    """``"workers=0,4 pin=on"`` -> ``{key: [(raw, value), ...]}``, duplicates merged."""
+    """``"num_workers=0,4 pin=on"`` -> ``{key: [(raw, value), ...]}``, duplicates merged."""
     axes: Dict[str, List[Tuple[str, object]]] = {}
-    keys = sorted([*SWEEP_KEYS, "pin"])
+    types = {**sweep_keys(), "pin": str}
+    keys = sorted(types)
     for part in spec.split():
         k, eq, vals = part.partition("=")
-        if k not in keys or not eq or not vals:
+        if k not in types or not eq or not vals:
             raise ValueError(f"--sweep item {part!r} is not KEY=V1,V2 with KEY in {keys}")
         if k in axes:
             note(f"--sweep {k} is given twice; its values are merged")
         for raw in vals.split(","):
             if not raw:
                 raise ValueError(f"--sweep item {part!r} has an empty value")
-            v = _sweep_value(k, raw)
+            v = _sweep_value(k, types[k], raw)
             seen = axes.setdefault(k, [])
             if any(v == w for _, w in seen):
                 note(f"--sweep {k} lists {raw} more than once; it runs once")
@@ -124,17 +162,17 @@ def _axes(spec: str, note: Callable[[str], None]) -> Dict[str, List[Tuple[str, o
 
 def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
                 note: Callable[[str], None] = lambda s: None) -> List[Variant]:
-    """``"workers=0,4,8 pin=on,off"`` -> one variant per combination (see the NOTE above).
+    """``"num_workers=0,4,8 pin=on,off"`` -> one variant per combination (see the NOTE above).
 
-    Keys: ``workers``, ``prefetch`` (every backend); ``streams``, ``pinmode`` (``thread`` or
-    ``ring``, the ``pinned`` backend's ``pin_mode``) for ``pinned``; ``hw`` (DALI's
-    ``hw_decoder_load``, a fraction), ``prealloc`` (DALI's decoder preallocation width and
-    height hint, in pixels), ``pipes`` (DALI pipelines side by side) and ``mmap`` (``on``/``off``:
-    DALI reads files by mapping them) for ``dali``. ``pin=on`` picks the ``pinned`` backend,
-    ``pin=off`` the ``pageable`` one.
+    Keys: ``num_workers`` (every backend) and the fields of each backend's options class
+    (``TorchOptions``: ``prefetch_factor``, ``persistent_workers``, and for ``pinned`` only
+    ``queue_depth``, ``streams``, ``pin_mode``; ``DaliOptions``: ``queue_depth``,
+    ``hw_decoder_load``, ``pipelines``, ``use_mmap``, ...). Booleans are ``on``/``off``.
+    ``pin=on`` picks the ``pinned`` backend, ``pin=off`` the ``pageable`` one.
 
-    Example: backends pageable,dali and ``"workers=2,4 hw=0,1"`` -> ``pageable workers=2``,
-    ``pageable workers=4`` and four ``dali`` variants; a note says hw has no effect on pageable.
+    Example: backends pageable,dali and ``"num_workers=2,4 hw_decoder_load=0,1"`` -> two
+    ``pageable`` variants and four ``dali`` ones; a note says hw_decoder_load has no effect on
+    pageable.
 
     Args:
         backends: the backends to sweep (``--backends``, or every one available).
@@ -159,24 +197,23 @@ def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
                 "pageable (off): drop it or list the same backends")
     names = list(axes)
     for k in names:
-        if not any(b in SWEEP_KEYS[k][1] for b in backs):
-            owners = _names(b for b in ORDER if b in SWEEP_KEYS[k][1])
+        if not any(honours(b, k) for b in backs):
+            owners = _names(b for b in ORDER if honours(b, k))
             raise ValueError(f"--sweep {k} sets {owners} only and has no effect on "
                              f"{_names(backs)}; add {owners} to --backends or drop {k}=")
     out = []
     for b in backs:
-        mine = [k for k in names if b in SWEEP_KEYS[k][1]]
+        mine = [k for k in names if honours(b, k)]
         idle = [k for k in names if k not in mine] + (["pin"] if pins and b not in PIN.values()
                                                        else [])
         if idle:
             note(f"--sweep {', '.join(idle)}: no effect on {b.value}; it runs once")
         for combo in itertools.product(*(axes[k] for k in mine)):
-            ov, opts = {}, {}
+            ov, src = {}, {}
             for k, (raw, v) in zip(mine, combo):
-                for f in SWEEP_KEYS[k][0]:
-                    ov[f], opts[f] = v, f"--sweep {k}={raw}"
+                ov[k], src[k] = v, f"--sweep {k}={raw}"
             label = b.value + "".join(f" {k}={raw}" for k, (raw, _) in zip(mine, combo))
-            out.append(Variant(label, b, ov, opts))
+            out.append(Variant(label, b, ov, src))
     return out
 
 
@@ -193,21 +230,6 @@ def endless(loader) -> Iterator:
                                "batch_size with last_batch='drop'?)")
 
 
-def h2d_bytes_per_sample(backend: Backend, cfg: LoaderConfig, loader) -> Optional[float]:
-    """Bytes that cross PCIe per sample (images + int64 label)."""
-    if not cfg.wants_cuda or not torch.cuda.is_available():
-        return 0.0
-    px = 3 * cfg.augment.size ** 2
-    if backend is Backend.PAGEABLE:
-        return px * 4 + 8.0
-    if backend is Backend.PINNED:
-        return px * 1 + 8.0
-    src = getattr(loader, "source", None)  # DALI: the encoded JPEG bytes go to the GPU decoder
-    if src is None or not src.samples_read:
-        return None
-    return src.bytes_read / src.samples_read + 8.0
-
-
 def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, warmup: int,
                 repeats: int, log: Callable[[str], None] = print,
                 capture: Optional[list] = None) -> VariantResult:
@@ -216,16 +238,16 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
     Args:
         capture: when given, one more batch (cloned) is appended to it, for the ceiling run.
     """
-    cfg = base.replace(**v.overrides)
+    cfg = v.config_of(base)
     device = cfg.torch_device if torch.cuda.is_available() else torch.device("cpu")
     reps: List[Repeat] = []
-    with create_loader(v.backend, cfg) as loader:
+    with create_loader(v.backend, cfg, options=v.options_of()) as loader:
         it = endless(loader)
         for r in range(repeats):
             lo = loader_only(it, steps, warmup, device)
             cpu = CpuUtil()
             cpu.start()
-            with NvmlSampler(device.index or 0) if device.type == "cuda" else _Null() as nv:
+            with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
                 m = measure(it, step, steps, warmup, device)
             reps.append(Repeat(
                 samples_per_s=m.samples_per_s, loader_only_per_s=lo,
@@ -236,7 +258,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
             log(f"  {v.label:28s} repeat {r + 1}/{repeats}: {m.samples_per_s:9.1f} samples/s, "
                 f"loader-only {lo:9.1f} img/s, wait p50 {m.wait_pct(50):7.2f} ms, "
                 f"idle {m.idle_pct:5.1f}%")
-        h2d = h2d_bytes_per_sample(v.backend, cfg, loader)
+        h2d = loader.h2d_bytes_per_sample()
         if capture is not None:
             x, y = next(it)
             capture.append((x.clone(), y.clone()))
@@ -258,14 +280,6 @@ def run_ceiling(batch, step: Callable, *, steps: int, warmup: int, repeats: int,
         log(f"  {'ceiling (batch on device)':28s} repeat {r + 1}/{repeats}: "
             f"{m.samples_per_s:9.1f} samples/s, idle {m.idle_pct:5.1f}%")
     return VariantResult("ceiling", "none", {}, 0.0, tuple(reps))
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return None
 
 
 def make_step(model: str, cfg: LoaderConfig, classes: int) -> TrainStep:

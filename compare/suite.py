@@ -64,7 +64,7 @@ def load_transform(ref: str):
     import importlib
     import inspect
 
-    from pipelines.migrate import check_transform
+    from pipelines import check_transform
 
     mod, _, name = ref.partition(":")
     try:
@@ -131,14 +131,9 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         dtype=a.dtype, channels_last=a.device.startswith("cuda"), device=a.device,
         last_batch="drop", seed=0, transform=transform, on_bad_file=a.on_bad_file,
     )
-    configs = []
-    for v in variants:
-        try:
-            configs.append(base.replace(**v.overrides))
-        except (ValueError, TypeError) as e:
-            raise cli.option_error(e, {**cli.FLAGS, **v.options}, _where(v)) from None
+    configs = plan_variants(variants, base)
     if transform is not None and any(v.backend is Backend.DALI for v in variants):
-        from pipelines.migrate import from_torchvision
+        from pipelines import from_torchvision
 
         try:
             from_torchvision(transform)  # fail now, with the list of untranslatable transforms
@@ -155,10 +150,24 @@ def plan(a, note: Callable[[str], None]) -> Plan:
     return Plan(variants, configs, base, out, gen, classes)
 
 
+def plan_variants(variants: List[Variant], base: LoaderConfig) -> List[LoaderConfig]:
+    """Each variant's config, with its options checked too; an error names the command-line
+    item that set the value and the variant."""
+    configs = []
+    for v in variants:
+        try:
+            cfg = v.config_of(base)
+            v.options_of().check(cfg.num_workers) if v.backend is Backend.DALI else v.options_of()
+        except (ValueError, TypeError) as e:
+            raise cli.option_error(e, {**cli.FLAGS, **v.sources}, _where(v)) from None
+        configs.append(cfg)
+    return configs
+
+
 def check_dataset(n: int, variants: List[Variant], configs: List[LoaderConfig]) -> None:
     """Every variant gets at least one batch per epoch from ``n`` images (``check_nonempty``)."""
     for v, cfg in zip(variants, configs):
-        cli.check_batches(n, cfg, {**cli.FLAGS, **v.options}, _where(v))
+        cli.check_batches(n, cfg, {**cli.FLAGS, **v.sources}, _where(v))
 
 
 def prepare(p: Plan, a, log):
@@ -202,7 +211,7 @@ def execute(a, p: Plan, root: Path, step, log) -> int:
         "data": str(root), "dataset": (man or {}).get("stats", {}), "model": a.model,
         "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
         "dtype": a.dtype, "channels_last": base.channels_last, "workers": base.num_workers,
-        "prefetch": base.prefetch, "on_bad_file": base.on_bad_file.value,
+        "on_bad_file": base.on_bad_file.value,
         "augment": repr(base.transform) if base.transform is not None else repr(base.augment),
         "device": a.device, "variants": [v.label for v in p.variants], "notes": list(p.notes),
     }

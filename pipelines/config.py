@@ -45,10 +45,11 @@ class BadFilePolicy(str, enum.Enum):
 
 
 class PinMode(str, enum.Enum):
-    """How the ``pinned`` backend gets worker batches into page-locked memory.
+    """How the ``pinned`` backend gets worker batches into page-locked memory
+    (``TorchOptions.pin_mode``).
 
     * ``THREAD``: DataLoader's ``pin_memory=True`` pin thread (torch's caching host allocator).
-    * ``RING``: a ring of ``prefetch + 1`` pinned buffers allocated once and filled on the
+    * ``RING``: a ring of ``queue_depth + 1`` pinned buffers allocated once and filled on the
       consumer's thread; a slot is refilled only after its H2D copy has completed (an event).
     """
 
@@ -105,7 +106,8 @@ def int_option(name: str, value, lo: int, hi: int | None = None) -> int:
     return v
 
 
-def _enum(cls, name: str, value):
+def enum_option(cls, name: str, value):
+    """``cls(value)``, or a ``ValueError`` naming ``name`` and the valid values."""
     try:
         return cls(value)
     except ValueError:
@@ -126,39 +128,10 @@ class LoaderConfig:
         seed: base seed for the order and for the augmentation, an int in ``[0, 2**32)``.
         last_batch: a ``LastBatchPolicy`` (or its name).
         num_workers: CPU workers (torch backends) or decoder threads (DALI). Default: cores - 2.
-        prefetch: batches in flight ahead of the consumer (H2D prefetch depth for ``pinned``,
-            DALI's ``prefetch_queue_depth``).
         dtype: an ``OutputDType`` (or its name) for ``Batch.images``.
         channels_last: return images with channels-last strides.
         device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"``.
         rank, world_size: the shard to read. Default: from ``torch.distributed`` when initialised.
-        streams: ``pinned`` only; side CUDA streams for H2D copies. ``0`` means pin-memory only,
-            copies on the consumer's stream (the "pin_memory only" recipe).
-        pin_mode: ``pinned`` only; a ``PinMode`` (or ``"thread"`` / ``"ring"``). Default
-            ``"thread"``, chosen from docs/results/h200/pin-ring.
-        persistent_workers: keep DataLoader workers alive between epochs (torch backends).
-        dali_hw_decoder_load: share of JPEGs sent to the hardware JPEG decoder (0..1, DALI only).
-            Default 0.0, chosen from a measured table (docs/results/h200/dali-hw-decoder): on an
-            H200 with ResNet-50 training, 0.0 reached 95.5% of the ceiling against 91.8% (0.65)
-            and 92.5% (1.0), because the hardware path adds periodic ~70 ms stalls (wait p95).
-            A second run (docs/results/h200/dali-train-tuning) gave 95.8% (0.0) against 91.6%
-            (1.0), and the current code 97.7 / 92.7 / 91.2% for 0.0 / 0.65 / 1.0
-            (docs/results/h200/dali-hw-table-train). For loader-bound work (light models, eval,
-            offline preprocessing) use 1.0: 21-24k img/s loader-only against 10-11k at 0.0
-            (docs/results/h200/dali-hw-table-loader, loader-only-dali-final).
-        dali_pipelines: DALI pipelines run side by side, each with ``num_workers // n``
-            threads and every n-th batch of the plan, yielded in the plan's order (each has
-            its own augmentation seed, so the random crops differ from a one-pipeline run).
-            Default 1. With the hardware decoder 2 adds 5-15% loader-only (22.8k vs 21.4k img/s
-            on the H200, docs/results/h200/loader-only-dali-final); for ResNet-50 training it
-            did not help (96.1% of the ceiling against 97.6%).
-        dali_use_mmap: read JPEGs by mapping them (``fn.io.file.read``'s default) instead of
-            ``read()``. Default False: on the H200 host (a VM) mapping 256 small files per batch
-            cost a quarter of the loader-only rate (14.7k vs 20.2k img/s, docs/results/h200/
-            loader-only-mmap and dali-io-probe). DALI notes
-            mapping can help a little on local disks; it rarely helps on network filesystems.
-        dali_device_memory_padding, dali_host_memory_padding: nvJPEG buffer padding in bytes.
-        dali_preallocate_width_hint, dali_preallocate_height_hint: decoder preallocation hints.
         on_bad_file: a ``BadFilePolicy`` (or ``"error"`` / ``"skip"``).
         max_image_pixels: images with more pixels are refused as decompression bombs.
         transform: your own torchvision transform instead of ``augment``: a v2 ``Compose``, a
@@ -183,22 +156,11 @@ class LoaderConfig:
     seed: int = 0
     last_batch: LastBatchPolicy = LastBatchPolicy.PARTIAL
     num_workers: int | None = None
-    prefetch: int = 2
     dtype: OutputDType = OutputDType.FLOAT32
     channels_last: bool = False
     device: str = "cuda"
     rank: int | None = None
     world_size: int | None = None
-    streams: int = 1
-    pin_mode: PinMode = PinMode.THREAD
-    persistent_workers: bool = True
-    dali_hw_decoder_load: float = 0.0
-    dali_pipelines: int = 1
-    dali_use_mmap: bool = False
-    dali_device_memory_padding: int = 211025920
-    dali_host_memory_padding: int = 140544512
-    dali_preallocate_width_hint: int = 0
-    dali_preallocate_height_hint: int = 0
     on_bad_file: BadFilePolicy = BadFilePolicy.ERROR
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     transform: Any = None
@@ -218,12 +180,10 @@ class LoaderConfig:
             s("transform", check_transform(self.transform))
         if not isinstance(self.augment, AugmentSpec):
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")
-        s("last_batch", _enum(LastBatchPolicy, "last_batch", self.last_batch))
-        s("dtype", _enum(OutputDType, "dtype", self.dtype))
-        s("on_bad_file", _enum(BadFilePolicy, "on_bad_file", self.on_bad_file))
-        s("pin_mode", _enum(PinMode, "pin_mode", self.pin_mode))
-        for k in ("shuffle", "channels_last", "persistent_workers", "dali_use_mmap",
-                  "debug_indices", "allow_empty_classes"):
+        s("last_batch", enum_option(LastBatchPolicy, "last_batch", self.last_batch))
+        s("dtype", enum_option(OutputDType, "dtype", self.dtype))
+        s("on_bad_file", enum_option(BadFilePolicy, "on_bad_file", self.on_bad_file))
+        for k in ("shuffle", "channels_last", "debug_indices", "allow_empty_classes"):
             if not isinstance(getattr(self, k), bool):
                 raise ValueError(f"{k}={getattr(self, k)!r} must be a bool")
         s("seed", int_option("seed", self.seed, 0, 2**32))
@@ -232,9 +192,6 @@ class LoaderConfig:
         if self.num_workers is None:
             s("num_workers", default_workers())
         s("num_workers", int_option("num_workers", self.num_workers, 0))
-        s("prefetch", int_option("prefetch", self.prefetch, 1))
-        s("streams", int_option("streams", self.streams, 0))
-        s("dali_pipelines", int_option("dali_pipelines", self.dali_pipelines, 1))
         try:
             dev = torch.device(self.device)
         except (RuntimeError, TypeError):
@@ -249,18 +206,6 @@ class LoaderConfig:
         s("rank", int_option("rank", self.rank, 0))
         if self.rank >= self.world_size:
             raise ValueError(f"rank={self.rank!r} must be in [0, world_size={self.world_size})")
-        if (isinstance(self.dali_hw_decoder_load, bool)
-                or not isinstance(self.dali_hw_decoder_load, (int, float))
-                or not 0.0 <= self.dali_hw_decoder_load <= 1.0):
-            raise ValueError(
-                f"dali_hw_decoder_load={self.dali_hw_decoder_load!r} must be in [0, 1]"
-            )
-        if self.num_workers and self.dali_pipelines > self.num_workers:
-            raise ValueError(f"dali_pipelines={self.dali_pipelines!r} must be <= num_workers="
-                             f"{self.num_workers} (each pipeline needs a thread)")
-        for k in ("dali_device_memory_padding", "dali_host_memory_padding",
-                  "dali_preallocate_width_hint", "dali_preallocate_height_hint"):
-            s(k, int_option(k, getattr(self, k), 0))
 
     @property
     def torch_device(self) -> torch.device:

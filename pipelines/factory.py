@@ -4,7 +4,10 @@ from __future__ import annotations
 import enum
 import importlib.util
 
+from typing import Dict, Optional, Type
+
 from .config import LoaderConfig
+from .options import DaliOptions, Options, TorchOptions
 from .types import BatchLoader
 
 
@@ -45,7 +48,33 @@ def available_backends() -> list[Backend]:
     return [b for b in Backend if b is not Backend.DALI or dali_available()]
 
 
-def create_loader(backend: "str | Backend", config: LoaderConfig) -> BatchLoader:
+# The options class of each backend: ``create_loader`` and ``compare --sweep`` read it.
+OPTIONS: Dict["Backend", Type[Options]] = {
+    Backend.DALI: DaliOptions, Backend.PINNED: TorchOptions, Backend.PAGEABLE: TorchOptions,
+}
+
+
+def options_for(backend: "str | Backend") -> Type[Options]:
+    """The options class ``backend`` takes (``DaliOptions`` or ``TorchOptions``)."""
+    return OPTIONS[Backend.parse(backend)]
+
+
+def preload(backend: "str | Backend") -> None:
+    """Import ``backend``'s modules now (e.g. before forking worker processes, so each starts
+    warm). ``create_loader`` imports them on first use anyway."""
+    backend = Backend.parse(backend)
+    if backend is Backend.DALI:
+        import nvidia.dali  # noqa: F401 - ImportError here when DALI is not installed
+
+        from .dali import loader  # noqa: F401
+    else:
+        import torchvision.transforms.v2  # noqa: F401
+
+        from .torch_backend import pageable, pinned  # noqa: F401
+
+
+def create_loader(backend: "str | Backend", config: LoaderConfig,
+                  options: Optional[Options] = None) -> BatchLoader:
     """Build the loader for ``backend``.
 
     Heavy dependencies are imported only inside their branch: ``nvidia.dali`` is never imported
@@ -53,18 +82,28 @@ def create_loader(backend: "str | Backend", config: LoaderConfig) -> BatchLoader
 
     Args:
         backend: a ``Backend`` or its name (``"dali"``, ``"pinned"``, ``"pageable"``).
-        config: the ``LoaderConfig``.
+        config: the ``LoaderConfig`` (what every backend honours).
+        options: the backend's own knobs, ``DaliOptions`` for ``dali``, ``TorchOptions`` for
+            ``pinned`` and ``pageable`` (default: the class's defaults).
 
     Returns:
         A ``BatchLoader`` yielding ``Batch(images, labels)``.
 
     Raises:
-        ValueError: unknown backend name.
+        ValueError: unknown backend name, or an option that has no effect on ``backend``.
+        TypeError: ``config`` is not a ``LoaderConfig``, or ``options`` is for another backend.
         ImportError: DALI asked for but not installed (the message names the pip extra).
     """
     backend = Backend.parse(backend)
     if not isinstance(config, LoaderConfig):
         raise TypeError(f"config={config!r} must be a LoaderConfig")
+    cls = OPTIONS[backend]
+    if options is None:
+        options = cls()
+    elif not isinstance(options, cls):
+        raise TypeError(f"options={type(options).__name__}(...) is not for backend "
+                        f"{backend.value!r}; pass a {cls.__name__}")
+    options.for_backend(backend.value)
     if backend is Backend.DALI:
         if not dali_available():
             raise ImportError(
@@ -73,11 +112,11 @@ def create_loader(backend: "str | Backend", config: LoaderConfig) -> BatchLoader
             )
         from .dali.loader import DaliLoader
 
-        return DaliLoader(config)
+        return DaliLoader(config, options)
     if backend is Backend.PINNED:
         from .torch_backend.pinned import PinnedLoader
 
-        return PinnedLoader(config)
+        return PinnedLoader(config, options)
     from .torch_backend.pageable import PageableLoader
 
-    return PageableLoader(config)
+    return PageableLoader(config, options)

@@ -1,7 +1,7 @@
 """The one contract every backend honours: a ``Batch`` and the ``BatchLoader`` protocol."""
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Iterator, List, NamedTuple, Optional, Protocol, runtime_checkable
 
 import torch
 
@@ -21,7 +21,18 @@ class Batch(NamedTuple):
 
 @runtime_checkable
 class BatchLoader(Protocol):
-    """What ``create_loader`` returns. ``for images, labels in loader`` works for every backend."""
+    """What ``create_loader`` returns. ``for images, labels in loader`` works for every backend.
+
+    Attributes:
+        classes: the class names, index = label.
+        stats: the bad files skipped (``pipelines.stats.BadFileStats``).
+        last_indices: the dataset index of every sample of the last full epoch, when
+            ``LoaderConfig.debug_indices`` is set (else ``None``).
+    """
+
+    classes: List[str]
+    stats: Any
+    last_indices: Optional[Any]
 
     def __iter__(self) -> Iterator[Batch]: ...
 
@@ -30,6 +41,8 @@ class BatchLoader(Protocol):
     def set_epoch(self, epoch: int) -> None: ...
 
     def close(self) -> None: ...
+
+    def h2d_bytes_per_sample(self) -> Optional[float]: ...
 
     def __enter__(self) -> "BatchLoader": ...
 

@@ -77,12 +77,13 @@ def timed(fn, argv):
 # --- late failures: checked up front, or the finished variants are kept --------------------
 
 @pytest.mark.parametrize("args, names", [
-    (["--backends", "pageable", "--sweep", "workers=0,-1"],
-     ["--sweep workers=-1", "variant 'pageable workers=-1'", "num_workers=-1"]),
-    (["--backends", "pinned", "--sweep", "prefetch=0"],
-     ["--sweep prefetch=0", "variant 'pinned prefetch=0'", "prefetch=0"]),
-    pytest.param(["--backends", "dali", "--sweep", "hw=0,1.5"],
-                 ["--sweep hw=1.5", "variant 'dali hw=1.5'", "dali_hw_decoder_load=1.5"],
+    (["--backends", "pageable", "--sweep", "num_workers=0,-1"],
+     ["--sweep num_workers=-1", "variant 'pageable num_workers=-1'", "num_workers=-1"]),
+    (["--backends", "pinned", "--sweep", "prefetch_factor=0"],
+     ["--sweep prefetch_factor=0", "variant 'pinned prefetch_factor=0'", "prefetch_factor=0"]),
+    pytest.param(["--backends", "dali", "--sweep", "hw_decoder_load=0,1.5"],
+                 ["--sweep hw_decoder_load=1.5", "variant 'dali hw_decoder_load=1.5'",
+                  "hw_decoder_load=1.5"],
                  marks=pytest.mark.dali),
     (["--batch-size", "64"], ["--batch-size 64", "variant 'pageable'", "40 images"]),
     (["--backends", ","], ["--backends", "names no backend"]),
@@ -273,13 +274,14 @@ def test_argparse_errors_are_one_line(capsys):
 # --- options that contradicted each other ------------------------------------------------------
 
 @pytest.mark.parametrize("args, names", [
-    (["--preset", "seeds", "--sweep", "workers=0,2"], ["--preset seeds", "--sweep"]),
-    (["--sweep", "hw=0,1", "--backends", "pageable"], ["--sweep hw", "no effect on pageable"]),
+    (["--preset", "seeds", "--sweep", "num_workers=0,2"], ["--preset seeds", "--sweep"]),
+    (["--sweep", "hw_decoder_load=0,1", "--backends", "pageable"],
+     ["--sweep hw_decoder_load", "no effect on pageable"]),
     (["--sweep", "streams=1,2", "--backends", "pageable"], ["--sweep streams", "pinned"]),
-    (["--sweep", "workers=0 pinmode=ring", "--backends", "pageable"], ["--sweep pinmode"]),
+    (["--sweep", "num_workers=0 pin_mode=ring", "--backends", "pageable"], ["--sweep pin_mode"]),
     (["--sweep", "pin=on", "--backends", "pinned,pageable"], ["--sweep pin=on", "--backends"]),
     (["--sweep", "threads=2"], ["--sweep item 'threads=2'"]),
-    (["--sweep", "workers=1,"], ["--sweep item 'workers=1,'", "empty value"]),
+    (["--sweep", "num_workers=1,"], ["--sweep item 'num_workers=1,'", "empty value"]),
     (["--sweep", ""], ["--sweep ''"]),
 ])
 def test_contradicting_options_are_refused(root, tmp_path, capsys, no_timing, args, names):
@@ -326,12 +328,13 @@ def test_duplicate_backends_and_sweep_values_run_once_with_a_note(root, tmp_path
     out = tmp_path / "out"
     assert timed(compare_main.main, ["--data", str(root), *FAST, "--out", str(out),
                                      "--backends", "pageable,pageable",
-                                     "--sweep", "workers=0,0 prefetch=1 prefetch=1"]) == 0
-    assert _labels(out) == ["pageable workers=0 prefetch=1"]
+                                     "--sweep",
+                                     "num_workers=0,0 prefetch_factor=1 prefetch_factor=1"]) == 0
+    assert _labels(out) == ["pageable num_workers=0 prefetch_factor=1"]
     err = capsys.readouterr().err.splitlines()
     assert [l for l in err if "note:" in l] == [
         "python -m compare: note: --backends lists pageable more than once; each runs once",
-        "python -m compare: note: --sweep workers lists 0 more than once; it runs once",
-        "python -m compare: note: --sweep prefetch is given twice; its values are merged",
-        "python -m compare: note: --sweep prefetch lists 1 more than once; it runs once",
+        "python -m compare: note: --sweep num_workers lists 0 more than once; it runs once",
+        "python -m compare: note: --sweep prefetch_factor is given twice; its values are merged",
+        "python -m compare: note: --sweep prefetch_factor lists 1 more than once; it runs once",
     ]

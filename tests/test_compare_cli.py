@@ -58,32 +58,6 @@ def test_microbench_validate_reports_a_cost(tiny_root, capsys):
     assert out["images"] == 37 and 0 < out["us_per_file"] < 1000
 
 
-@pytest.mark.dali
-def test_dali_reader_cost_measures_both_ways_of_reading(tiny_root, capsys):
-    from compare.dali_reader_cost import main as cost
-
-    assert cost(["--data", str(tiny_root), "--batch-size", "8", "--epochs", "1",
-                 "--steps", "2"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    for k in ("reader", "external_source"):
-        assert out["loader_only_img_per_s"][k] > 0
-    assert out["first_batch_s"]["reader_rebuild"] > 0 and len(out["all"]["reader"]) == 1
-    with pytest.raises(SystemExit):   # 4 batches per epoch cannot time 5 after the first
-        cost(["--data", str(tiny_root), "--batch-size", "8", "--steps", "5"])
-
-
-def test_microbench_pin_needs_cuda_with_a_clear_message(capsys):
-    import torch
-
-    from compare.microbench import main as mb
-
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present: exercised by the H200 run instead")
-    assert mb(["pin"]) == 2  # checked with the other arguments, before any work
-    err = capsys.readouterr().err.strip()
-    assert "pin needs CUDA" in err and "\n" not in err
-
-
 def test_fuzz_subcommand_is_dispatched(monkeypatch):
     import sys
     import types

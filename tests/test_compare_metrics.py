@@ -77,26 +77,30 @@ def test_difference_within_spread_is_called_noise():
 
 
 def test_sweep_and_preset_parsing():
-    vs = parse_sweep("workers=0,4 pin=on,off", [Backend.DALI])
-    assert [v.label for v in vs] == ["pinned workers=0", "pinned workers=4",
-                                     "pageable workers=0", "pageable workers=4"]
+    vs = parse_sweep("num_workers=0,4 pin=on,off", [Backend.DALI])
+    assert [v.label for v in vs] == ["pinned num_workers=0", "pinned num_workers=4",
+                                     "pageable num_workers=0", "pageable num_workers=4"]
     assert vs[1].overrides == {"num_workers": 4} and vs[1].backend is Backend.PINNED
     with pytest.raises(ValueError, match="KEY"):
         parse_sweep("threads=2", [Backend.PINNED])
     with pytest.raises(ValueError, match="on or off"):
         parse_sweep("pin=maybe", [Backend.PINNED])
-    vs = parse_sweep("pinmode=thread,ring", [Backend.PINNED])
+    vs = parse_sweep("pin_mode=thread,ring", [Backend.PINNED])
     assert [v.overrides for v in vs] == [{"pin_mode": "thread"}, {"pin_mode": "ring"}]
-    vs = parse_sweep("prealloc=0,1024", [Backend.DALI])
-    assert vs[1].overrides == {"dali_preallocate_width_hint": 1024,
-                               "dali_preallocate_height_hint": 1024}
-    with pytest.raises(ValueError, match="thread or ring"):
-        parse_sweep("pinmode=spin", [Backend.PINNED])
-    vs = parse_sweep("pipes=1,2 mmap=on,off", [Backend.DALI])
+    assert vs[1].options_of().pin_mode.value == "ring"
+    vs = parse_sweep("preallocate_width_hint=0,1024", [Backend.DALI])
+    assert vs[1].overrides == {"preallocate_width_hint": 1024}
+    [spin] = parse_sweep("pin_mode=spin", [Backend.PINNED])
+    with pytest.raises(ValueError, match="pin_mode='spin' is not valid"):
+        spin.options_of()
+    vs = parse_sweep("pipelines=1,2 use_mmap=on,off", [Backend.DALI])
     assert [v.overrides for v in vs] == [
-        {"dali_pipelines": p, "dali_use_mmap": m} for p in (1, 2) for m in (True, False)]
-    with pytest.raises(ValueError, match="mmap=yes must be on or off"):
-        parse_sweep("mmap=yes", [Backend.DALI])
+        {"pipelines": p, "use_mmap": m} for p in (1, 2) for m in (True, False)]
+    with pytest.raises(ValueError, match="use_mmap=yes must be on or off"):
+        parse_sweep("use_mmap=yes", [Backend.DALI])
+    vs = parse_sweep("queue_depth=1,3", [Backend.PAGEABLE, Backend.PINNED, Backend.DALI])
+    assert [v.label for v in vs] == ["pageable", "pinned queue_depth=1", "pinned queue_depth=3",
+                                     "dali queue_depth=1", "dali queue_depth=3"]
     with pytest.raises(ValueError, match="batch_size"):
         Variant("cheat", Backend.DALI, {"batch_size": 64})
     labels = [v.label for v in preset("seeds", [Backend.PINNED, Backend.PAGEABLE])]

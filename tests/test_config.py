@@ -8,17 +8,11 @@ from pipelines import AugmentSpec, LastBatchPolicy, LoaderConfig, Mode, OutputDT
     [
         ({"batch_size": 0}, "batch_size"),
         ({"num_workers": -1}, "num_workers"),
-        ({"prefetch": 0}, "prefetch"),
-        ({"streams": -2}, "streams"),
         ({"last_batch": "sometimes"}, "last_batch"),
         ({"dtype": "int8"}, "dtype"),
         ({"device": "tpu"}, "device"),
         ({"rank": 2, "world_size": 2}, "rank"),
         ({"rank": 0, "world_size": 0}, "world_size"),
-        ({"dali_hw_decoder_load": 1.5}, "dali_hw_decoder_load"),
-        ({"dali_pipelines": 0}, "dali_pipelines"),
-        ({"dali_pipelines": 3, "num_workers": 2}, "dali_pipelines=3 must be <= num_workers=2"),
-        ({"dali_use_mmap": "yes"}, "dali_use_mmap"),
     ],
 )
 def test_invalid_values_name_the_option(kw, name):
@@ -57,10 +51,9 @@ def test_augment_spec_defaults():
 @pytest.mark.parametrize("kw, name", [
     ({"seed": -1}, "seed"), ({"seed": 0.5}, "seed"), ({"seed": 2**63}, "seed"),
     ({"seed": True}, "seed"), ({"batch_size": True}, "batch_size"),
-    ({"num_workers": 2.0}, "num_workers"), ({"prefetch": False}, "prefetch"),
+    ({"num_workers": 2.0}, "num_workers"),
     ({"shuffle": "no"}, "shuffle"), ({"channels_last": 1}, "channels_last"),
     ({"allow_empty_classes": "yes"}, "allow_empty_classes"),
-    ({"dali_hw_decoder_load": float("nan")}, "dali_hw_decoder_load"),
     ({"max_image_pixels": 0}, "max_image_pixels"),
 ])
 def test_wrong_types_and_ranges_name_the_option(kw, name):

@@ -8,6 +8,8 @@ from PIL import Image
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
 
+from utils import make
+
 pytestmark = pytest.mark.dali
 
 
@@ -119,8 +121,8 @@ def test_side_by_side_pipelines_yield_the_plan_in_order(tiny_root, pipes, policy
     got = {}
     for n in (1, pipes):
         cfg = _cfg(tiny_root, augment=spec, debug_indices=True, last_batch=policy,
-                   dali_pipelines=n, num_workers=max(2, n))
-        with create_loader("dali", cfg) as ld:
+                   num_workers=max(2, n))
+        with make("dali", cfg, pipelines=n) as ld:
             got[n] = []
             for epoch in (0, 1):
                 ld.set_epoch(epoch)
@@ -141,8 +143,8 @@ def test_side_by_side_pipelines_break_early_and_skip_bad_files(tiny_root, tmp_pa
     shutil.copytree(tiny_root, root)
     victim = sorted(root.glob("class_0002/*.jpg"))[0]
     victim.write_bytes(victim.read_bytes()[:400])
-    cfg = _cfg(root, debug_indices=True, dali_pipelines=2, on_bad_file="skip")
-    with create_loader("dali", cfg) as ld:
+    cfg = _cfg(root, debug_indices=True, on_bad_file="skip")
+    with make("dali", cfg, pipelines=2) as ld:
         for i, _ in enumerate(ld):
             if i == 2:
                 break
@@ -157,7 +159,7 @@ def test_mmap_and_plain_reads_give_identical_batches(tiny_root):
     spec = AugmentSpec(mode="eval", size=32, resize_size=40)
     outs = []
     for mmap in (True, False):
-        with create_loader("dali", _cfg(tiny_root, augment=spec, dali_use_mmap=mmap)) as ld:
+        with make("dali", _cfg(tiny_root, augment=spec), use_mmap=mmap) as ld:
             outs.append(torch.cat([x for x, _ in ld]))
     assert torch.equal(outs[0], outs[1])
 
@@ -178,8 +180,9 @@ def test_gpu_eval_matches_torch_and_batches_live_on_gpu(gpu_root, pipes, mmap):
     outs = {}
     for b in ("pinned", "dali"):
         cfg = LoaderConfig(root=gpu_root, batch_size=60, device="cuda", num_workers=4,
-                           augment=spec, shuffle=False, dali_pipelines=pipes, dali_use_mmap=mmap)
-        with create_loader(b, cfg) as ld:
+                           augment=spec, shuffle=False)
+        opts = {"pipelines": pipes, "use_mmap": mmap} if b == "dali" else {}
+        with make(b, cfg, **opts) as ld:
             xs = [x for x, _ in ld]
             assert xs[0].is_cuda and len(xs) == len(ld) == 9   # 512 = 8 x 60 + 32
             outs[b] = torch.cat(xs)
@@ -194,9 +197,8 @@ def test_gpu_eval_matches_torch_and_batches_live_on_gpu(gpu_root, pipes, mmap):
                                               ("bfloat16", True, 2)])
 def test_gpu_train_contract(gpu_root, dtype, cl, pipes):
     cfg = LoaderConfig(root=gpu_root, batch_size=64, device="cuda", num_workers=4, dtype=dtype,
-                       channels_last=cl, debug_indices=True, last_batch="partial",
-                       dali_pipelines=pipes)
-    with create_loader("dali", cfg) as ld:
+                       channels_last=cl, debug_indices=True, last_batch="partial")
+    with make("dali", cfg, pipelines=pipes) as ld:
         ys = []
         for x, y in ld:
             assert x.is_cuda and y.is_cuda and x.dtype == getattr(torch, dtype)

@@ -39,7 +39,7 @@ def test_settings_no_loader_accepts_fail_and_name_the_option():
     msgs = [m for _, _, m in lines]
     assert msgs == ["--batch-size: batch_size=-4 must be an int >= 1",
                     "--workers: num_workers=-1 must be an int >= 0",
-                    "--prefetch: prefetch=0 must be an int >= 1"]
+                    "--prefetch: prefetch_factor=0 must be an int >= 1"]
 
 
 def test_doctor_cli_exits_2_on_a_fail(capsys):

@@ -28,12 +28,28 @@ def test_pipelines_does_not_import_the_suite():
     assert bad == []
 
 
-def test_compare_imports_no_private_name_from_pipelines():
+def test_compare_uses_only_the_public_api_of_pipelines():
+    """compare imports names from ``pipelines`` itself, each one in ``pipelines.__all__``."""
+    import pipelines
+
+    public = set(pipelines.__all__) | {"decode_rgb"}  # decode_rgb: exported lazily
     bad = []
-    for path in sorted((ROOT / "compare").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if (isinstance(node, ast.ImportFrom) and node.module
-                    and node.module.split(".")[0] == "pipelines"):
-                bad += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
-                        if a.name.startswith("_")]
+    for path, node in _import_nodes("compare"):
+        if isinstance(node, ast.Import):
+            bad += [f"{path.relative_to(ROOT)}: import {a.name}" for a in node.names
+                    if a.name.startswith("pipelines.")]
+        elif node.module and node.module.split(".")[0] == "pipelines":
+            if node.module != "pipelines":
+                bad.append(f"{path.relative_to(ROOT)}: from {node.module} import ...")
+            else:
+                bad += [f"{path.relative_to(ROOT)}: {a.name}" for a in node.names
+                        if a.name not in public]
     assert bad == []
+
+
+def _import_nodes(package: str):
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom)
+                                                and node.level == 0):
+                yield path, node

@@ -8,6 +8,7 @@ import pytest
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
 from pipelines.torch_backend import shm
+from utils import make
 
 
 def _cfg(root, **kw):
@@ -37,7 +38,7 @@ def _settle(before, timeout=10.0):
 def test_interrupt_inside_with_leaves_no_orphan_workers(tiny_root, backend, exc, persistent):
     before = _children()
     with pytest.raises(exc):
-        with create_loader(backend, _cfg(tiny_root, persistent_workers=persistent)) as ld:
+        with make(backend, _cfg(tiny_root), persistent_workers=persistent) as ld:
             for i, _ in enumerate(ld):
                 assert len(_children() - before) == 2  # the workers are really there
                 if i == 1:
@@ -74,7 +75,7 @@ def test_small_shm_is_detected_and_the_loader_still_runs(tiny_root, backend, mon
     monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_PATH: 5 * batch)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        with create_loader(backend, _cfg(tiny_root, num_workers=4, prefetch=4)) as ld:
+        with make(backend, _cfg(tiny_root, num_workers=4), prefetch_factor=4) as ld:
             assert (ld.num_workers, ld.prefetch_factor) == (2, 1)  # (2 * 1 + 2) batches <= 80% of 5
             assert sum(len(y) for _, y in ld) == 37
     assert any("/dev/shm" in str(x.message) for x in w)

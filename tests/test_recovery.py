@@ -7,7 +7,7 @@ import pytest
 
 from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader, list_samples
 
-from utils import broken_huffman, copy_root, plan_position
+from utils import broken_huffman, copy_root, make, plan_position
 
 BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -15,6 +15,10 @@ BREAKERS = {
     "decoder": broken_huffman,                      # passes the byte check, fails in decoders
     "truncated": lambda d: d[: len(d) // 2],        # fails the byte check
 }
+
+
+def _pipes(backend, n):
+    return {"pipelines": n} if backend == "dali" else {}
 
 
 def _cfg(root, **kw):
@@ -48,13 +52,13 @@ def _epoch(ld):
 def test_error_is_raised_at_the_batch_that_holds_the_file_every_epoch(
         tiny_root, tmp_path, backend, device, how, pipes):
     if pipes == 2 and backend != "dali":
-        pytest.skip("dali_pipelines is a DALI setting")
+        pytest.skip("pipelines is a DALI option")
     root = copy_root(tiny_root, tmp_path / "r")
     [victim] = _break(root, [20], how)
-    cfg = _cfg(root, device=device, dali_pipelines=pipes)
+    cfg = _cfg(root, device=device)
     pos = plan_position(cfg, 37, 20)
     assert pos == 2
-    with create_loader(backend, cfg) as ld:
+    with make(backend, cfg, **_pipes(backend, pipes)) as ld:
         for epoch in range(2):  # the next epoch starts clean and raises at the same batch
             ld.set_epoch(epoch)
             got = 0
@@ -71,11 +75,11 @@ def test_error_is_raised_at_the_batch_that_holds_the_file_every_epoch(
 def test_decoder_failure_under_skip_is_replaced_named_and_counted(
         tiny_root, tmp_path, backend, device, pipes):
     if pipes == 2 and backend != "dali":
-        pytest.skip("dali_pipelines is a DALI setting")
+        pytest.skip("pipelines is a DALI option")
     root = copy_root(tiny_root, tmp_path / "r")
     victims = _break(root, [3, 20, 36])
-    with create_loader(backend, _cfg(root, device=device, on_bad_file="skip",
-                                     dali_pipelines=pipes)) as ld:
+    with make(backend, _cfg(root, device=device, on_bad_file="skip"),
+              **_pipes(backend, pipes)) as ld:
         for epoch in range(2):
             ld.set_epoch(epoch)
             with pytest.warns(RuntimeWarning, match="skipped 3 bad files"):

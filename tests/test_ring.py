@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from pipelines import LoaderConfig, PinMode
+from pipelines import LoaderConfig, PinMode, TorchOptions
 from pipelines.torch_backend.ring import PinnedRing
 
 
@@ -56,16 +56,15 @@ def test_partial_batch_uses_a_view_and_a_new_shape_reallocates():
 def test_ring_needs_two_slots_and_pin_mode_is_validated():
     with pytest.raises(ValueError, match="slots"):
         PinnedRing(1, pin_memory=False)
-    assert LoaderConfig(root="x", pin_mode="ring").pin_mode is PinMode.RING
-    with pytest.raises(ValueError, match="pin_mode"):
-        LoaderConfig(root="x", pin_mode="spin")
+    assert TorchOptions(pin_mode="ring").pin_mode is PinMode.RING
+    with pytest.raises(ValueError, match="pin_mode='spin' is not valid"):
+        TorchOptions(pin_mode="spin")
 
 
 def test_ring_is_ignored_without_cuda(tiny_root):
     from pipelines import create_loader
 
-    cfg = LoaderConfig(root=tiny_root, batch_size=8, device="cpu", num_workers=0,
-                       pin_mode="ring", shuffle=False)
-    with create_loader("pinned", cfg) as ld:
+    cfg = LoaderConfig(root=tiny_root, batch_size=8, device="cpu", num_workers=0, shuffle=False)
+    with create_loader("pinned", cfg, options=TorchOptions(pin_mode="ring")) as ld:
         assert ld.ring is None
         assert sum(len(y) for _, y in ld) == 37

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
+from utils import make
 
 
 def _cfg(root, **kw):
@@ -65,7 +66,7 @@ def test_eval_pinned_equals_pageable_bit_for_bit_on_cpu(tiny_root):
 
 
 def test_close_shuts_persistent_workers_down(tiny_root):
-    loader = create_loader("pinned", _cfg(tiny_root, num_workers=2, persistent_workers=True))
+    loader = make("pinned", _cfg(tiny_root, num_workers=2), persistent_workers=True)
     next(iter(loader))
     procs = list(loader.loader._iterator._workers)
     assert procs and all(p.is_alive() for p in procs)

@@ -289,7 +289,7 @@ def _reference(v: V, arrays, epoch: int = 0):
 
 def _cfg(root, transform, device="cpu", **kw):
     return LoaderConfig(root=root, batch_size=len(SIZES), device=device, num_workers=0,
-                        shuffle=False, seed=SEED, prefetch=1, transform=transform, **kw)
+                        shuffle=False, seed=SEED, transform=transform, **kw)
 
 
 def _first_batch(backend, cfg):

@@ -52,3 +52,10 @@ def corrupt_png(w: int = 64, h: int = 48, seed: int = 0) -> bytes:
     for k in (40, 300, 700, 1500):
         b[i + k] ^= 0x5A
     return bytes(b)
+
+
+def make(backend, cfg, **options):
+    """``create_loader(backend, cfg)`` with ``options`` as the backend's options class."""
+    from pipelines import create_loader, options_for
+
+    return create_loader(backend, cfg, options=options_for(backend)(**options))

@@ -33,13 +33,9 @@ def worker(spec_path: str) -> int:
     t0 = time.perf_counter()
     try:
         # import the backend before forking, so each epoch's process starts warm
-        if spec["backend"] == "dali":
-            import pipelines.dali.loader  # noqa: F401
-        else:
-            import torchvision.transforms.v2  # noqa: F401
+        from pipelines import preload
 
-            import pipelines.torch_backend.pageable  # noqa: F401
-            import pipelines.torch_backend.pinned  # noqa: F401
+        preload(spec["backend"])
         gc.freeze()  # the forked epochs' collections (DALI's close() runs one) skip these objects
         with tempfile.TemporaryDirectory(prefix="fuzz-epochs-") as tmp:
             d = Driver(spec["backend"], spec["root"], Path(tmp), spec["epoch_timeout"],

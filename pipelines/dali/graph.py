@@ -1,7 +1,8 @@
-"""The DALI graph, a pure function of ``AugmentSpec`` and ``LoaderConfig`` (no iterator logic).
+"""The DALI graph, a pure function of the loader's ``TvPlan``, ``LoaderConfig`` and
+``DaliOptions`` (no iterator logic).
 
-The graph is built from a ``TvPlan`` (``pipelines.migrate``): either ``AugmentSpec``'s recipe or
-the translation of the user's torchvision Compose, op by op as torchvision computes it.
+The plan is the loader's ``Recipe.dali_plan()`` (``pipelines.recipe``): either ``AugmentSpec``'s
+recipe or the translation of the user's torchvision Compose, op by op as torchvision computes it.
 Train: the random-resized-crop window fused into the decoder (DALI's generator in
 ``decoders.image_random_crop``, or torchvision's own algorithm, ``geometry.rrc_window``, feeding
 ``decoders.image_slice``; see ``pipelines.migrate.translate.rrc_window``) -> resize to
@@ -19,10 +20,11 @@ from typing import Callable, Optional
 from nvidia.dali import fn, pipeline_def, types
 from nvidia.dali import math as dmath
 
-from ..migrate import Op, TvPlan, from_torchvision, spec_ops
+from ..migrate import Op, TvPlan
 from .colour import color_jitter, grey, near
 from .geometry import centre_crop, random_crop, resize, resize_shorter, rrc_window, uniform
 from ..config import LoaderConfig, OutputDType
+from ..options import DaliOptions
 
 # uint8 -> normalised output dtype that DALI can produce directly (bf16 is cast in torch).
 DALI_DTYPE = {
@@ -33,23 +35,23 @@ DALI_DTYPE = {
 OUTPUTS = ("images", "labels", "indices")
 
 
-def decoder_kwargs(cfg: LoaderConfig, gpu: bool) -> dict:
+def decoder_kwargs(opt: DaliOptions, gpu: bool) -> dict:
     """nvJPEG / hardware-decoder tuning; only the mixed decoder accepts these."""
     if not gpu:
         return {}
     kw = dict(
-        hw_decoder_load=cfg.dali_hw_decoder_load,
-        device_memory_padding=cfg.dali_device_memory_padding,
-        host_memory_padding=cfg.dali_host_memory_padding,
+        hw_decoder_load=opt.hw_decoder_load,
+        device_memory_padding=opt.device_memory_padding,
+        host_memory_padding=opt.host_memory_padding,
     )
-    if cfg.dali_preallocate_width_hint:
-        kw["preallocate_width_hint"] = cfg.dali_preallocate_width_hint
-    if cfg.dali_preallocate_height_hint:
-        kw["preallocate_height_hint"] = cfg.dali_preallocate_height_hint
+    if opt.preallocate_width_hint:
+        kw["preallocate_width_hint"] = opt.preallocate_width_hint
+    if opt.preallocate_height_hint:
+        kw["preallocate_height_hint"] = opt.preallocate_height_hint
     return kw
 
 
-def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, gpu: bool):
+def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool):
     """The augmentation graph on encoded JPEGs, from a ``TvPlan``; returns normalised images.
 
     A leading random-resized-crop is fused into the decoder (only the crop window is decoded);
@@ -62,18 +64,18 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, gpu: bool):
         op = ops.pop(0)
         images = fn.decoders.image_random_crop(
             jpegs, device=dec, output_type=types.RGB, random_area=list(op["scale"]),
-            random_aspect_ratio=list(op["ratio"]), num_attempts=10, **decoder_kwargs(cfg, gpu))
+            random_aspect_ratio=list(op["ratio"]), num_attempts=10, **dec_kw)
         images = resize(images, op["size"], op)
     elif ops and ops[0].kind == "random_resized_crop":
         op = ops.pop(0)
         start, shape = rrc_window(fn.peek_image_shape(jpegs), op["scale"], op["ratio"])
         images = fn.decoders.image_slice(
             jpegs, start, shape, device=dec, output_type=types.RGB, axis_names="HW",
-            normalized_anchor=False, normalized_shape=False, **decoder_kwargs(cfg, gpu))
+            normalized_anchor=False, normalized_shape=False, **dec_kw)
         images = resize(images, op["size"], op)
     else:
         images = fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
-                                   jpeg_fancy_upsampling=True, **decoder_kwargs(cfg, gpu))
+                                   jpeg_fancy_upsampling=True, **dec_kw)
     mirror = None
     if ops and ops[-1].kind == "hflip":
         mirror = fn.random.coin_flip(probability=ops.pop()["p"])
@@ -128,26 +130,28 @@ def _apply(images, op: Op):
     raise ValueError(f"op kind={k!r} has no DALI translation")  # from_torchvision rejects these
 
 
-def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int],
-                   lane: int = 0):
+def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Callable,
+                   device_id: Optional[int], lane: int = 0):
     """Build the pipeline reading ``(jpegs, labels, indices)`` batches from ``source``.
 
     Args:
-        cfg: the loader config (batch size, threads, prefetch, seed, dtype, layout, knobs).
+        cfg: the loader config (batch size, threads, seed, dtype, layout).
+        opt: the DALI options (queue depth, pipelines, decoder knobs, mmap).
+        plan: the augmentation, as the loader's ``Recipe.dali_plan()``.
         source: a DALI batch callable taking ``BatchInfo`` and returning ``(paths, meta)``
             (see ``pipelines.dali.source``); it must keep fed buffers alive (``no_copy``).
         device_id: the CUDA device, or ``None`` for a CPU-only pipeline.
-        lane: which of the ``cfg.dali_pipelines`` side-by-side pipelines this is; it gets
-            ``num_workers // dali_pipelines`` threads and its own augmentation seed.
+        lane: which of the ``opt.pipelines`` side-by-side pipelines this is; it gets
+            ``num_workers // pipelines`` threads and its own augmentation seed.
     """
     gpu = device_id is not None
-    plan = from_torchvision(cfg.transform) if cfg.transform is not None else spec_ops(cfg.augment)
+    dec_kw = decoder_kwargs(opt, gpu)
 
     @pipeline_def(
         batch_size=cfg.batch_size,
-        num_threads=max(1, cfg.num_workers // cfg.dali_pipelines),
+        num_threads=max(1, cfg.num_workers // opt.pipelines),
         device_id=device_id,
-        prefetch_queue_depth=cfg.prefetch,
+        prefetch_queue_depth=opt.queue_depth,
         seed=cfg.seed + 7919 * lane,
     )
     def graph():
@@ -156,11 +160,10 @@ def build_pipeline(cfg: LoaderConfig, source: Callable, device_id: Optional[int]
             dtype=[types.UINT8, types.INT64], ndim=[1, 1], no_copy=True,
         )
         # Read in DALI's C++ threads (see pipelines.dali.source). Plain reads, not mmap, by
-        # default: mapping and unmapping 256 small files per batch capped loader-only at 15.5k
-        # img/s on the H200 host against 21.0k with read() (docs/results/h200/dali-io-probe).
-        jpegs = fn.io.file.read(paths, dont_use_mmap=not cfg.dali_use_mmap)
+        # default (DaliOptions.use_mmap; docs/results/h200/dali-io-probe).
+        jpegs = fn.io.file.read(paths, dont_use_mmap=not opt.use_mmap)
         labels, indices = meta[0:1], meta[1:2]
-        images = augment(jpegs, plan, cfg, gpu)
+        images = augment(jpegs, plan, cfg, dec_kw, gpu)
         if gpu:
             labels = labels.gpu()
         return images, labels, indices

@@ -4,7 +4,7 @@ DALI specifics (``DALIGenericIterator``'s ``List[Dict]``, its last-batch handlin
 caller only sees ``Batch``. The last-batch policy is applied by the shared plan (full batches,
 a short last batch under PARTIAL, wrapped padding under PAD), so DALI itself always runs with
 ``LastBatchPolicy.PARTIAL`` and stops when the source raises ``StopIteration``. With
-``dali_pipelines = n`` there are n pipelines and n iterators, fed by the source's lanes (every
+``DaliOptions.pipelines = n`` there are n pipelines and n iterators, fed by the source's lanes (every
 n-th batch each) and read round-robin, which yields the plan's order.
 
 NOTE [recovery]
@@ -23,66 +23,56 @@ The bad file is then handled like any other: replaced and counted under ``skip``
 original DALI error is re-raised. Recovery re-seeds DALI's augmentation, so the random crops of
 the rest of that epoch differ from an uninterrupted run; the order and the samples do not.
 An epoch that ends early (``break``, an exception) leaves the pipelines with at most
-``prefetch`` batches in flight; the next ``iter()`` stops the source and drains only those
+``queue_depth`` batches in flight; the next ``iter()`` stops the source and drains only those
 (or rebuilds, after a failure), so it always starts clean.
 """
 from __future__ import annotations
 
 import gc
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
-import numpy as np
 import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from ..config import BadFilePolicy, LoaderConfig, OutputDType
+from ..config import LoaderConfig, OutputDType
 from ..device import resolve_device
-from ..indexing import as_epoch, check_nonempty, config_batches, config_len, list_samples
-from ..stats import BadFileStats
+from ..loader import LoaderBase
+from ..options import DaliOptions
 from ..types import Batch
-from ..validate import BadFileError
 from .graph import OUTPUTS, build_pipeline
 from .probe import DecodeProbe
 from .source import PlanSource
 
 
-class DaliLoader:
+class DaliLoader(LoaderBase):
     """Decode and augment with DALI (GPU when the config's device is CUDA, CPU operators otherwise)."""
 
-    def __init__(self, config: LoaderConfig):
-        self.config = config
-        self.paths, self.labels, self.classes = list_samples(
-            config.root, allow_empty=config.allow_empty_classes)
-        check_nonempty(len(self.paths), config)
+    def __init__(self, config: LoaderConfig, options: DaliOptions):
+        options.check(config.num_workers)
+        super().__init__(config, options)
         self.device = resolve_device(config, "dali")
         self.gpu = self.device.type == "cuda"
         self.device_id = (self.device.index if self.device.index is not None
                           else torch.cuda.current_device()) if self.gpu else None
-        n = config.dali_pipelines
-        self.source = PlanSource(self.paths, self.labels, self._plan,
-                                 readahead=config.prefetch + 1,
-                                 threads=min(8, max(2, config.num_workers // 2)),
-                                 keep_alive=config.prefetch + 2,
-                                 max_pixels=config.max_image_pixels, lanes=n)
-        self.stats = BadFileStats()
+        self.plan_dali = self.recipe.dali_plan()  # UnsupportedTransformError here, at build
+        depth = options.queue_depth
+        self.source = PlanSource(self.paths, self.labels, self.plan_of,
+                                 readahead=depth + 1, threads=options.threads(config.num_workers),
+                                 keep_alive=depth + 2, max_pixels=config.max_image_pixels,
+                                 lanes=options.pipelines)
         self.pipes: list = []
         self._its: Optional[List[DALIGenericIterator]] = None
         self._build()
         self._probe: Optional[DecodeProbe] = None
-        self._epoch = 0
         self._in_epoch = False
         self._broken = False
-        self._closed = False
         self.recoveries = 0
-        self.last_indices: Optional[np.ndarray] = None
-
-    def _plan(self, epoch: int):
-        return config_batches(len(self.paths), self.config, epoch)
 
     def _build(self) -> None:
-        self.pipes = [build_pipeline(self.config, self.source.lane(k), self.device_id, lane=k)
-                      for k in range(self.config.dali_pipelines)]
+        self.pipes = [build_pipeline(self.config, self.options, self.plan_dali,
+                                     self.source.lane(k), self.device_id, lane=k)
+                      for k in range(self.options.pipelines)]
         self._its = None
 
     def _iterators(self) -> List[DALIGenericIterator]:
@@ -90,14 +80,16 @@ class DaliLoader:
                                     last_batch_policy=DaliPolicy.PARTIAL,
                                     prepare_first_batch=False) for p in self.pipes]
 
-    # -- contract -------------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return config_len(len(self.paths), self.config)
+    def h2d_bytes_per_sample(self) -> Optional[float]:
+        """The encoded file bytes (they go to the GPU decoder) and the int64 label."""
+        if not self.gpu:
+            return 0.0
+        src = self.source
+        if not src.samples_read:
+            return None
+        return src.bytes_read / src.samples_read + 8.0
 
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch = as_epoch(epoch)
-
-    def _start(self) -> None:
+    def _start(self, epoch: int) -> None:
         """Make the pipelines ready for a new epoch (module NOTE [recovery])."""
         if self._broken:
             self._rebuild()
@@ -110,7 +102,7 @@ class DaliLoader:
             except Exception:  # a failure in a batch nobody will see: start from scratch
                 self._rebuild()
         self._in_epoch = False
-        self.source.start_epoch(self._epoch)
+        self.source.start_epoch(epoch)
         if self._its is None:
             self._its = self._iterators()
         else:
@@ -124,46 +116,38 @@ class DaliLoader:
         self._build()
         self._broken = False
 
-    def _recover(self, err: Exception) -> None:
+    def _recover(self, err: Exception, epoch: int) -> None:
         """Find the file behind a DALI failure, record it, restart the lanes (NOTE [recovery])."""
         self._broken = True
         items = {}
-        for k in range(self.config.dali_pipelines):
+        for k in range(self.options.pipelines):
             for fed in self.source.in_flight(k):
                 for i in fed.rows.tolist():
                     items.setdefault(i, self.paths[i])
         if self._probe is None:
-            kw = {"hw_decoder_load": self.config.dali_hw_decoder_load} if self.gpu else {}
+            kw = {"hw_decoder_load": self.options.hw_decoder_load} if self.gpu else {}
             self._probe = DecodeProbe(self.config.batch_size, self.device_id, kw)
         found = self._probe.failing(sorted(items.items()), on_bad=self.source.mark_bad)
         if not found:
             raise RuntimeError(
-                f"DALI failed in epoch {self._epoch} and no file of the {len(items)} in flight "
+                f"DALI failed in epoch {epoch} and no file of the {len(items)} in flight "
                 f"fails to decode alone; DALI said: {err}") from err
         resume = self.source.resume_positions()
         self._rebuild()
         self.recoveries += 1
-        self.source.start_epoch(self._epoch, resume=resume)
+        self.source.start_epoch(epoch, resume=resume)
         self._its = self._iterators()
 
     def _account(self, k: int) -> None:
         """Count (``skip``) or raise (``error``) the bad files of lane ``k``'s next batch."""
         fed = self.source.take(k)
-        if fed is None or not fed.bad:
-            return
-        if self.config.on_bad_file is BadFilePolicy.ERROR:
-            raise BadFileError(*fed.bad[0])
-        self.stats.add(fed.bad)
-        self.stats.dropped_batches += fed.dropped
+        if fed is not None:
+            self._report(fed.bad, fed.dropped)
 
-    def __iter__(self) -> Iterator[Batch]:
-        if self._closed:
-            raise RuntimeError("this loader is closed; create a new one with create_loader()")
-        self._start()
+    def _produce(self, epoch: int):
+        self._start(epoch)
         self._in_epoch = True
-        self.stats.start_epoch(self._epoch)
         want_idx = self.config.debug_indices
-        seen = []
         cast = self.config.dtype is OutputDType.BFLOAT16
         n = len(self._its)
         live = [True] * n
@@ -181,7 +165,7 @@ class DaliLoader:
                     self._account(k)
                 continue
             except Exception as e:  # a DALI failure: find the file, rebuild, retry this lane
-                self._recover(e)
+                self._recover(e, epoch)
                 continue
             turn += 1
             self._account(k)
@@ -191,33 +175,13 @@ class DaliLoader:
                 x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
             if cast:
                 x = x.to(torch.bfloat16, memory_format=torch.preserve_format)
-            if want_idx:
-                seen.append(d["indices"].view(-1).cpu().numpy())
-            yield Batch(x, y)
+            yield Batch(x, y), (d["indices"].view(-1).cpu().numpy() if want_idx else None)
         self._in_epoch = False
-        self.stats.end_epoch()
-        if want_idx:
-            self.last_indices = np.concatenate(seen) if seen else np.empty(0, np.int64)
 
-    def close(self) -> None:
-        """Release the pipeline, its threads and its GPU memory. Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
+        """Release the pipelines, their threads and their GPU memory."""
         self._its = None
         self.source.close()
         self.pipes = []
         self._probe = None
         gc.collect()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

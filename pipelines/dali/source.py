@@ -4,7 +4,7 @@ NOTE [why an external source]
 DALI's file reader shuffles with a bounded buffer (``random_shuffle``), which is not a full
 permutation, so it cannot follow ``pipelines.indexing``'s plan. Rebuilding a reader with an
 explicit file list every epoch would follow it, but costs a pipeline rebuild per epoch
-(``python -m compare.dali_reader_cost``). This source hands DALI exactly the plan's batches, in
+(docs/results/h200/reader-vs-source). This source hands DALI exactly the plan's batches, in
 order, as file-system encoded paths (``os.fsencode``, so any name the file system allows works);
 ``fn.io.file.read`` in the graph reads the files in DALI's C++ threads.
 
@@ -19,7 +19,7 @@ passes the check and fails in DALI's decoder, is found by the loader's recovery
 (``pipelines.dali.loader`` NOTE [recovery]) and recorded here with :meth:`mark_bad`.
 
 NOTE [bad files are reported where they are yielded]
-The source never raises for a bad file: DALI calls it ``prefetch`` batches ahead of the
+The source never raises for a bad file: DALI calls it ``queue_depth`` batches ahead of the
 consumer, so a raise here would reach the caller batches too early. A bad file is replaced by
 the next good sample of its batch (the ``BadFilePolicy`` rule shared with the torch backends),
 and the batch's bad files travel in its :class:`Fed` record. The loader takes the records in
@@ -37,7 +37,7 @@ held in a ring (at least ``prefetch_queue_depth`` + 1, per DALI's ``external_sou
 documentation).
 
 NOTE [lanes]
-With ``dali_pipelines = n`` the loader runs n DALI pipelines side by side; pipeline k is fed
+With ``DaliOptions.pipelines = n`` the loader runs n DALI pipelines side by side; pipeline k is fed
 by ``lane(k)`` with the epoch's batches k, k + n, k + 2n, ... and the loader yields them
 round-robin, which restores the plan's order. All lanes share one plan, one verdict record and
 one read-ahead pool. A lane whose batch is wholly bad moves on to its next batch (that batch is
@@ -222,10 +222,6 @@ class PlanSource:
         if not 0 <= k < self.lanes:
             raise ValueError(f"lane k={k!r} must be in [0, lanes={self.lanes})")
         return lambda info: self._serve(k, info)
-
-    def __call__(self, info):
-        """The single-pipeline callable (``lanes == 1``)."""
-        return self._serve(0, info)
 
     def _cancel_pending(self) -> None:
         for f in self._pending.values():

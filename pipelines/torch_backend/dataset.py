@@ -14,8 +14,7 @@ try:  # deprecated in torchvision 0.29 in favour of TorchCodec, still the fastes
 except ImportError:  # pragma: no cover - a torchvision that has dropped it
     decode_image = None
 
-from ..config import LoaderConfig
-from ..indexing import config_batches, config_len, sample_seed
+from ..indexing import sample_seed
 from ..migrate.run import as_steps
 from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes
 
@@ -129,20 +128,18 @@ def _check_shapes(batch: list) -> None:
 
 
 class PlanBatchSampler(torch.utils.data.Sampler):
-    """Yields the batches of ``pipelines.indexing.epoch_batches`` as lists of (epoch, index)."""
+    """Yields the batches of the loader's plan (``LoaderBase.plan_of``) as lists of
+    ``(epoch, index)``, for the epoch set in ``epoch``."""
 
-    def __init__(self, n: int, config: LoaderConfig):
-        self.n = n
-        self.config = config
+    def __init__(self, plan: Callable[[int], List[np.ndarray]], length: int):
+        self.plan = plan
+        self.length = length
         self.epoch = 0
-
-    def batches(self) -> List[np.ndarray]:
-        return config_batches(self.n, self.config, self.epoch)
 
     def __iter__(self) -> Iterator[List[Tuple[int, int]]]:
         e = self.epoch
-        for b in self.batches():
+        for b in self.plan(e):
             yield [(e, int(i)) for i in b]
 
     def __len__(self) -> int:
-        return config_len(self.n, self.config)
+        return self.length

@@ -13,14 +13,17 @@ import torch
 from ..config import LoaderConfig
 from ..device import resolve_device
 from ..normalize import finish_float
+from ..options import TorchOptions
 from ..types import Batch
 from .base import TorchLoaderBase
 
 
 class PageableLoader(TorchLoaderBase):
-    def __init__(self, config: LoaderConfig):
+    def __init__(self, config: LoaderConfig, options: TorchOptions):
         self.device = resolve_device(config, "pageable")
-        super().__init__(config, normalize_in_workers=True, pin_memory=False)
+        self.on_cuda = self.device.type == "cuda"
+        super().__init__(config, options.for_backend("pageable"), in_workers="full",
+                         pin_memory=False)
         self.dtype = config.dtype.torch
 
     def _batches(self, cpu_batches) -> Iterator[Batch]:

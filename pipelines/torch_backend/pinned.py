@@ -11,6 +11,7 @@ from ..config import LoaderConfig, PinMode
 from ..device import resolve_device
 from ..migrate import TransformError
 from ..normalize import finish_float, normalize_uint8
+from ..options import TorchOptions
 from ..types import Batch
 from .base import TorchLoaderBase
 from .prefetch import CudaPrefetcher
@@ -21,7 +22,7 @@ class PinnedLoader(TorchLoaderBase):
     """Workers return uint8 batches, pinned by DataLoader's pin thread (``pin_mode="thread"``)
     or copied into a reusable :class:`PinnedRing` on the consumer's thread (``pin_mode="ring"``).
 
-    * ``streams >= 1``: :class:`CudaPrefetcher` keeps ``prefetch`` batches in flight on
+    * ``streams >= 1``: :class:`CudaPrefetcher` keeps ``queue_depth`` batches in flight on
       ``streams`` high-priority side streams, normalising there.
     * ``streams == 0``: pin-memory only; ``non_blocking`` copy and normalisation on the
       consumer's stream, no prefetch (the seeds' "pin_memory only" row).
@@ -29,29 +30,30 @@ class PinnedLoader(TorchLoaderBase):
       one warning.
     """
 
-    def __init__(self, config: LoaderConfig):
+    def __init__(self, config: LoaderConfig, options: TorchOptions):
         device = resolve_device(config, "pinned")
         self.on_cuda = device.type == "cuda"
-        use_ring = self.on_cuda and config.pin_mode is PinMode.RING
-        super().__init__(config, normalize_in_workers=False,
+        use_ring = self.on_cuda and options.pin_mode is PinMode.RING
+        super().__init__(config, options, in_workers="head",
                          pin_memory=self.on_cuda and not use_ring)
+        depth, streams = options.queue_depth, options.streams
         # ring slots: the batches in flight plus the one being filled
-        self.ring = PinnedRing(config.prefetch + 1 if config.streams > 0 else 2) if use_ring else None
+        self.ring = PinnedRing(depth + 1 if streams > 0 else 2) if use_ring else None
         self.device = device
-        if self.float_part is not None:  # the user's own ToDtype/Normalize tail, on the GPU
-            self._finish = functools.partial(_user_tail, tail=self.float_part,
-                                             dtype=config.dtype.torch,
+        r = self.recipe
+        if r.tail is not None:  # the user's own ToDtype/Normalize tail, on the GPU
+            self._finish = functools.partial(_user_tail, tail=r.tail, dtype=config.dtype.torch,
                                              channels_last=config.channels_last)
         else:
             self._finish = functools.partial(
-                normalize_uint8, spec=config.augment, dtype=config.dtype.torch,
-                channels_last=config.channels_last,
+                normalize_uint8, spec=r.spec,
+                dtype=config.dtype.torch, channels_last=config.channels_last,
             )
         self._held = _HoldErrors(self._finish)  # no reference back to self: no cycle
         self._prefetcher = (
-            CudaPrefetcher(self.device, config.streams, config.prefetch, self._held,
+            CudaPrefetcher(self.device, streams, depth, self._held,
                            upload=self.ring.upload if self.ring is not None else None)
-            if self.on_cuda and config.streams > 0 else None
+            if self.on_cuda and streams > 0 else None
         )
 
     def _batches(self, cpu_batches) -> Iterator[Batch]:

@@ -6,11 +6,9 @@ out of the worker's shared memory into a block from torch's caching host allocat
 does the same copy on the consumer's thread into one of ``slots`` pinned buffers allocated once,
 and reuses a slot only after the event recorded behind its H2D copy has completed
 (event-guarded slot reuse). The ring saves the pin thread's queue hop and allocator traffic;
-the pin thread keeps the host copy off the consumer's thread. Measured on an H200 host
-(``docs/results/h200/pin-ring``): the ring is not faster. With the real loader, thread 2103 ±324
-and ring 1872 ±329 samples/s (within the spread; ``python -m compare --backends pinned --model
-none --sweep "pinmode=thread,ring"``). With ready uint8 batches (``python -m compare.microbench
-pin``), 19.2 against 21.2 ms per batch of 256. The default stays ``"thread"``. The ring is for a
+the pin thread keeps the host copy off the consumer's thread. Measured on an H200 host, the
+ring is not faster (docs/results/h200/pin-ring; ``python -m compare --backends pinned --model
+none --sweep pin_mode=thread,ring``), so the default stays ``"thread"``. The ring is for a
 fixed pinned footprint.
 """
 from __future__ import annotations

@@ -1,0 +1,127 @@
+"""``LoaderBase``: what every backend shares, in the template-method shape of torchdata's
+``BaseNode``.
+
+The base owns the listing, the epoch plan (which batches this rank reads this epoch), the
+lifecycle (closed checks, ``close()`` twice, the context manager, ``__del__``), epoch
+validation, the bad-file rule and the stats bracketing of each epoch. A backend supplies:
+
+* ``_produce(epoch)``: ``(Batch, indices)`` for each batch of ``self.plan(epoch)``, in order
+  (``indices``: the dataset index of each sample, or ``None`` when not recorded);
+* ``_release()``: free its workers, pipelines and memory (called once);
+* ``h2d_bytes_per_sample()``: bytes one sample moves from host to device.
+
+Bad files found by a backend are handed to ``_report(files, dropped)`` when the consumer
+reaches their batch: raised under ``error``, counted under ``skip``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .config import BadFilePolicy, LoaderConfig
+from .indexing import as_epoch, check_nonempty, config_batches, config_len, list_samples
+from .options import Options
+from .recipe import Recipe
+from .stats import BadFileStats
+from .types import Batch
+from .validate import BadFileError
+
+
+class LoaderBase:
+    """The shared half of every backend (module doc). Subclasses call ``super().__init__``
+    first, then build their machinery.
+
+    Args:
+        config: the ``LoaderConfig``.
+        options: the backend's validated options (``TorchOptions`` or ``DaliOptions``).
+    """
+
+    def __init__(self, config: LoaderConfig, options: Options):
+        self._closed = True  # until built: __del__ of a half-built loader does nothing
+        self.config = config
+        self.options = options
+        self.paths, self.labels, self.classes = list_samples(
+            config.root, allow_empty=config.allow_empty_classes)
+        check_nonempty(len(self.paths), config)
+        # the plan as a function that holds no reference to the loader (workers, samplers and
+        # DALI's feed keep it; a reference back would make a cycle and delay close())
+        self.plan_of = functools.partial(config_batches, len(self.paths), config)
+        self.recipe = Recipe.of(config.augment, config.transform)
+        self.stats = BadFileStats()
+        self.last_indices: Optional[np.ndarray] = None
+        self.epoch = 0
+        self._closed = False
+
+    # -- what the backend supplies ------------------------------------------------------------
+    def _produce(self, epoch: int) -> Iterator[Tuple[Batch, object]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _release(self) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def h2d_bytes_per_sample(self) -> Optional[float]:  # pragma: no cover
+        """Bytes one sample moves from host to device (0 on the CPU, ``None`` if unknown)."""
+        raise NotImplementedError
+
+    # -- the plan -----------------------------------------------------------------------------
+    def plan(self, epoch: int) -> List[np.ndarray]:
+        """The dataset indices of each batch this rank reads in ``epoch``."""
+        return self.plan_of(epoch)
+
+    def __len__(self) -> int:
+        return config_len(len(self.paths), self.config)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next ``iter()`` reads (its order and augmentation seeds)."""
+        self.epoch = as_epoch(epoch)
+
+    # -- the epoch ----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Batch]:
+        if self._closed:
+            raise RuntimeError("this loader is closed; create a new one with create_loader()")
+        epoch = self.epoch
+        self.stats.start_epoch(epoch)
+        seen: Optional[list] = [] if self.config.debug_indices else None
+        for batch, indices in self._produce(epoch):
+            if seen is not None and indices is not None:
+                seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
+            yield batch
+        self.stats.end_epoch()
+        if seen is not None:
+            self.last_indices = np.concatenate(seen) if seen else np.empty(0, np.int64)
+
+    def _report(self, files: Sequence[Tuple[str, str]], dropped: int = 0) -> None:
+        """Raise (``error``) or count (``skip``) the bad files of the batch being handed out
+        (and ``dropped`` batches that had no good sample)."""
+        if not files:
+            return
+        if self.config.on_bad_file is BadFilePolicy.ERROR:
+            raise BadFileError(*files[0])
+        self.stats.add(files)
+        self.stats.dropped_batches += dropped
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Release the backend's workers, pipelines and memory. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

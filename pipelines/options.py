@@ -1,0 +1,180 @@
+"""Backend options: the knobs one backend honours, each with one meaning.
+
+``LoaderConfig`` holds what every backend honours. What only one backend understands lives in
+its options class, passed as ``create_loader(backend, config, options=...)``:
+
+* ``TorchOptions`` for ``pinned`` and ``pageable`` (a field marked ``only=("pinned",)`` is
+  refused on ``pageable``, the untuned baseline);
+* ``DaliOptions`` for ``dali``.
+
+A field is the whole definition of an option: ``option(default, lo=..., hi=...)`` gives its
+range, the annotation its type, and the field's docstring line in the class doc its meaning.
+Validation, ``create_loader`` and ``compare --sweep`` all read the fields, so a new option is
+one new field (``tests/test_options.py`` shows it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, Optional, Tuple
+
+from .config import PinMode, enum_option, int_option
+
+
+def option(default: Any, *, lo: float | None = None, hi: float | None = None,
+           only: Tuple[str, ...] | None = None) -> Any:
+    """A validated options field: ``lo``/``hi`` bound numbers (inclusive), ``only`` names the
+    backends that honour it (default: every backend of the class)."""
+    return field(default=default, metadata={"lo": lo, "hi": hi, "only": only})
+
+
+def _check(name: str, hint: Any, value: Any, meta: Dict[str, Any]) -> Any:
+    """``value`` converted to ``hint`` and checked against ``meta``, or a ``ValueError`` naming
+    ``name``."""
+    args = typing.get_args(hint)
+    if type(None) in args:  # Optional[X]
+        if value is None:
+            return None
+        hint = next(a for a in args if a is not type(None))
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}={value!r} must be a bool")
+        return value
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return enum_option(hint, name, value)
+    if hint is int:
+        return int_option(name, value, int(lo) if lo is not None else -(2**63),
+                          None if hi is None else int(hi) + 1)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise ValueError(f"{name}={value!r} must be a number")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ValueError(f"{name}={value!r} must be in [{lo}, {hi}]")
+        return float(value)
+    raise TypeError(f"option {name} has an unsupported type {hint!r}")  # a bug in the class
+
+
+class Options:
+    """Base of the frozen options classes: validates every field from its annotation and
+    ``option()`` metadata; errors are ``ValueError`` naming the field."""
+
+    backends: ClassVar[Tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            v = _check(f.name, hints[f.name], getattr(self, f.name), f.metadata)
+            object.__setattr__(self, f.name, v)
+
+    @classmethod
+    def option_types(cls) -> Dict[str, Any]:
+        """``{name: type}`` of every option (what ``compare --sweep`` accepts)."""
+        hints = typing.get_type_hints(cls)
+        return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def honoured_by(cls, name: str) -> Tuple[str, ...]:
+        """The backends (by name) on which option ``name`` has an effect."""
+        f = {f.name: f for f in dataclasses.fields(cls)}[name]
+        return tuple(f.metadata.get("only") or cls.backends)
+
+    def changed(self) -> Dict[str, Any]:
+        """The options that differ from their defaults."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) != f.default}
+
+    def for_backend(self, backend: str) -> "Options":
+        """``self``, after checking that ``backend`` honours every option changed here.
+
+        Raises:
+            ValueError: naming the first option that has no effect on ``backend``.
+        """
+        for k, v in self.changed().items():
+            if backend not in self.honoured_by(k):
+                raise ValueError(f"{k}={v!r} has no effect on backend {backend!r} (it applies to "
+                                 f"{', '.join(self.honoured_by(k))}); leave it at its default")
+        return self
+
+    def replace(self, **changes) -> "Options":
+        """A copy with ``changes`` applied (and validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class TorchOptions(Options):
+    """Knobs of the torch DataLoader backends.
+
+    Args:
+        prefetch_factor: batches each DataLoader worker loads ahead (``DataLoader``'s
+            ``prefetch_factor``); lowered automatically when /dev/shm is too small.
+        queue_depth: ``pinned`` only; batches copied to the device ahead of the consumer
+            (the CUDA prefetch depth; the pinned ring, ``pin_mode="ring"``, holds one more).
+        streams: ``pinned`` only; side CUDA streams for the host-to-device copies. ``0`` means
+            pin-memory only: copies on the consumer's stream, no device queue.
+        pin_mode: ``pinned`` only; a ``PinMode``: DataLoader's pin thread (``"thread"``) or a
+            reusable pinned ring filled on the consumer's thread (``"ring"``). The default is
+            chosen from docs/results/h200/pin-ring.
+        persistent_workers: keep the DataLoader workers alive between epochs.
+    """
+
+    backends: ClassVar[Tuple[str, ...]] = ("pinned", "pageable")
+
+    prefetch_factor: int = option(2, lo=1)
+    queue_depth: int = option(2, lo=1, only=("pinned",))
+    streams: int = option(1, lo=0, only=("pinned",))
+    pin_mode: PinMode = option(PinMode.THREAD, only=("pinned",))
+    persistent_workers: bool = option(True)
+
+
+@dataclass(frozen=True)
+class DaliOptions(Options):
+    """Knobs of the DALI backend.
+
+    Args:
+        queue_depth: batches DALI prepares ahead of the consumer (``prefetch_queue_depth``).
+            The file feed keeps one more batch of paths ready.
+        reader_threads: threads that list and check the files of the next batches before DALI
+            reads them. ``None``: ``min(8, max(2, num_workers // 2))``.
+        hw_decoder_load: share of the JPEGs sent to the GPU's hardware JPEG decoder (0..1),
+            where the GPU has one. The default 0.0 suits training; 1.0 suits loader-bound work
+            (light models, evaluation). Evidence: docs/results/h200/dali-hw-table-train and
+            dali-hw-table-loader.
+        pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
+            threads and every n-th batch of the plan, and the batches are yielded in the plan's
+            order. Each has its own augmentation seed, so the random crops differ from a
+            one-pipeline run. Must be ``<= num_workers``.
+        use_mmap: read files by mapping them (``fn.io.file.read``'s default) instead of
+            ``read()``. Default off: see docs/results/h200/dali-io-probe.
+        device_memory_padding, host_memory_padding: nvJPEG buffer padding in bytes.
+        preallocate_width_hint, preallocate_height_hint: decoder preallocation hints (0: none).
+    """
+
+    backends: ClassVar[Tuple[str, ...]] = ("dali",)
+
+    queue_depth: int = option(2, lo=1)
+    reader_threads: Optional[int] = option(None, lo=1)
+    hw_decoder_load: float = option(0.0, lo=0.0, hi=1.0)
+    pipelines: int = option(1, lo=1)
+    use_mmap: bool = option(False)
+    device_memory_padding: int = option(211025920, lo=0)
+    host_memory_padding: int = option(140544512, lo=0)
+    preallocate_width_hint: int = option(0, lo=0)
+    preallocate_height_hint: int = option(0, lo=0)
+
+    def threads(self, num_workers: int) -> int:
+        """The reader threads for ``num_workers`` decoder threads (``reader_threads``)."""
+        if self.reader_threads is not None:
+            return self.reader_threads
+        return min(8, max(2, num_workers // 2))
+
+    def check(self, num_workers: int) -> None:
+        """The rules that involve the ``LoaderConfig`` (raised when the loader is built)."""
+        if num_workers and self.pipelines > num_workers:
+            raise ValueError(f"pipelines={self.pipelines!r} must be <= num_workers={num_workers} "
+                             "(each DALI pipeline needs a decoder thread)")
+
+
+__all__ = ["DaliOptions", "Options", "TorchOptions", "option"]

@@ -1,0 +1,100 @@
+"""``Recipe``: the one augmentation plan every backend and every consumer reads.
+
+A loader's augmentation is either ``AugmentSpec``'s recipe or the user's torchvision Compose
+(``LoaderConfig.transform``). Both become one ``Recipe``, built once per loader:
+
+* the torch backends run ``full`` (``pageable``: decode to normalised float in the workers) or
+  ``head`` in the workers and ``tail`` on the device batch (``pinned``);
+* the DALI graph runs ``dali_plan()``, the exact translation (``pipelines.migrate``);
+* the /dev/shm fit and the host-to-device byte count read ``sample_bytes``, the size and dtype
+  of what the workers return, worked out from the Compose without running it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Optional, Tuple
+
+import torch
+
+from .augment import AugmentSpec
+from .migrate.run import Steps, split_compose
+
+
+def _nbytes(s) -> Optional[int]:
+    if s.size is None or s.dtype is None or s.channels is None:
+        return None
+    h, w = s.size
+    return s.channels * h * w * torch.empty(0, dtype=s.dtype).element_size()
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The augmentation of one loader: ``spec``, or the user's flat v2 Compose ``user`` (which
+    wins). What each consumer needs is worked out on first use, so the DALI backend with
+    ``AugmentSpec``'s recipe never imports torchvision's transforms.
+
+    Attributes:
+        full: the whole Compose, decoded image -> output (what ``pageable``'s workers run).
+        head: the steps ``pinned``'s workers run (uint8 out).
+        tail: the steps ``pinned`` runs on the device batch, or ``None`` for the fused uint8
+            normalisation with ``spec``'s mean and std (``AugmentSpec``'s recipe).
+        out_size: ``(H, W)`` of every output image, or ``None`` when it depends on the image.
+    """
+
+    spec: AugmentSpec
+    user: Any = None
+
+    @classmethod
+    def of(cls, spec: AugmentSpec, transform=None) -> "Recipe":
+        """The recipe for ``LoaderConfig(augment=spec, transform=transform)``."""
+        return cls(spec, transform)
+
+    @cached_property
+    def _split(self) -> Tuple[Steps, Optional[Steps]]:
+        if self.user is not None:
+            return split_compose(self.user)
+        return Steps(self.spec.to_torchvision(normalize=False).transforms), None
+
+    @property
+    def full(self):
+        return self.user if self.user is not None else self.spec.to_torchvision(normalize=True)
+
+    @property
+    def head(self) -> Steps:
+        return self._split[0]
+
+    @property
+    def tail(self) -> Optional[Steps]:
+        return self._split[1]
+
+    @cached_property
+    def _ends(self):
+        """The image after the whole Compose and after its head (``pipelines.migrate.flow``)."""
+        from .migrate.flow import State, walk
+
+        steps, _ = walk(self.user)
+        k = len(self.head)
+        return (steps[-1].after if steps else State(),
+                steps[k - 1].after if k else State())
+
+    @property
+    def out_size(self) -> Optional[Tuple[int, int]]:
+        if self.user is None:
+            return (self.spec.size, self.spec.size)
+        return self._ends[0].size
+
+    def sample_bytes(self, *, in_workers: str) -> Optional[int]:
+        """Bytes of one sample as the workers return it: ``in_workers="full"`` (the whole
+        recipe) or ``"head"`` (``pinned``'s uint8 part); ``None`` when it depends on the image."""
+        if self.user is None:
+            px = 3 * self.spec.size ** 2
+            return px * 4 if in_workers == "full" else px  # float32 / uint8
+        return _nbytes(self._ends[0] if in_workers == "full" else self._ends[1])
+
+    def dali_plan(self):
+        """The ``TvPlan`` the DALI graph runs (``UnsupportedTransformError`` when the user's
+        Compose has no exact DALI translation)."""
+        from .migrate import from_torchvision, spec_ops
+
+        return spec_ops(self.spec) if self.user is None else from_torchvision(self.user)
