@@ -1,27 +1,32 @@
-"""``python -m compare [run options] | train | doctor | fuzz``: the suite's entry point.
+"""``python -m compare [run] | train | doctor | memory | diff | plot | fuzz``.
 
-It parses the run's options without importing torch (``compare.args``, whose docstring is the
-``--help`` text), then hands over to ``compare.suite``; sub-commands go to their own modules.
+Each command is a module with its own argparse parser (``main(argv)``), imported only when it
+is asked for: ``run`` (the default, ``compare.args`` then ``compare.suite``) parses its options
+without importing torch, so ``--help`` and usage errors return at once.
 """
 from __future__ import annotations
 
+import importlib
 import sys
+
+# command -> (module, one-line summary); ``run`` is the default when no command is given
+COMMANDS = {
+    "run": ("compare.suite", "time every backend on the same files and model (the default)"),
+    "train": ("compare.train", "a short training run through one backend"),
+    "doctor": ("compare.doctor", "check /dev/shm, workers, pinned memory, CUDA and DALI here"),
+    "memory": ("compare.memory", "device and host memory of each backend over epochs"),
+    "diff": ("compare.diff", "compare two results.json: faster, slower or no difference"),
+    "plot": ("compare.plot", "redraw the PNGs of a results.json"),
+    "fuzz": ("compare.fuzz", "mutated image files against every loader"),
+}
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "doctor":
-        from .doctor import main as doctor_main
-
-        return doctor_main(argv[1:])
-    if argv and argv[0] == "train":
-        from .train import main as train_main
-
-        return train_main(argv[1:])
-    if argv and argv[0] == "fuzz":
-        from .fuzz import main as fuzz_main
-
-        return fuzz_main(argv[1:])
+    if argv and argv[0] in COMMANDS and argv[0] != "run":
+        return importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
+    if argv and argv[0] == "run":
+        argv = argv[1:]
     from .args import parse_args
 
     a = parse_args(argv)  # --help and usage errors end here, before torch is imported

@@ -1,10 +1,16 @@
-"""``python -m compare``: which backend keeps my GPU busy, and by how much?
+"""``python -m compare [run]``: which backend keeps my GPU busy, and by how much?
 
 Runs every backend on the same files, AugmentSpec, batch size, model, steps and warm-up and
 writes a table, ``results.json``, PNG plots and ``summary.md`` to ``--out``.
-Sub-commands: ``train`` (``python -m compare train --backend dali --data DIR --epochs 2``),
-``doctor`` (``python -m compare doctor``: /dev/shm, workers, pinned memory, CUDA, DALI) and
-``fuzz`` (``python -m compare fuzz``: mutated image files against every loader).
+
+Commands (``python -m compare COMMAND --help`` for each):
+  run      time every backend on the same files and model (the default; these options)
+  train    a short training run through one backend
+  doctor   check /dev/shm, workers, pinned memory, CUDA and DALI on this machine
+  memory   device and host memory of each backend over epochs
+  diff     compare two results.json: faster, slower or no significant difference
+  plot     redraw the PNGs of a results.json
+  fuzz     mutated image files against every loader
 
 Which variants run:
 
@@ -13,13 +19,16 @@ Which variants run:
 * ``--preset seeds``: pageable, pin-only, pinned (2 streams) and dali, restricted to the
   ``--backends`` given. A preset is a fixed set of variants, so ``--preset`` with ``--sweep``
   is refused.
-* ``--sweep "KEY=V1,V2 ..."``: every combination, per backend. A key is swept only on the
-  backends that honour it: ``workers``, ``prefetch`` on all; ``streams``, ``pinmode`` on pinned;
-  ``hw``, ``pipes``, ``mmap``, ``prealloc`` on dali. A backend runs once for the keys it does
+* ``--sweep "KEY=V1,V2 ..."``: every combination, per backend. A key is ``num_workers`` or a
+  field of a backend's options (``TorchOptions``: prefetch_factor, persistent_workers, and for
+  pinned queue_depth, streams, pin_mode; ``DaliOptions``: queue_depth, reader_threads,
+  hw_decoder_load, pipelines, use_mmap, ...; booleans are on/off). A key is swept only on the
+  backends that honour it. A backend runs once for the keys it does
   not honour (a note says "no effect on <backend>"), so identical setups are never timed twice;
   a key that no backend of the run honours is refused. ``pin=on,off`` picks pinned / pageable:
   without ``--backends`` it chooses them, with ``--backends`` it must name the same torch
   backends (``--sweep pin=on,off --backends dali`` is refused). Repeated values run once.
+  Example: ``--sweep "num_workers=4,8 hw_decoder_load=0,1"``.
 
 NOTE [one validation pass, incremental results]
 Every input is checked before the first timed batch (and, where the answer does not need its
@@ -67,8 +76,7 @@ def _auto(key: str) -> str:
 
 
 def parse_args(argv):
-    p = cli.Parser(prog=PROG, description=__doc__,
-                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.Parser(prog=PROG, description=__doc__, formatter_class=cli.HelpFormatter)
     p.add_argument("--data", help="ImageFolder root (default: generate one into the cache)")
     p.add_argument("--num-images", type=int, default=None,
                    help=f"size of the default generated dataset ({_auto('num_images')})")
@@ -77,20 +85,21 @@ def parse_args(argv):
     p.add_argument("--preset", choices=PRESETS,
                    help="seeds: pageable, pin-only, pinned, dali (restricted to --backends; "
                         "not with --sweep)")
-    p.add_argument("--sweep", help="e.g. 'workers=0,4,8,16 pin=on,off' or 'hw=0,1.0 pipes=1,2'. "
-                   "Keys: workers, prefetch (every backend); streams, pinmode (pinned); hw, pipes, "
-                   "mmap, prealloc (dali); pin=on/off picks pinned/pageable. A key runs only on "
-                   "the backends it applies to: the others run once, noted 'no effect on "
+    p.add_argument("--sweep", help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 "
+                   "pipelines=1,2'. Keys: num_workers and the fields of TorchOptions and "
+                   "DaliOptions; pin=on/off picks pinned/pageable. A key runs only on the "
+                   "backends it applies to: the others run once, noted 'no effect on "
                    "<backend>'; a key that applies to no backend of the run is refused")
     p.add_argument("--model", default=None,
                    help="none, tinycnn, resnet18, resnet50, vit_b_16, vit_l_16 or synthetic:<ms> "
                         f"({_auto('model')})")
     p.add_argument("--batch-size", type=int, default=None, help=_auto("batch_size"))
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--mode", choices=["train", "eval"], default="train")
+    p.add_argument("--image-size", type=int, default=224, help="output side in pixels")
+    p.add_argument("--mode", choices=["train", "eval"], default="train",
+                   help="train: random-resized-crop and flip; eval: resize and centre crop")
     p.add_argument("--steps", type=int, default=None, help=_auto("steps"))
     p.add_argument("--warmup", type=int, default=None, help=_auto("warmup"))
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats per variant")
     p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                    help=_auto("dtype"))

@@ -1,6 +1,6 @@
 """Argument checks shared by every ``compare`` command-line tool.
 
-``python -m compare``, ``compare train``, ``compare doctor``, ``compare.memory`` and
+``python -m compare``, ``compare train``, ``compare doctor``, ``compare memory`` and
 ``compare.microbench`` validate their arguments here, before any work, so the same mistake gets
 the same message everywhere. A user error is one line that names the option, printed as
 ``<prog>: error: <message>`` with exit status 2 and no traceback.
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 # ``pipelines`` (and so torch) is imported inside the functions that need it, so that parsing
 # arguments and ``--help`` stay fast.
 PRESETS = ("seeds",)
+BACKENDS = ("pageable", "pinned", "dali")  # pipelines.Backend's values, without importing it
 
 # LoaderConfig / AugmentSpec field -> the command-line option that sets it.
 FLAGS = {
@@ -34,8 +35,25 @@ FLAGS = {
 }
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's layout and appends each option's default to its help (unless
+    the help already says it, or there is none)."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if ("default" in h or action.default in (None, False, argparse.SUPPRESS)
+                or not action.option_strings):
+            return h
+        return h + " (default: %(default)s)"
+
+
 class Parser(argparse.ArgumentParser):
-    """``argparse`` with one-line errors (argparse prints the whole usage block first)."""
+    """``argparse`` with one-line errors (argparse prints the whole usage block first) and
+    every default in ``--help`` (``HelpFormatter``)."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kw)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")

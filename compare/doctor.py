@@ -10,9 +10,6 @@ from __future__ import annotations
 import sys
 from typing import List, Tuple
 
-from pipelines import (SHM_HEADROOM, TorchOptions, default_workers, fit_to_shm, shm_free_bytes,
-                       shm_need, usable_cores)
-
 from . import cli
 from .env import nvidia_driver
 
@@ -29,6 +26,8 @@ def _mib(b: float) -> str:
 def invalid(batch_size: int, workers: int, prefetch: int, image_size: int) -> List[Line]:
     """A ``FAIL`` line per setting that no loader accepts, in ``LoaderConfig``'s own words
     (e.g. ``--workers: num_workers=-1 must be an int >= 0``); empty when all are valid."""
+    from pipelines import TorchOptions
+
     out: List[Line] = []
     for topic, kw in (("batch size", {"batch_size": batch_size}),
                       ("workers", {"num_workers": workers})):
@@ -54,6 +53,8 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
     Settings that no loader accepts (``invalid``) give ``FAIL`` lines and nothing else: the
     other checks would be advice about a setup that cannot run.
     """
+    from pipelines import SHM_HEADROOM, TorchOptions, fit_to_shm, shm_need
+
     bad = invalid(batch_size, workers, prefetch, image_size)
     if bad:
         return bad
@@ -108,6 +109,8 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
 def facts() -> Tuple[int, dict, str | None]:
     import torch
 
+    from pipelines import usable_cores
+
     cores = usable_cores()
     cuda = {"available": torch.cuda.is_available()}
     if cuda["available"]:
@@ -129,12 +132,15 @@ def facts() -> Tuple[int, dict, str | None]:
 def main(argv=None) -> int:
     """Print the report. Exit status: 2 when a setting is invalid (``FAIL``), 1 on a ``WARN``."""
     p = cli.Parser(prog="python -m compare doctor", description=__doc__)
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=256, help="samples per batch")
     p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
-    p.add_argument("--prefetch", type=int, default=2)
-    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--prefetch", type=int, default=2,
+                   help="DataLoader batches per worker (TorchOptions.prefetch_factor)")
+    p.add_argument("--image-size", type=int, default=224, help="output side in pixels")
     a = p.parse_args(argv)
     cores, cuda, dali = facts()
+    from pipelines import default_workers, shm_free_bytes
+
     workers = a.workers if a.workers is not None else default_workers()
     lines = check(a.batch_size, workers, a.prefetch, a.image_size, shm_free_bytes(), cores, cuda, dali)
     print(f"gpu-feed doctor: batch {a.batch_size}, {a.image_size}px, workers {workers}, "

@@ -1,4 +1,4 @@
-"""``python -m compare.memory``: host and GPU memory of each backend over many epochs.
+"""``python -m compare memory``: host and GPU memory of each backend over many epochs.
 
 A loader that leaks (pinned buffers, DALI allocations, worker RSS) shows it here long before a
 90-epoch run dies. Per epoch it records host RSS (this process + its workers), torch's allocated
@@ -14,11 +14,12 @@ import sys
 import time
 import traceback
 
-import torch
-
-from pipelines import AugmentSpec, LoaderConfig, create_loader
+from typing import TYPE_CHECKING
 
 from . import cli
+
+if TYPE_CHECKING:
+    from pipelines import LoaderConfig
 
 
 def host_rss_mib() -> float:
@@ -43,13 +44,19 @@ def nvml_used_mib() -> float | None:
         import pynvml
 
         pynvml.nvmlInit()
+        import torch
+
         h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
         return pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20
     except Exception:
         return None
 
 
-def track(backend: str, cfg: LoaderConfig, epochs: int) -> list[dict]:
+def track(backend: str, cfg: "LoaderConfig", epochs: int) -> list[dict]:
+    import torch
+
+    from pipelines import create_loader
+
     rows = []
     cuda = torch.cuda.is_available() and cfg.wants_cuda
     with create_loader(backend, cfg) as loader:
@@ -90,18 +97,22 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-PROG = "python -m compare.memory"
+PROG = "python -m compare memory"
 
 
 def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__)
-    p.add_argument("--data", required=True)
+    p.add_argument("--data", required=True, help="ImageFolder root")
     p.add_argument("--backends", default="dali", help="comma list of dali,pinned,pageable")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--epochs", type=int, default=20, help="epochs per backend")
+    p.add_argument("--batch-size", type=int, default=256, help="samples per batch")
+    p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
     p.add_argument("--out", required=True, help="output directory for memory.json")
     a = p.parse_args(argv)
+    import torch  # after parsing: --help and usage errors return at once
+
+    from pipelines import AugmentSpec
+
     cuda = torch.cuda.is_available()
     try:  # every argument, before the first epoch (compare.cli)
         backends = cli.parse_backends(a.backends, note=cli.note(PROG))

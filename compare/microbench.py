@@ -11,7 +11,6 @@ The ``pinned`` backend's pin thread against its ring is measured with the real l
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -113,7 +112,7 @@ PROG = "python -m compare.microbench"
 
 def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__,
-                   formatter_class=argparse.RawDescriptionHelpFormatter)
+                   formatter_class=cli.HelpFormatter)
     p.add_argument("what", choices=["decode", "validate", "feed"])
     p.add_argument("--data", help="an ImageFolder root")
     p.add_argument("--images", type=int, default=300)

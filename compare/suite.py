@@ -273,3 +273,8 @@ def execute(a, p: Plan, root: Path, step, log) -> int:
     print(f"\nwrote {out / 'results.json'}, {out / 'summary.md'}, "
           f"{', '.join(str(p) for p in pngs)} in {time.perf_counter() - t0:.0f}s")
     return 0
+
+
+def main(argv=None) -> int:
+    """``python -m compare run ...`` (the same as ``python -m compare ...``)."""
+    return run(argv)

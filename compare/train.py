@@ -8,16 +8,10 @@ file under ``--on-bad-file error``, stops the run with one line and exit status 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
-import torch
-
-from pipelines import AugmentSpec, BadFileError, Backend, create_loader
-
 from . import cli
-from .models import TrainStep, parse_model
 
 
 PROG = "python -m compare train"
@@ -25,19 +19,25 @@ PROG = "python -m compare train"
 
 def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__,
-                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", required=True, choices=[b.value for b in Backend])
-    p.add_argument("--data", required=True)
-    p.add_argument("--epochs", type=int, default=1)
+                   formatter_class=cli.HelpFormatter)
+    p.add_argument("--backend", required=True, choices=cli.BACKENDS, help="the loader")
+    p.add_argument("--data", required=True, help="ImageFolder root")
+    p.add_argument("--epochs", type=int, default=1, help="epochs to train")
     p.add_argument("--model", default=None, help="default: resnet50 on a GPU, tinycnn on the CPU")
     p.add_argument("--batch-size", type=int, default=None, help="default: 256 on a GPU, 32 on the CPU")
     p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
+    p.add_argument("--seed", type=int, default=0, help="order and augmentation seed")
     p.add_argument("--on-bad-file", choices=["error", "skip"], default="error",
                    help="a file that is not a decodable image: stop with its name (error) or "
                         "replace it within its batch and count it (skip)")
     a = p.parse_args(argv)
+    import torch  # after parsing: --help and usage errors return at once
+
+    from pipelines import AugmentSpec, BadFileError, create_loader
+
+    from .models import TrainStep, parse_model
+
     cuda = torch.cuda.is_available()
     try:  # every argument, before any work (compare.cli)
         cli.at_least("--epochs", a.epochs, 1)

@@ -24,8 +24,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parse(argv) -> argparse.Namespace:
-    from pipelines import Backend, available_backends
-
     p = _Parser(prog="fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", type=int, default=300, help="mutated files (default 300)")
     p.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")
@@ -49,6 +47,8 @@ def _parse(argv) -> argparse.Namespace:
         raise _UsageError(f"--jobs {a.jobs} must be >= 1")
     if a.max_crashes < 0:
         raise _UsageError(f"--max-crashes {a.max_crashes} must be >= 0")
+    from pipelines import Backend, available_backends  # after parsing: --help stays fast
+
     order = ["pageable", "pinned", "dali"]
     avail = sorted((b.value for b in available_backends()), key=order.index)
     if a.backends is None:
