@@ -1,4 +1,9 @@
-"""torchvision's colour transforms on uint8 images as DALI ops, computed as its uint8 kernels."""
+"""torchvision's colour transforms on uint8 images as DALI ops, computed as its uint8 kernels;
+``GaussianBlur``; the per-channel value map of the float conversions (``affine``).
+
+The ``(images, op)`` builders are named by the op registry's entries
+(``pipelines.migrate.translate``, ``pipelines.migrate.ops``).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +12,29 @@ from nvidia.dali import math as dmath
 
 from ..migrate import Op
 from .geometry import uniform
+
+
+def affine(images, op: Op):
+    """``x -> scale * x + shift`` per channel, to float (a float conversion, ``Normalize``)."""
+    a, b = op["scale"], op["shift"]
+    return fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="HWC",
+                                    mean=[-b[c] / a[c] for c in range(3)],
+                                    std=[1.0 / a[c] for c in range(3)])
+
+
+def grayscale(images, op: Op):
+    """torchvision's ``RandomGrayscale`` on uint8 images: with probability ``p`` every channel
+    becomes the grey, truncated to uint8."""
+    x = fn.cast(images, dtype=types.FLOAT)
+    coin = near(images, fn.cast(fn.random.coin_flip(probability=op["p"]), dtype=types.FLOAT))
+    x = x + (dmath.floor(grey(x)) - x) * coin  # torchvision truncates the grey to uint8
+    return fn.cast(x, dtype=types.UINT8)
+
+
+def gaussian_blur(images, op: Op):
+    """``GaussianBlur``: the op's ``(kh, kw)`` window, sigma uniform over its range."""
+    return fn.gaussian_blur(images, window_size=list(op["kernel"]), sigma=uniform(op["sigma"]))
+
 
 def grey(x):
     """torchvision's luma of float HWC images, ``H x W x 1``."""

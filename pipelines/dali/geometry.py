@@ -1,7 +1,10 @@
-"""torchvision's geometric transforms as DALI ops: resize, crops, the random-resized-crop window.
+"""torchvision's geometric transforms as DALI ops: resize, crops, flips, the random-resized-crop
+window.
 
 Each function reproduces torchvision's geometry (sizes, offsets, rounding, padding) on decoded
-HWC images; the tolerances are those of ``pipelines.migrate.translate``.
+HWC images; the tolerances are those of ``pipelines.migrate.translate``. The ``(images, op)``
+builders, ``decode_random_resized_crop`` and ``mirror`` are named by the op registry's entries
+(``pipelines.migrate.translate``, ``pipelines.migrate.ops``).
 """
 from __future__ import annotations
 
@@ -75,6 +78,53 @@ def resize(images, size, op: Op):
                      antialias=op["antialias"])
 
 
+def resize_fixed(images, op: Op):
+    """``Resize`` to the op's ``(H, W)``."""
+    return resize(images, op["size"], op)
+
+
+def random_resized_crop(images, op: Op):
+    """``RandomResizedCrop`` on decoded images: the window (DALI's generator or torchvision's
+    algorithm, as ``op["window"]`` says), sliced, then resized."""
+    if op["window"] == "dali":
+        start, shape = fn.random_crop_generator(
+            images.shape(), random_area=list(op["scale"]),
+            random_aspect_ratio=list(op["ratio"]), num_attempts=10)
+    else:
+        start, shape = rrc_window(images.shape(), op["scale"], op["ratio"])
+    images = fn.slice(images, start, shape, axis_names="HW", normalized_anchor=False,
+                      normalized_shape=False)
+    return resize(images, op["size"], op)
+
+
+def decode_random_resized_crop(jpegs, op: Op, device: str, dec_kw: dict):
+    """A leading ``RandomResizedCrop`` fused into the decoder: only the window is decoded
+    (``decoders.image_random_crop`` with DALI's generator, ``decoders.image_slice`` with
+    torchvision's algorithm on the JPEG's header shape), then resized."""
+    if op["window"] == "dali":
+        images = fn.decoders.image_random_crop(
+            jpegs, device=device, output_type=types.RGB, random_area=list(op["scale"]),
+            random_aspect_ratio=list(op["ratio"]), num_attempts=10, **dec_kw)
+    else:
+        start, shape = rrc_window(fn.peek_image_shape(jpegs), op["scale"], op["ratio"])
+        images = fn.decoders.image_slice(
+            jpegs, start, shape, device=device, output_type=types.RGB, axis_names="HW",
+            normalized_anchor=False, normalized_shape=False, **dec_kw)
+    return resize(images, op["size"], op)
+
+
+def flip(images, op: Op):
+    """``RandomHorizontalFlip`` (``hflip``) or ``RandomVerticalFlip`` (``vflip``)."""
+    coin = fn.random.coin_flip(probability=op["p"])
+    return fn.flip(images, horizontal=coin if op.kind == "hflip" else 0,
+                   vertical=coin if op.kind == "vflip" else 0)
+
+
+def mirror(op: Op):
+    """A trailing ``hflip`` as ``crop_mirror_normalize``'s ``mirror`` argument."""
+    return fn.random.coin_flip(probability=op["p"])
+
+
 def resize_shorter(images, op: Op):
     """torchvision's ``Resize(size, max_size=...)`` geometry for images of any size: the long
     side is truncated, ``int(size * long / short)``, then capped at ``max_size``. DALI's
@@ -99,10 +149,11 @@ def resize_shorter(images, op: Op):
                      interp_type=INTERP[op["interp"]], antialias=op["antialias"])
 
 
-def centre_crop(images, ch: int, cw: int):
-    """torchvision's ``CenterCrop``: offsets ``round((H - ch) / 2)`` with ties to even (DALI's
-    ``crop_pos=0.5`` rounds ties up); an image smaller than the crop is padded with zeros,
-    ``(ch - H) // 2`` rows on top, as torchvision pads."""
+def centre_crop(images, op: Op):
+    """torchvision's ``CenterCrop`` to ``op["size"]``: offsets ``round((H - ch) / 2)`` with
+    ties to even (DALI's ``crop_pos=0.5`` rounds ties up); an image smaller than the crop is
+    padded with zeros, ``(ch - H) // 2`` rows on top, as torchvision pads."""
+    ch, cw = op["size"]
     shp = images.shape()
     h = fn.cast(shp[0], dtype=types.INT64)
     w = fn.cast(shp[1], dtype=types.INT64)

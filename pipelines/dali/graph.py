@@ -18,11 +18,9 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from nvidia.dali import fn, pipeline_def, types
-from nvidia.dali import math as dmath
 
 from ..migrate import Op, TvPlan
-from .colour import color_jitter, grey, near
-from .geometry import centre_crop, random_crop, resize, resize_shorter, rrc_window, uniform
+from ..migrate.ops import build, entry
 from ..config import LoaderConfig, OutputDType
 from ..options import DaliOptions
 
@@ -54,80 +52,34 @@ def decoder_kwargs(opt: DaliOptions, gpu: bool) -> dict:
 def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool):
     """The augmentation graph on encoded JPEGs, from a ``TvPlan``; returns normalised images.
 
-    A leading random-resized-crop is fused into the decoder (only the crop window is decoded);
-    a trailing horizontal flip is fused into ``crop_mirror_normalize``, and so is the plan's
-    last value map (``mean`` / ``std``).
+    Each op is built by its op registry entry (``pipelines.migrate.ops``). A leading op whose
+    entry can ``decode`` (random-resized-crop: only the crop window is decoded) is fused into
+    the decoder; a trailing op whose entry gives a ``mirror`` (horizontal flip) is fused into
+    ``crop_mirror_normalize``, and so is the plan's last value map (``mean`` / ``std``).
     """
     dec = "mixed" if gpu else "cpu"
     ops = list(plan.ops)
-    if ops and ops[0].kind == "random_resized_crop" and ops[0]["window"] == "dali":
+    if ops and entry(ops[0]).decode is not None:
         op = ops.pop(0)
-        images = fn.decoders.image_random_crop(
-            jpegs, device=dec, output_type=types.RGB, random_area=list(op["scale"]),
-            random_aspect_ratio=list(op["ratio"]), num_attempts=10, **dec_kw)
-        images = resize(images, op["size"], op)
-    elif ops and ops[0].kind == "random_resized_crop":
-        op = ops.pop(0)
-        start, shape = rrc_window(fn.peek_image_shape(jpegs), op["scale"], op["ratio"])
-        images = fn.decoders.image_slice(
-            jpegs, start, shape, device=dec, output_type=types.RGB, axis_names="HW",
-            normalized_anchor=False, normalized_shape=False, **dec_kw)
-        images = resize(images, op["size"], op)
+        images = entry(op).decode(jpegs, op, dec, dec_kw)
     else:
         images = fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
                                    jpeg_fancy_upsampling=True, **dec_kw)
-    mirror = None
-    if ops and ops[-1].kind == "hflip":
-        mirror = fn.random.coin_flip(probability=ops.pop()["p"])
+    kw = {}
+    if ops and entry(ops[-1]).mirror is not None:
+        op = ops.pop()
+        kw["mirror"] = entry(op).mirror(op)
     for op in ops:
         images = _apply(images, op)
-    kw = {} if mirror is None else {"mirror": mirror}
     return fn.crop_mirror_normalize(
         images, dtype=DALI_DTYPE[cfg.dtype], output_layout="HWC" if cfg.channels_last else "CHW",
         mean=list(plan.mean), std=list(plan.std), **kw)
 
 
 def _apply(images, op: Op):
-    """One translated torchvision op on decoded HWC images (uint8, or float after ``affine``)."""
-    k = op.kind
-    if k == "affine":  # x -> scale * x + shift per channel, to float
-        a, b = op["scale"], op["shift"]
-        return fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="HWC",
-                                        mean=[-b[c] / a[c] for c in range(3)],
-                                        std=[1.0 / a[c] for c in range(3)])
-    if k == "random_resized_crop":
-        if op["window"] == "dali":
-            start, shape = fn.random_crop_generator(
-                images.shape(), random_area=list(op["scale"]),
-                random_aspect_ratio=list(op["ratio"]), num_attempts=10)
-        else:
-            start, shape = rrc_window(images.shape(), op["scale"], op["ratio"])
-        images = fn.slice(images, start, shape, axis_names="HW", normalized_anchor=False,
-                          normalized_shape=False)
-        return resize(images, op["size"], op)
-    if k == "resize_shorter":
-        return resize_shorter(images, op)
-    if k == "resize":
-        return resize(images, op["size"], op)
-    if k == "center_crop":
-        return centre_crop(images, *op["size"])
-    if k == "random_crop":
-        return random_crop(images, op)
-    if k in ("hflip", "vflip"):
-        flip = fn.random.coin_flip(probability=op["p"])
-        return fn.flip(images, horizontal=flip if k == "hflip" else 0,
-                       vertical=flip if k == "vflip" else 0)
-    if k == "color_jitter":
-        return color_jitter(images, op)
-    if k == "grayscale":
-        x = fn.cast(images, dtype=types.FLOAT)
-        coin = near(images, fn.cast(fn.random.coin_flip(probability=op["p"]), dtype=types.FLOAT))
-        x = x + (dmath.floor(grey(x)) - x) * coin  # torchvision truncates the grey to uint8
-        return fn.cast(x, dtype=types.UINT8)
-    if k == "gaussian_blur":
-        return fn.gaussian_blur(images, window_size=list(op["kernel"]),
-                                sigma=uniform(op["sigma"]))
-    raise ValueError(f"op kind={k!r} has no DALI translation")  # from_torchvision rejects these
+    """One translated torchvision op on decoded HWC images (uint8, or float after ``affine``):
+    its op registry entry's builder (``pipelines.migrate.ops``)."""
+    return build(images, op)
 
 
 def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Callable,

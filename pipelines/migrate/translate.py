@@ -29,8 +29,14 @@ Tolerances (checked by tests/test_translation_table.py and tests/test_migrate.py
   whose fallback window has torchvision's size but a random offset instead of the centre
   (see ``rrc_window``); all other scale / ratio values run torchvision's algorithm exactly.
 
-``DALI_REFUSED`` lists, for each supported transform, the parameter values that are refused
-(the README's migration table is built from it). Any other transform is refused.
+The supported transforms are the op registry (``pipelines.migrate.ops``), whose entries are
+registered here: one per ``Op`` kind, with the torchvision classes it translates, its
+translate function and its DALI builder (``pipelines.dali.geometry`` / ``colour``, imported
+when a graph is built). ``SUPPORTED`` is the registry's names plus the steps that are not
+ops: ``Normalize``, the format steps (``FORMAT``) and the float conversions (``DTYPE``), which
+set the value map. ``DALI_REFUSED`` lists, for each supported transform, the parameter values
+that are refused (the README's migration table is built from it). Any other transform is
+refused.
 """
 from __future__ import annotations
 
@@ -38,14 +44,8 @@ from typing import List, Optional, Tuple
 
 from .errors import InvalidTransformError, Problem, UnsupportedTransformError, refusal
 from .flow import State, Step, antialias, check, hw, interpolation, padding_lrtb, resized
+from .ops import OpDef, always, dali, entry, for_transform, names, register
 from .plan import Op, TvPlan
-
-SUPPORTED = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip",
-             "RandomVerticalFlip", "ColorJitter", "RandomGrayscale", "GaussianBlur", "Normalize",
-             "ToImage", "ToPureTensor", "PILToTensor", "ToTensor", "Identity", "ToDtype",
-             "ConvertImageDtype")
-FORMAT = ("ToImage", "ToPureTensor", "PILToTensor", "ToTensor", "Identity")
-COLOUR = ("ColorJitter", "RandomGrayscale")
 
 _AFTER_FLOAT = ("after a float conversion", "torchvision clamps float images to [0, 1] and "
                 "DALI runs it on uint8 images; move it before ToDtype")
@@ -151,43 +151,63 @@ def _fill(t, s: State):
     return tuple(vals), None
 
 
-def _geometry(st: Step) -> Tuple[List[Op], Optional[Tuple[str, str]]]:
-    """The plan ops for one geometric / colour step, or the reason DALI cannot run it."""
-    t, s, n = st.t, st.before, st.name
-    if n in ("RandomHorizontalFlip", "RandomVerticalFlip"):
-        return [Op("hflip" if "Horizontal" in n else "vflip", (("p", float(t.p)),))], None
-    if n in COLOUR and s.is_float:
-        return [], _AFTER_FLOAT
-    if n == "ColorJitter":
-        return [Op("color_jitter", (
-            ("brightness", _range(t.brightness)), ("contrast", _range(t.contrast)),
-            ("saturation", _range(t.saturation)), ("hue", _range(t.hue, center=0.0))))], None
-    if n == "RandomGrayscale":
-        return [Op("grayscale", (("p", float(t.p)),))], None
-    if n == "GaussianBlur":
-        kw, kh = hw(t.kernel_size)  # torchvision's kernel_size is (x, y)
-        sigma = [float(v) for v in t.sigma] if not isinstance(t.sigma, (int, float)) \
-            else [float(t.sigma)] * 2
-        return [Op("gaussian_blur", (("kernel", (kh, kw)), ("sigma", (sigma[0], sigma[-1]))))], None
-    if n == "CenterCrop":
-        return [Op("center_crop", (("size", hw(t.size)),))], None
-    if n == "RandomCrop":
-        fill, bad = _fill(t, s)
-        if bad:
-            return [], bad
-        if t.padding_mode not in PAD_MODE:
-            return [], (f"padding_mode={t.padding_mode!r}", "unknown padding mode")
-        pad = padding_lrtb(t) if t.padding is not None else None
-        return [Op("random_crop", (("size", hw(t.size)), ("padding", pad),
-                                   ("pad_if_needed", bool(t.pad_if_needed)), ("fill", fill),
-                                   ("mode", PAD_MODE[t.padding_mode])))], None
+# -- the registry: one entry per op kind ------------------------------------------------------
+# Each translate function gets the step's transform and the image before it (``flow.State``).
+
+
+def _flip(kind: str):
+    def translate(t, s: State):
+        return [Op(kind, (("p", float(t.p)),))], None
+    return translate
+
+
+def _color_jitter(t, s: State):
+    return [Op("color_jitter", (
+        ("brightness", _range(t.brightness)), ("contrast", _range(t.contrast)),
+        ("saturation", _range(t.saturation)), ("hue", _range(t.hue, center=0.0))))], None
+
+
+def _grayscale(t, s: State):
+    return [Op("grayscale", (("p", float(t.p)),))], None
+
+
+def _gaussian_blur(t, s: State):
+    kw, kh = hw(t.kernel_size)  # torchvision's kernel_size is (x, y)
+    sigma = [float(v) for v in t.sigma] if not isinstance(t.sigma, (int, float)) \
+        else [float(t.sigma)] * 2
+    return [Op("gaussian_blur", (("kernel", (kh, kw)), ("sigma", (sigma[0], sigma[-1]))))], None
+
+
+def _center_crop(t, s: State):
+    return [Op("center_crop", (("size", hw(t.size)),))], None
+
+
+def _random_crop(t, s: State):
+    fill, bad = _fill(t, s)
+    if bad:
+        return [], bad
+    if t.padding_mode not in PAD_MODE:
+        return [], (f"padding_mode={t.padding_mode!r}", "unknown padding mode")
+    pad = padding_lrtb(t) if t.padding is not None else None
+    return [Op("random_crop", (("size", hw(t.size)), ("padding", pad),
+                               ("pad_if_needed", bool(t.pad_if_needed)), ("fill", fill),
+                               ("mode", PAD_MODE[t.padding_mode])))], None
+
+
+def _random_resized_crop(t, s: State):
     interp, bad = _resample(t)
     if bad:
         return [], bad
-    if n == "RandomResizedCrop":
-        scale, ratio = tuple(map(float, t.scale)), tuple(map(float, t.ratio))
-        return [Op("random_resized_crop", (("size", hw(t.size)), ("scale", scale), ("ratio", ratio),
-                                           ("window", rrc_window(scale, ratio)), *interp))], None
+    scale, ratio = tuple(map(float, t.scale)), tuple(map(float, t.ratio))
+    return [Op("random_resized_crop", (("size", hw(t.size)), ("scale", scale), ("ratio", ratio),
+                                       ("window", rrc_window(scale, ratio)), *interp))], None
+
+
+def _resize(t, s: State):
+    """``resize`` to a fixed size where one is known, else ``resize_shorter``."""
+    interp, bad = _resample(t)
+    if bad:
+        return [], bad
     size, max_size = t.size, getattr(t, "max_size", None)
     if size is not None and not isinstance(size, int) and len(size) == 2:
         return [Op("resize", (("size", hw(size)), *interp))], None
@@ -195,6 +215,56 @@ def _geometry(st: Step) -> Tuple[List[Op], Optional[Tuple[str, str]]]:
         return [Op("resize", (("size", resized(s.size, size, max_size)), *interp))], None
     short = None if size is None else hw(size)[0]
     return [Op("resize_shorter", (("size", short), ("max_size", max_size), *interp))], None
+
+
+def _crop_commutes(op: Op) -> bool:
+    """A crop without padding moves pixels only; padding adds fill values, which must be
+    written in the image's current values."""
+    return op["padding"] is None and not op["pad_if_needed"]
+
+
+register(OpDef("random_resized_crop", dali("geometry.random_resized_crop"),
+               ("RandomResizedCrop",), _random_resized_crop,
+               decode=dali("geometry.decode_random_resized_crop")))
+register(OpDef("resize", dali("geometry.resize_fixed"), ("Resize",), _resize))
+register(OpDef("resize_shorter", dali("geometry.resize_shorter")))  # from Resize, AugmentSpec
+register(OpDef("center_crop", dali("geometry.centre_crop"), ("CenterCrop",), _center_crop))
+register(OpDef("random_crop", dali("geometry.random_crop"), ("RandomCrop",), _random_crop,
+               commutes=_crop_commutes))
+register(OpDef("hflip", dali("geometry.flip"), ("RandomHorizontalFlip",), _flip("hflip"),
+               commutes=always, mirror=dali("geometry.mirror")))
+register(OpDef("vflip", dali("geometry.flip"), ("RandomVerticalFlip",), _flip("vflip"),
+               commutes=always))
+register(OpDef("color_jitter", dali("colour.color_jitter"), ("ColorJitter",), _color_jitter,
+               uint8_only=True))
+register(OpDef("grayscale", dali("colour.grayscale"), ("RandomGrayscale",), _grayscale,
+               uint8_only=True))
+register(OpDef("gaussian_blur", dali("colour.gaussian_blur"), ("GaussianBlur",),
+               _gaussian_blur))
+register(OpDef("affine", dali("colour.affine")))  # from the float conversions (_Builder)
+
+# the steps that are not ops: the float conversions and the value map, and the format steps
+FORMAT = ("ToImage", "ToPureTensor", "PILToTensor", "ToTensor", "Identity")
+DTYPE = ("ToDtype", "ConvertImageDtype")
+
+
+def supported() -> Tuple[str, ...]:
+    """Every torchvision class name ``from_torchvision`` accepts: the registry's and the steps
+    above."""
+    return (*names(), "Normalize", *FORMAT, *DTYPE)
+
+
+SUPPORTED = supported()  # at import; supported() includes entries registered later
+
+
+def _translate(e: OpDef, st: Step) -> Tuple[List[Op], Optional[Tuple[str, str]]]:
+    """The plan ops for one step that ``e`` translates, or the reason DALI cannot run it."""
+    if e.uint8_only and st.before.is_float:
+        return [], _AFTER_FLOAT
+    ops, bad = e.translate(st.t, st.before)
+    for op in ops:
+        entry(op)  # a registered kind, or ValueError
+    return ops, bad
 
 
 def _dtype_problem(st: Step) -> Optional[Tuple[str, str]]:
@@ -225,8 +295,7 @@ class _Builder:
         needs_float = s.is_float and not self.is_float
         a, b = self._rel(s)
         moved = any(v != 1.0 for v in a) or any(b)
-        commutes = all(o.kind in ("hflip", "vflip") or (o.kind == "random_crop" and o["padding"]
-                       is None and not o["pad_if_needed"]) for o in ops)
+        commutes = all(entry(o).commutes(o) for o in ops)
         if (needs_float or moved) and not commutes:
             self.ops.append(Op("affine", (("scale", a), ("shift", b))))
             self.scale, self.shift, self.is_float = s.scale, s.shift, True
@@ -271,15 +340,15 @@ def from_torchvision(compose) -> TvPlan:
     b = _Builder()
     problems: List[Problem] = []
     for st in steps:
-        bad, ops = None, []
-        if st.name not in SUPPORTED:
+        bad, ops, e = None, [], for_transform(st.name)
+        if e is None and st.name not in supported():
             bad = ("", "not supported")
         elif st.before.dtype is None:
             continue  # after a refused step
-        elif st.name in ("ToDtype", "ConvertImageDtype"):
+        elif st.name in DTYPE:
             bad = _dtype_problem(st)
-        elif st.name not in FORMAT and st.name != "Normalize":
-            ops, bad = _geometry(st)
+        elif e is not None:
+            ops, bad = _translate(e, st)
         if bad:
             problems.append(Problem(st.pos, st.name, *bad))
         elif ops and not problems:
@@ -290,7 +359,7 @@ def from_torchvision(compose) -> TvPlan:
                                 DALI_REFUSED["(the sequence)"][0][1]))
     if problems:
         raise refusal(UnsupportedTransformError, "from_torchvision cannot translate", problems,
-                      f"Supported: {', '.join(SUPPORTED)}")
+                      f"Supported: {', '.join(supported())}")
     return b.plan(end)
 
 

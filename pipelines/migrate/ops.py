@@ -1,0 +1,126 @@
+"""The op registry: one ``OpDef`` per ``Op`` kind, from torchvision transform to DALI graph.
+
+An entry says which torchvision classes translate to its kind and how (``translate``, used by
+``pipelines.migrate.translate.from_torchvision``), and how the DALI graph builds it (``build``,
+used by ``pipelines.dali.graph``), plus what the translator and the graph need to know about
+the kind: whether it runs on uint8 images only, whether it commutes with a per-channel value
+map, whether it can be fused into the JPEG decoder (when first) or into the output
+``crop_mirror_normalize`` (when last). Adding an op is one ``register(OpDef(...))``; the
+supported ops are registered in ``pipelines.migrate.translate``, next to the helpers their
+translations share.
+
+This module does not import ``nvidia.dali``: builders name functions of ``pipelines.dali``
+through ``dali("module.function")``, which imports them when the graph is built.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .plan import Op
+
+# (the transform, the image before it: a flow.State) -> (the plan ops, or (param, reason))
+Translate = Callable[[Any, Any], Tuple[List[Op], Optional[Tuple[str, str]]]]
+Build = Callable[[Any, Op], Any]  # (DALI images, op) -> DALI images
+
+
+def _never(op: Op) -> bool:
+    return False
+
+
+def always(op: Op) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op kind, in the translator and in the DALI graph.
+
+    Attributes:
+        kind: the ``Op.kind`` it builds.
+        build: ``(images, op) -> images`` in the DALI graph, on decoded HWC images (uint8, or
+            float after an ``affine`` op); DALI imported lazily (see ``dali``).
+        torchvision: the torchvision class names that ``translate`` translates (none for kinds
+            that only the translator or ``AugmentSpec`` emits, such as ``affine``).
+        translate: ``(transform, state) -> (ops, problem)``: the plan ops for one step, or
+            ``([], (param, reason))`` when DALI cannot reproduce it; ``state`` is the
+            ``flow.State`` before the step. It may emit ops of other registered kinds.
+        uint8_only: refused after a float conversion (torchvision clamps float images to
+            [0, 1]; DALI runs it on uint8).
+        commutes: whether the op commutes with a per-channel value map ``a * x + b``, so the
+            float conversion may stay after it.
+        decode: when the op comes first, ``(jpegs, op, device, decoder_kwargs) -> images``
+            decoding and applying it in one operator.
+        mirror: when the op comes last, ``op -> mirror`` for the output
+            ``crop_mirror_normalize``.
+    """
+
+    kind: str
+    build: Build
+    torchvision: Tuple[str, ...] = ()
+    translate: Optional[Translate] = None
+    uint8_only: bool = False
+    commutes: Callable[[Op], bool] = _never
+    decode: Optional[Callable[..., Any]] = None
+    mirror: Optional[Callable[[Op], Any]] = None
+
+
+REGISTRY: Dict[str, OpDef] = {}
+
+
+def register(entry: OpDef) -> OpDef:
+    """Add ``entry`` (one op kind; its torchvision names must be new)."""
+    taken = [n for n in entry.torchvision for e in REGISTRY.values()
+             if e.kind != entry.kind and n in e.torchvision]
+    if taken:
+        raise ValueError(f"{', '.join(taken)} already translate to another op kind")
+    REGISTRY[entry.kind] = entry
+    return entry
+
+
+def for_transform(name: str) -> Optional[OpDef]:
+    """The entry translating the torchvision class ``name``, or ``None``."""
+    return next((e for e in REGISTRY.values() if name in e.torchvision), None)
+
+
+def names() -> Tuple[str, ...]:
+    """Every torchvision class name some entry translates, in registration order."""
+    return tuple(n for e in REGISTRY.values() for n in e.torchvision)
+
+
+def entry(op: Op) -> OpDef:
+    """The registry entry of ``op``'s kind."""
+    e = REGISTRY.get(op.kind)
+    if e is None:  # from_torchvision only emits registered kinds
+        raise ValueError(f"op kind={op.kind!r} has no DALI translation")
+    return e
+
+
+def build(images, op: Op):
+    """``op`` on ``images`` in a DALI graph."""
+    return entry(op).build(images, op)
+
+
+class dali:
+    """``pipelines.dali.<module>.<function>``, imported when first called (DALI is optional).
+
+    ``dali("geometry.flip")(images, op)`` calls ``pipelines.dali.geometry.flip(images, op)``.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def resolve(self) -> Callable[..., Any]:
+        module, _, name = self.path.rpartition(".")
+        return getattr(importlib.import_module(f"..dali.{module}", __package__), name)
+
+    def __call__(self, *args):
+        return self.resolve()(*args)
+
+    def __repr__(self) -> str:
+        return f"dali({self.path!r})"
+
+
+__all__ = ["OpDef", "REGISTRY", "always", "build", "dali", "entry", "for_transform", "names",
+           "register"]
