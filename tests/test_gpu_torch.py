@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from pipelines import AugmentSpec, LoaderConfig, create_loader
+from pipelines import AugmentSpec, LoaderConfig
+from utils import make
 
 pytestmark = pytest.mark.cuda
 
@@ -19,8 +20,9 @@ def test_eval_pinned_equals_pageable_bit_for_bit(gpu_root, streams, pin_mode):
     spec = AugmentSpec(mode="eval", size=224)
     outs = {}
     for b in ("pageable", "pinned"):
-        cfg = _cfg(gpu_root, augment=spec, shuffle=False, streams=streams, pin_mode=pin_mode)
-        with create_loader(b, cfg) as ld:
+        cfg = _cfg(gpu_root, augment=spec, shuffle=False)
+        opts = {"streams": streams, "pin_mode": pin_mode} if b == "pinned" else {}
+        with make(b, cfg, **opts) as ld:
             outs[b] = [(x.cpu(), y.cpu()) for x, y in ld]
     assert len(outs["pageable"]) == len(outs["pinned"]) == 8
     for (xa, ya), (xb, yb) in zip(outs["pageable"], outs["pinned"]):
@@ -33,11 +35,10 @@ def test_eval_pinned_equals_pageable_bit_for_bit(gpu_root, streams, pin_mode):
 def test_async_equals_sync_with_a_slow_consumer(gpu_root, streams, depth, pin_mode):
     """A long kernel before every read: a stream race or early buffer reuse changes the sums."""
     cfg = _cfg(gpu_root, seed=5, dtype="bfloat16", channels_last=True)
-    with create_loader("pinned", cfg.replace(streams=0)) as ref_loader:
+    with make("pinned", cfg, streams=0) as ref_loader:
         ref = [x.double().sum().item() for x, _ in ref_loader]
     sums = []
-    with create_loader("pinned", cfg.replace(streams=streams, prefetch=depth,
-                                             pin_mode=pin_mode)) as loader:
+    with make("pinned", cfg, streams=streams, queue_depth=depth, pin_mode=pin_mode) as loader:
         for x, y in loader:
             torch.cuda._sleep(20_000_000)      # ~10 ms of GPU time queued before we read x
             sums.append(x.double().sum())      # queued behind the sleep
@@ -47,16 +48,16 @@ def test_async_equals_sync_with_a_slow_consumer(gpu_root, streams, depth, pin_mo
 
 
 def test_first_batch_is_not_lost_and_labels_follow_images(gpu_root):
-    cfg = _cfg(gpu_root, shuffle=False, debug_indices=True, streams=2, prefetch=3)
-    with create_loader("pinned", cfg) as loader:
+    cfg = _cfg(gpu_root, shuffle=False, debug_indices=True)
+    with make("pinned", cfg, streams=2, queue_depth=3) as loader:
         ys = [y.cpu() for _, y in loader]
         assert len(ys) == len(loader) == 8
         assert sorted(loader.last_indices.tolist()) == list(range(512))
 
 
 def test_ring_allocates_once_and_reuses_its_slots(gpu_root):
-    cfg = _cfg(gpu_root, streams=2, prefetch=2, pin_mode="ring", last_batch="drop")
-    with create_loader("pinned", cfg) as loader:
+    cfg = _cfg(gpu_root, last_batch="drop")
+    with make("pinned", cfg, streams=2, queue_depth=2, pin_mode="ring") as loader:
         for epoch in range(3):
             loader.set_epoch(epoch)
             n = sum(1 for _ in loader)
