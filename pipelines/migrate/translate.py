@@ -35,7 +35,7 @@ translate function and its DALI builder (``pipelines.dali.geometry`` / ``colour`
 when a graph is built). ``SUPPORTED`` is the registry's names plus the steps that are not
 ops: ``Normalize``, the format steps (``FORMAT``) and the float conversions (``DTYPE``), which
 set the value map. ``DALI_REFUSED`` lists, for each supported transform, the parameter values
-that are refused (the README's migration table is built from it). Any other transform is
+that are refused (the README links to it). Any other transform is
 refused.
 """
 from __future__ import annotations
