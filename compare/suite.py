@@ -157,7 +157,9 @@ def plan_variants(variants: List[Variant], base: LoaderConfig) -> List[LoaderCon
     for v in variants:
         try:
             cfg = v.config_of(base)
-            v.options_of().check(cfg.num_workers) if v.backend is Backend.DALI else v.options_of()
+            opts = v.options_of()
+            if v.backend is Backend.DALI:
+                opts.check(cfg.num_workers)
         except (ValueError, TypeError) as e:
             raise cli.option_error(e, {**cli.FLAGS, **v.sources}, _where(v)) from None
         configs.append(cfg)
