@@ -183,6 +183,7 @@ def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
     larger than the dataset under ``drop``) is said in terms of ``--batch-size``.
     """
     from pipelines import LastBatchPolicy, check_nonempty
+    cfg = cfg.resolved()
     try:
         check_nonempty(n, cfg)
     except ValueError as e:

@@ -79,18 +79,13 @@ def usable_cores() -> int:
 
 
 def default_workers() -> int:
-    """``LoaderConfig.num_workers`` when not given: the usable cores minus two (for the main
-    process and the pin thread), at least one."""
-    n = usable_cores()
+    """``LoaderConfig.num_workers`` when not given: this rank's share of the usable cores
+    (divided by ``LOCAL_WORLD_SIZE`` under torchrun) minus two (for the main process and the
+    pin thread), at least one."""
+    from .distributed import local_world_size
+
+    n = max(1, usable_cores() // local_world_size())
     return max(1, n - 2) if n > 2 else n
-
-
-def _dist_rank_world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def int_option(name: str, value, lo: int, hi: int | None = None) -> int:
@@ -126,12 +121,16 @@ class LoaderConfig:
         augment: the ``AugmentSpec`` every backend is built from.
         shuffle: shuffle each epoch with a permutation drawn from ``(seed, epoch)``.
         seed: base seed for the order and for the augmentation, an int in ``[0, 2**32)``.
-        last_batch: a ``LastBatchPolicy`` (or its name).
-        num_workers: CPU workers (torch backends) or decoder threads (DALI). Default: cores - 2.
+        last_batch: a ``LastBatchPolicy`` (or its name). Default ``None``: ``PARTIAL`` with one
+            rank, ``PAD`` with several, so every rank yields the same number of batches (an
+            explicit ``"partial"`` there warns: ranks with unequal steps hang DDP).
+        num_workers: CPU workers (torch backends) or decoder threads (DALI). Default: this rank's
+            share of the cores, minus 2 (``default_workers``).
         dtype: an ``OutputDType`` (or its name) for ``Batch.images``.
         channels_last: return images with channels-last strides.
-        device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"``.
-        rank, world_size: the shard to read. Default: from ``torch.distributed`` when initialised.
+        device: ``"cuda"`` (``cuda:LOCAL_RANK`` under torchrun), ``"cuda:N"`` or ``"cpu"``.
+        rank, world_size: the shard to read. Default: resolved when the loader is built, from
+            ``torch.distributed`` or torchrun's environment (``pipelines.distributed``).
         on_bad_file: a ``BadFilePolicy`` (or ``"error"`` / ``"skip"``).
         max_image_pixels: images with more pixels are refused as decompression bombs.
         transform: your own torchvision transform instead of ``augment``: a v2 ``Compose``, a
@@ -154,7 +153,7 @@ class LoaderConfig:
     augment: AugmentSpec = field(default_factory=AugmentSpec)
     shuffle: bool = True
     seed: int = 0
-    last_batch: LastBatchPolicy = LastBatchPolicy.PARTIAL
+    last_batch: LastBatchPolicy | None = None
     num_workers: int | None = None
     dtype: OutputDType = OutputDType.FLOAT32
     channels_last: bool = False
@@ -180,7 +179,8 @@ class LoaderConfig:
             s("transform", check_transform(self.transform))
         if not isinstance(self.augment, AugmentSpec):
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")
-        s("last_batch", enum_option(LastBatchPolicy, "last_batch", self.last_batch))
+        if self.last_batch is not None:
+            s("last_batch", enum_option(LastBatchPolicy, "last_batch", self.last_batch))
         s("dtype", enum_option(OutputDType, "dtype", self.dtype))
         s("on_bad_file", enum_option(BadFilePolicy, "on_bad_file", self.on_bad_file))
         for k in ("shuffle", "channels_last", "debug_indices", "allow_empty_classes"):
@@ -198,14 +198,12 @@ class LoaderConfig:
             raise ValueError(f"device={self.device!r} is not a valid torch device") from None
         if dev.type not in ("cuda", "cpu"):
             raise ValueError(f"device={self.device!r} must be 'cpu' or 'cuda[:N]'")
-        if self.rank is None or self.world_size is None:
-            r, w = _dist_rank_world()
-            s("rank", r if self.rank is None else self.rank)
-            s("world_size", w if self.world_size is None else self.world_size)
-        s("world_size", int_option("world_size", self.world_size, 1))
-        s("rank", int_option("rank", self.rank, 0))
-        if self.rank >= self.world_size:
-            raise ValueError(f"rank={self.rank!r} must be in [0, world_size={self.world_size})")
+        if self.world_size is not None:
+            s("world_size", int_option("world_size", self.world_size, 1))
+        if self.rank is not None:
+            s("rank", int_option("rank", self.rank, 0))
+            if self.world_size is not None and self.rank >= self.world_size:
+                raise ValueError(f"rank={self.rank!r} must be in [0, world_size={self.world_size})")
 
     @property
     def torch_device(self) -> torch.device:
@@ -214,6 +212,18 @@ class LoaderConfig:
     @property
     def wants_cuda(self) -> bool:
         return self.torch_device.type == "cuda"
+
+    @property
+    def is_resolved(self) -> bool:
+        """Whether rank, world size and the last-batch policy are all set."""
+        return None not in (self.rank, self.world_size, self.last_batch)
+
+    def resolved(self) -> "LoaderConfig":
+        """This config with rank, world size, ``last_batch`` and the CUDA device resolved as a
+        loader built now would resolve them (``pipelines.distributed``)."""
+        from .distributed import resolve
+
+        return resolve(self)[0]
 
     def replace(self, **changes) -> "LoaderConfig":
         """A copy with ``changes`` applied (and validated again)."""

@@ -10,13 +10,15 @@ the same files, each exactly once per epoch (per the last-batch policy):
    (identity when ``shuffle=False``). Same (seed, epoch) -> same order on every rank and backend.
 3. ``shard_indices``: rank ``r`` of ``w`` takes ``order[r::w]``. With ``DROP`` the order is first
    cut to a multiple of ``w`` and with ``PAD`` it is wrapped up to one, so every rank gets the same
-   count (as ``DistributedSampler`` does); with ``PARTIAL`` shards may differ by one sample.
+   count (as ``DistributedSampler`` does); with ``PARTIAL`` shards may differ by one sample, and
+   so may the ranks' batch counts (which hangs DDP). ``PAD`` is the default with several ranks
+   (``pipelines.distributed``).
 4. ``epoch_batches``: the shard cut into batches under the ``LastBatchPolicy``.
 """
 from __future__ import annotations
 
 import math
-from typing import List
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -106,23 +108,44 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return int(ss.generate_state(1, dtype=np.uint64)[0]) >> 1
 
 
+def dali_seed(seed: int, rank: int, lane: int) -> int:
+    """A 31-bit seed for DALI's augmentation RNG of pipeline ``lane`` on ``rank``, so ranks
+    and lanes draw independent crops and flips from one user seed."""
+    ss = np.random.SeedSequence((seed & 0xFFFFFFFF, rank, lane, 0xDA11))
+    return int(ss.generate_state(1, dtype=np.uint32)[0]) >> 1
+
+
+def _resolved(config):
+    return config if config.is_resolved else config.resolved()
+
+
+def unequal_steps(n: int, config) -> Optional[Tuple[int, int]]:
+    """``(most, fewest)`` batches per epoch across ranks when they differ, else ``None``."""
+    c = _resolved(config)
+    if c.world_size == 1:
+        return None
+    counts = {num_batches(n, batch_size=c.batch_size, policy=c.last_batch, rank=r,
+                          world_size=c.world_size) for r in (0, c.world_size - 1)}
+    return (max(counts), min(counts)) if len(counts) > 1 else None
+
+
 def config_batches(n: int, config, epoch: int) -> List[np.ndarray]:
     """``epoch_batches`` with the order, shard and policy of a ``LoaderConfig``."""
-    c = config
+    c = _resolved(config)
     return epoch_batches(n, batch_size=c.batch_size, seed=c.seed, epoch=epoch, shuffle=c.shuffle,
                          policy=c.last_batch, rank=c.rank, world_size=c.world_size)
 
 
 def config_len(n: int, config) -> int:
     """``num_batches`` for a ``LoaderConfig``: the ``len()`` of every backend."""
-    c = config
+    c = _resolved(config)
     return num_batches(n, batch_size=c.batch_size, policy=c.last_batch, rank=c.rank,
                        world_size=c.world_size)
 
 
 def check_nonempty(n: int, config) -> None:
     """Refuse a config whose epochs would be empty for this rank (``ValueError`` naming why)."""
-    c = config
+    c = _resolved(config)
     if config_len(n, c) > 0:
         return
     shard = len(shard_indices(np.arange(n), rank=c.rank, world_size=c.world_size,

@@ -1,7 +1,8 @@
 """``LoaderBase``: what every backend shares, in the template-method shape of torchdata's
 ``BaseNode``.
 
-The base owns the listing, the epoch plan (which batches this rank reads this epoch), the
+The base owns the placement (rank, world size and device, resolved when the loader is built:
+``pipelines.distributed``), the listing, the epoch plan (which batches this rank reads this epoch), the
 lifecycle (closed checks, ``close()`` twice, the context manager, ``__del__``), epoch
 validation, the bad-file rule and the stats bracketing of each epoch. A backend supplies:
 
@@ -16,12 +17,15 @@ reaches their batch: raised under ``error``, counted under ``skip``.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .config import BadFilePolicy, LoaderConfig
-from .indexing import as_epoch, check_nonempty, config_batches, config_len, list_samples
+from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig
+from .distributed import check_unchanged, resolve
+from .indexing import (as_epoch, check_nonempty, config_batches, config_len, list_samples,
+                       unequal_steps)
 from .options import Options
 from .recipe import Recipe
 from .stats import BadFileStats
@@ -34,17 +38,26 @@ class LoaderBase:
     first, then build their machinery.
 
     Args:
-        config: the ``LoaderConfig``.
+        config: the ``LoaderConfig``; ``self.config`` is it resolved (rank, world size,
+            ``last_batch``, device), ``self.placement`` says where they came from.
         options: the backend's validated options (``TorchOptions`` or ``DaliOptions``).
     """
 
     def __init__(self, config: LoaderConfig, options: Options):
         self._closed = True  # until built: __del__ of a half-built loader does nothing
+        config, self.placement = resolve(config)
         self.config = config
         self.options = options
         self.paths, self.labels, self.classes = list_samples(
             config.root, allow_empty=config.allow_empty_classes)
         check_nonempty(len(self.paths), config)
+        uneven = unequal_steps(len(self.paths), config)
+        if uneven and config.last_batch is LastBatchPolicy.PARTIAL:
+            warnings.warn(
+                f"last_batch='partial' with world_size={config.world_size}: ranks get "
+                f"{uneven[0]} or {uneven[1]} batches per epoch, and in a DDP loop the ranks "
+                "with more wait forever in all-reduce at their last step (a hang); use the "
+                "default (pad) or 'drop' for training", RuntimeWarning, stacklevel=4)
         # the plan as a function that holds no reference to the loader (workers, samplers and
         # DALI's feed keep it; a reference back would make a cycle and delay close())
         self.plan_of = functools.partial(config_batches, len(self.paths), config)
@@ -81,6 +94,7 @@ class LoaderBase:
     def __iter__(self) -> Iterator[Batch]:
         if self._closed:
             raise RuntimeError("this loader is closed; create a new one with create_loader()")
+        check_unchanged(self.placement)
         epoch = self.epoch
         self.stats.start_epoch(epoch)
         seen: Optional[list] = [] if self.config.debug_indices else None

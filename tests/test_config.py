@@ -23,7 +23,8 @@ def test_invalid_values_name_the_option(kw, name):
 def test_enums_parse_from_names_and_config_is_frozen():
     c = LoaderConfig(root="x", last_batch="pad", dtype="bfloat16", num_workers=3)
     assert c.last_batch is LastBatchPolicy.PAD and c.dtype is OutputDType.BFLOAT16
-    assert c.rank == 0 and c.world_size == 1  # no torch.distributed here
+    assert c.rank is None and c.world_size is None  # resolved when a loader is built
+    assert (c.resolved().rank, c.resolved().world_size) == (0, 1)  # no torch.distributed here
     import dataclasses
 
     with pytest.raises(dataclasses.FrozenInstanceError):

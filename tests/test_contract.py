@@ -95,14 +95,28 @@ def test_set_epoch_reshuffles_deterministically_and_same_seed_same_batches(backe
         assert np.array_equal(ia, i1)
 
 
+@pytest.mark.parametrize("policy", [None, "partial", "pad", "drop"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_sharded_ranks_are_disjoint_and_complete(backend, tiny_root):
-    seen = []
+def test_sharded_ranks_are_disjoint_and_complete(backend, policy, tiny_root):
+    """37 files, 3 ranks, batch 8: partial reads each file once (ranks may differ in steps,
+    13/12/12 samples -> 2 batches each here); pad (the default with several ranks) reads
+    each at least once with equal steps; drop reads whole batches (3 x 1 x 8) once each."""
+    seen, lens = [], []
     for rank in range(3):
-        with create_loader(backend, _cfg(tiny_root, rank=rank, world_size=3)) as loader:
-            seen.append(_epoch(loader)[1])
-    allidx = np.concatenate(seen)
-    assert sorted(allidx.tolist()) == list(range(37))
+        cfg = _cfg(tiny_root, rank=rank, world_size=3, last_batch=policy)
+        with create_loader(backend, cfg) as loader:
+            batches, idx = _epoch(loader)
+            assert len(batches) == len(loader)
+            seen.append(idx)
+            lens.append(len(loader))
+    allidx = np.concatenate(seen).tolist()
+    if policy in (None, "pad"):
+        assert len(set(lens)) == 1 and len(allidx) == 3 * lens[0] * 8
+        assert set(allidx) == set(range(37))
+    elif policy == "partial":
+        assert sorted(allidx) == list(range(37))
+    else:
+        assert len(set(lens)) == 1 and len(allidx) == len(set(allidx)) == 3 * lens[0] * 8
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -49,7 +49,8 @@ def test_set_epoch_takes_numpy_ints_and_refuses_bools_and_floats(tiny_root, back
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kw, match", [
     ({"batch_size": 64, "last_batch": "drop"}, "batch_size=64 with last_batch='drop'"),
-    ({"world_size": 40, "rank": 39}, "world_size=40 is larger than the dataset"),
+    ({"world_size": 40, "rank": 39, "last_batch": "partial"},
+     "world_size=40 is larger than the dataset"),
 ])
 def test_configs_with_empty_epochs_are_refused(tiny_root, backend, kw, match):
     with pytest.raises(ValueError, match=match):

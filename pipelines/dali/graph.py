@@ -22,6 +22,7 @@ from nvidia.dali import fn, pipeline_def, types
 from ..migrate import Op, TvPlan
 from ..migrate.ops import build, entry
 from ..config import LoaderConfig, OutputDType
+from ..indexing import dali_seed
 from ..options import DaliOptions
 
 # uint8 -> normalised output dtype that DALI can produce directly (bf16 is cast in torch).
@@ -94,7 +95,8 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
             (see ``pipelines.dali.source``); it must keep fed buffers alive (``no_copy``).
         device_id: the CUDA device, or ``None`` for a CPU-only pipeline.
         lane: which of the ``opt.pipelines`` side-by-side pipelines this is; it gets
-            ``num_workers // pipelines`` threads and its own augmentation seed.
+            ``num_workers // pipelines`` threads and its own augmentation seed (``dali_seed``
+            of the config's seed, its rank and the lane).
     """
     gpu = device_id is not None
     dec_kw = decoder_kwargs(opt, gpu)
@@ -104,7 +106,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         num_threads=max(1, cfg.num_workers // opt.pipelines),
         device_id=device_id,
         prefetch_queue_depth=opt.queue_depth,
-        seed=cfg.seed + 7919 * lane,
+        seed=dali_seed(cfg.seed, cfg.rank, lane),
     )
     def graph():
         paths, meta = fn.external_source(

@@ -7,7 +7,9 @@ signal: Bus error"). Switching ``torch.multiprocessing`` to the ``file_system`` 
 not help: it names the same /dev/shm segments differently. What helps is holding fewer batches
 in flight: about ``num_workers * prefetch + 2`` batches live there at once. So before starting
 workers we lower ``prefetch``, then ``num_workers`` (down to 0: load in the main process, no
-shared memory) until that fits in 80% of the free space, and say so in one warning.
+shared memory) until that fits in 80% of this rank's share of the free space (the free space
+divided by ``LOCAL_WORLD_SIZE``: every local rank of a torchrun job has its own workers), and
+say so in one warning.
 """
 from __future__ import annotations
 
@@ -53,9 +55,21 @@ def fit_to_shm(num_workers: int, prefetch: int, batch_bytes: int,
     return w, p, msg
 
 
+def rank_share(free: int | None, local_ranks: int) -> int | None:
+    """This rank's share of ``free`` bytes when ``local_ranks`` processes share the host."""
+    return None if free is None else free // max(1, local_ranks)
+
+
 def fitted(num_workers: int, prefetch: int, batch_bytes: int) -> Tuple[int, int]:
-    """Apply :func:`fit_to_shm` to the real /dev/shm, warning when it changes anything."""
-    w, p, msg = fit_to_shm(num_workers, prefetch, batch_bytes, shm_free_bytes())
+    """Apply :func:`fit_to_shm` to this rank's share of the real /dev/shm, warning when it
+    changes anything."""
+    from ..distributed import local_world_size
+
+    lw = local_world_size()
+    w, p, msg = fit_to_shm(num_workers, prefetch, batch_bytes,
+                           rank_share(shm_free_bytes(), lw))
+    if msg and lw > 1:
+        msg = f"{lw} local ranks share /dev/shm; per rank: " + msg
     if msg:
         warnings.warn(msg, RuntimeWarning, stacklevel=4)
     return w, p
