@@ -12,6 +12,7 @@ Example:
 from .augment import AugmentSpec, Mode
 from .config import (BadFilePolicy, LastBatchPolicy, LoaderConfig, OutputDType, PinMode,
                      default_workers, usable_cores)
+from .distributed import Placement, local_world_size, placement
 from .factory import (Backend, available_backends, create_loader, dali_available, options_for,
                       preload)
 from .indexing import DatasetRootError, check_nonempty, epoch_batches, list_samples, num_batches
@@ -33,7 +34,7 @@ __all__ = [
     "Batch", "BatchLoader", "InvalidTransformError", "TransformError",
     "UnsupportedTransformError", "check_transform", "from_torchvision", "check_image_bytes",
     "default_workers", "usable_cores", "SHM_HEADROOM", "fit_to_shm", "shm_free_bytes",
-    "shm_need",
+    "shm_need", "Placement", "placement", "local_world_size",
 ]
 
 

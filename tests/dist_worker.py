@@ -1,0 +1,113 @@
+"""One rank of the multi-process checks (``tests/test_distributed.py``), run under torchrun.
+
+    torchrun --nproc_per_node N tests/dist_worker.py --root R --same S --out DIR --device cpu
+
+Each rank writes ``DIR/rank{RANK}.json`` with what it saw; the test compares the ranks. The
+process group is ``gloo`` on purpose, and ``torch.cuda.set_device`` is never called: a loader
+must find ``cuda:LOCAL_RANK`` by itself.
+
+Recorded, per backend:
+
+* ``pre_env``: a loader built *before* ``init_process_group`` (from torchrun's environment),
+  iterated after it: its len and indices;
+* ``pre_single_error``: the error of a loader built before ``init_process_group`` with
+  torchrun's ``RANK``/``WORLD_SIZE`` hidden (it resolves to one process), iterated after it;
+* ``runs[policy]``: len, batches yielded and indices of epochs 0 and 1, and the batch device,
+  for ``last_batch`` in (default, partial, pad, drop);
+* ``aug``: a fingerprint of the first batch of a dataset of identical images (``--same``):
+  ranks read different copies, so equal fingerprints mean equal random crops and flips.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from pipelines import AugmentSpec, LoaderConfig, available_backends, create_loader
+
+POLICIES = (None, "partial", "pad", "drop")
+
+
+def cfg(root, device, **kw) -> LoaderConfig:
+    base = dict(root=root, batch_size=4, device=device, num_workers=0, debug_indices=True,
+                augment=AugmentSpec(size=32), seed=5)
+    base.update(kw)
+    return LoaderConfig(**base)
+
+
+def epoch(loader, e: int):
+    loader.set_epoch(e)
+    n, devs, idx = 0, set(), []
+    for x, _ in loader:
+        n += 1
+        devs.add(str(x.device))
+    idx = loader.last_indices.tolist() if loader.last_indices is not None else []
+    return {"batches": n, "indices": idx, "devices": sorted(devs)}
+
+
+def fingerprint(loader) -> str:
+    x, _ = next(iter(loader))
+    return hashlib.sha1(x.float().cpu().numpy().tobytes()).hexdigest()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--root", required=True)
+    p.add_argument("--same", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--backends", default=None)
+    a = p.parse_args()
+    backs = a.backends.split(",") if a.backends else [b.value for b in available_backends()]
+    rank = int(os.environ["RANK"])
+    out = {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]),
+           "world": int(os.environ["WORLD_SIZE"]), "backends": {}}
+
+    # before init_process_group: one from the environment, one with RANK/WORLD_SIZE hidden
+    pre, single = {}, {}
+    for b in backs:
+        pre[b] = create_loader(b, cfg(a.root, a.device))
+        hidden = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE")}
+        try:
+            single[b] = create_loader(b, cfg(a.root, a.device))
+        finally:
+            os.environ.update(hidden)
+    dist.init_process_group("gloo")
+    for b in backs:
+        rec = out["backends"][b] = {"runs": {}}
+        with pre[b] as ld:
+            rec["pre_env"] = {"len": len(ld), "placement": ld.placement.source,
+                              **epoch(ld, 0)}
+        with single[b] as ld:
+            try:
+                epoch(ld, 0)
+                rec["pre_single_error"] = None
+            except RuntimeError as e:
+                rec["pre_single_error"] = str(e)
+        for pol in POLICIES:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                ld = create_loader(b, cfg(a.root, a.device, last_batch=pol))
+            with ld:
+                rec["runs"][str(pol)] = {
+                    "len": len(ld), "device": ld.config.device,
+                    "policy": ld.config.last_batch.value, "placement": ld.placement.source,
+                    "warnings": [str(x.message) for x in w if "DDP" in str(x.message)],
+                    "epochs": [epoch(ld, e) for e in (0, 1)],
+                }
+        with create_loader(b, cfg(a.same, a.device, shuffle=False)) as ld:
+            rec["aug"] = fingerprint(ld)
+    Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main()
