@@ -1,4 +1,4 @@
-"""``python -m compare [run] | train | doctor | memory | diff | plot | fuzz``.
+"""``python -m compare [run] | train | doctor | memory | diff | scaling | plot | fuzz``.
 
 Each command is a module with its own argparse parser (``main(argv)``), imported only when it
 is asked for: ``run`` (the default, ``compare.args`` then ``compare.suite``) parses its options
@@ -16,6 +16,7 @@ COMMANDS = {
     "doctor": ("compare.doctor", "check /dev/shm, workers, pinned memory, CUDA and DALI here"),
     "memory": ("compare.memory", "device and host memory of each backend over epochs"),
     "diff": ("compare.diff", "compare two results.json: faster, slower or no difference"),
+    "scaling": ("compare.scaling", "a run with more ranks against one with fewer: efficiency"),
     "plot": ("compare.plot", "redraw the PNGs of a results.json"),
     "fuzz": ("compare.fuzz", "mutated image files against every loader"),
 }

@@ -9,8 +9,13 @@ Commands (``python -m compare COMMAND --help`` for each):
   doctor   check /dev/shm, workers, pinned memory, CUDA and DALI on this machine
   memory   device and host memory of each backend over epochs
   diff     compare two results.json: faster, slower or no significant difference
+  scaling  a run with more ranks against one with fewer: speed-up and efficiency
   plot     redraw the PNGs of a results.json
   fuzz     mutated image files against every loader
+
+Under ``torchrun --nproc_per_node N -m compare ...`` every rank runs every variant on its shard
+with a DDP model step, on ``cuda:LOCAL_RANK``; rank 0 writes the job's totals and each rank's
+figures (``compare.ddp``). ``--batch-size`` and ``--workers`` are per rank.
 
 Which variants run:
 

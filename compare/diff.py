@@ -1,7 +1,8 @@
 """``python -m compare diff A/results.json B/results.json``: did B get faster or slower than A?
 
 Refuses to compare runs whose setups differ in what decides the numbers (the GPU, the data,
-the model, the batch size, the dtype, the image size); ``--force`` compares them anyway and says
+the model, the batch size, the dtype, the image size, the number of ranks: ``compare scaling``
+compares rank counts); ``--force`` compares them anyway and says
 which differ. For each variant in both runs it prints the ratio of B's median samples/s to A's
 and a verdict: ``faster`` or ``slower`` when the gap is larger than the larger of the two
 spreads (max - min over the repeats), else ``no significant difference``. The ceiling row shows
@@ -26,7 +27,8 @@ def _facts(r: SuiteResult) -> Dict[str, object]:
     return {"gpu": e.get("gpu") or e.get("cuda_device") or e.get("device_name"),
             "data": s.get("dataset") or s.get("data"), "model": s.get("model"),
             "batch_size": s.get("batch_size"), "dtype": s.get("dtype"),
-            "augment": s.get("augment"), "device": s.get("device")}
+            "augment": s.get("augment"), "device": s.get("device"),
+            "world_size": s.get("world_size") or 1}
 
 
 def incompatible(a: SuiteResult, b: SuiteResult) -> List[str]:

@@ -47,11 +47,14 @@ def invalid(batch_size: int, workers: int, prefetch: int, image_size: int) -> Li
 
 
 def check(batch_size: int, workers: int, prefetch: int, image_size: int,
-          shm_free: int | None, cores: int, cuda: dict, dali: str | None) -> List[Line]:
+          shm_free: int | None, cores: int, cuda: dict, dali: str | None,
+          local_ranks: int = 1) -> List[Line]:
     """Pure function of the facts, so it can be tested with any machine's numbers.
 
     Settings that no loader accepts (``invalid``) give ``FAIL`` lines and nothing else: the
-    other checks would be advice about a setup that cannot run.
+    other checks would be advice about a setup that cannot run. ``local_ranks`` is
+    ``LOCAL_WORLD_SIZE`` under torchrun: cores, /dev/shm and pinned memory are then shared by
+    that many ranks, each with ``workers`` workers.
     """
     from pipelines import SHM_HEADROOM, TorchOptions, fit_to_shm, shm_need
 
@@ -61,11 +64,21 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
     out: List[Line] = []
     px = 3 * image_size ** 2
     f32, u8 = batch_size * px * 4, batch_size * px
-    if workers > cores:
-        out.append(("WARN", "workers", f"num_workers={workers} but {cores} CPU cores: workers "
-                    f"fight each other and the main process; use <= {max(1, cores - 2)}"))
+    lr = max(1, local_ranks)
+    mine = max(1, cores // lr)  # this rank's share of the cores
+    if lr > 1:
+        out.append(("INFO", "torchrun", f"{lr} ranks on this host share {cores} cores, "
+                    f"/dev/shm and pinned memory: each gets {mine} cores and "
+                    f"{_mib(shm_free / lr) if shm_free is not None else 'its share of /dev/shm'}"
+                    "; the figures below are per rank"))
+        shm_free = None if shm_free is None else shm_free // lr
+    if workers > mine:
+        per = f" (this rank's share of {cores})" if lr > 1 else ""
+        out.append(("WARN", "workers", f"num_workers={workers} but {mine} CPU cores{per}: "
+                    f"workers fight each other and the main process; use <= {max(1, mine - 2)}"))
     else:
-        out.append(("OK", "workers", f"num_workers={workers} on {cores} CPU cores"))
+        per = f" per rank ({cores} shared by {lr} ranks)" if lr > 1 else ""
+        out.append(("OK", "workers", f"num_workers={workers} on {mine} CPU cores{per}"))
     if shm_free is None:
         out.append(("INFO", "/dev/shm", "no /dev/shm here (not Linux): nothing to check"))
     else:
@@ -81,9 +94,10 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
                             "(docker run --shm-size=8g) to keep all workers"))
     depth = TorchOptions().queue_depth
     pinned = (depth + workers * prefetch + 1) * u8
+    host = f"; {lr} ranks: ~{_mib(lr * pinned)} on this host" if lr > 1 else ""
     out.append(("INFO", "pinned memory", f"the pinned backend holds up to ~{_mib(pinned)} of "
                 f"page-locked host memory ({workers} workers x prefetch {prefetch} uint8 batches "
-                f"+ the device queue of {depth})"))
+                f"+ the device queue of {depth}){host}"))
     if not cuda.get("available"):
         out.append(("WARN", "CUDA", "no CUDA device: pinned runs as a plain CPU loader and DALI "
                     "uses its CPU operators; GPU numbers need a GPU"))
@@ -137,14 +151,24 @@ def main(argv=None) -> int:
     p.add_argument("--prefetch", type=int, default=2,
                    help="DataLoader batches per worker (TorchOptions.prefetch_factor)")
     p.add_argument("--image-size", type=int, default=224, help="output side in pixels")
+    p.add_argument("--local-ranks", type=int, default=None,
+                   help="ranks per host, as torchrun's --nproc_per_node (default: "
+                        "LOCAL_WORLD_SIZE when run under torchrun, else 1)")
     a = p.parse_args(argv)
     cores, cuda, dali = facts()
-    from pipelines import default_workers, shm_free_bytes
+    from pipelines import local_world_size, shm_free_bytes
 
-    workers = a.workers if a.workers is not None else default_workers()
-    lines = check(a.batch_size, workers, a.prefetch, a.image_size, shm_free_bytes(), cores, cuda, dali)
-    print(f"gpu-feed doctor: batch {a.batch_size}, {a.image_size}px, workers {workers}, "
-          f"prefetch {a.prefetch}")
+    try:
+        lr = max(a.local_ranks or 0, 0) or local_world_size()
+    except ValueError as e:  # a malformed LOCAL_WORLD_SIZE
+        return cli.fail("python -m compare doctor", e)
+    mine = max(1, cores // lr)  # as pipelines.default_workers does for this rank
+    workers = a.workers if a.workers is not None else (max(1, mine - 2) if mine > 2 else mine)
+    lines = check(a.batch_size, workers, a.prefetch, a.image_size, shm_free_bytes(), cores, cuda,
+                  dali, local_ranks=lr)
+    ranks = f", {lr} ranks on this host" if lr > 1 else ""
+    print(f"gpu-feed doctor: batch {a.batch_size}, {a.image_size}px, workers {workers} per rank, "
+          f"prefetch {a.prefetch}{ranks}")
     for status, topic, msg in lines:
         print(f"[{status:4s}] {topic:22s} {msg}")
     statuses = {s for s, _, _ in lines}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -66,11 +66,12 @@ class TrainStep:
         amp_dtype: autocast dtype (``torch.bfloat16`` on GPU), or ``None`` for full precision.
         channels_last: convert the model to channels_last memory format.
         lr: SGD learning rate.
+        wrap: applied to the module once it is on ``device`` (``compare.ddp.wrap``: DDP).
     """
 
     def __init__(self, model: str, device: torch.device, num_classes: int = 1000,
                  amp_dtype: Optional[torch.dtype] = None, channels_last: bool = False,
-                 lr: float = 0.05):
+                 lr: float = 0.05, wrap: Optional[Callable[[nn.Module], nn.Module]] = None):
         self.name = parse_model(model)
         self.device = torch.device(device)
         self.amp_dtype = amp_dtype
@@ -90,7 +91,7 @@ class TrainStep:
             m = m.to(self.device)
             if channels_last:
                 m = m.to(memory_format=torch.channels_last)
-            self.module = m.train()
+            self.module = (wrap(m) if wrap is not None else m).train()
             self.opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
             self.loss_fn = nn.CrossEntropyLoss()
 

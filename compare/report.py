@@ -72,20 +72,49 @@ def warnings_for(res: SuiteResult) -> List[str]:
     return w
 
 
-def table(res: SuiteResult) -> str:
-    data = [list(COLUMNS)] + rows(res)
-    widths = [max(len(r[i]) for r in data) for i in range(len(COLUMNS))]
+RANK_COLUMNS = ("backend", "rank", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms",
+                "GPU idle %")
+
+
+def rank_rows(res: SuiteResult) -> List[List[str]]:
+    """Each rank's medians, per variant and for the ceiling (empty outside torchrun)."""
+    out = []
+    for v in res.variants + ((res.ceiling,) if res.ceiling else ()):
+        for r in range(v.world if v.world > 1 else 0):
+            out.append([v.label, str(r), _f(v.rank_median(r, "samples_per_s")),
+                        _f(v.rank_median(r, "loader_only_per_s"), "{:.0f}"),
+                        _f(v.rank_median(r, "wait_p50_ms"), "{:.2f}"),
+                        _f(v.rank_median(r, "wait_p95_ms"), "{:.2f}"),
+                        _f(v.rank_median(r, "idle_pct"))])
+    return out
+
+
+def table(res: SuiteResult, columns=COLUMNS, body=None) -> str:
+    data = [list(columns)] + (rows(res) if body is None else body)
+    widths = [max(len(r[i]) for r in data) for i in range(len(columns))]
     line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
     sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(data[0]), sep] + [line(r) for r in data[1:]])
+    text = "\n".join([line(data[0]), sep] + [line(r) for r in data[1:]])
+    per_rank = rank_rows(res) if body is None else []
+    if per_rank:
+        text += "\n\nper rank (medians over repeats):\n" + table(res, RANK_COLUMNS, per_rank)
+    return text
+
+
+def _md(columns, body) -> str:
+    head = "| " + " | ".join(columns) + " |\n|" + "|".join("---" for _ in columns) + "|\n"
+    return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
 
 
 def markdown(res: SuiteResult) -> str:
     s = res.setup
     e = res.env
-    head = "| " + " | ".join(COLUMNS) + " |\n|" + "|".join("---" for _ in COLUMNS) + "|\n"
-    body = "".join("| " + " | ".join(r) + " |\n" for r in rows(res))
     w = warnings_for(res)
+    world = s.get("world_size") or 1
+    job = (f"- torchrun job: {world} ranks on {s.get('nodes', 1)} node(s), "
+           f"{s.get('local_world_size', 1)} per node; DDP model step; batch and workers are per "
+           "rank; samples/s and loader img/s are the job's (sum over ranks), waits and idle % "
+           "the ranks' mean" if world > 1 else None)
     lines = [
         "# gpu-feed comparison",
         "",
@@ -98,6 +127,7 @@ def markdown(res: SuiteResult) -> str:
         f"{s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
         f"channels_last {s.get('channels_last')}, workers {s.get('workers')}",
         f"- augmentation: {s.get('augment')}",
+        *([job] if job else []),
         "",
         "Values are medians over repeats, ± half the range. % ceiling compares with the same step "
         "on a batch already on the device.",
@@ -108,7 +138,9 @@ def markdown(res: SuiteResult) -> str:
         why = f" Stopped by: {s['error']}" if s.get("error") else ""
         lines += [f"**Partial results**: {len(res.variants)} of {planned} variants finished "
                   f"(`complete: false` in results.json).{why}", ""]
-    lines += [head + body]
+    lines += [_md(COLUMNS, rows(res))]
+    if world > 1:
+        lines += ["**Per rank** (medians over repeats)", "", _md(RANK_COLUMNS, rank_rows(res))]
     if s.get("notes"):
         lines += ["**Notes**", ""] + [f"- {x}" for x in s["notes"]] + [""]
     if w:

@@ -24,6 +24,9 @@ class Repeat:
     cpu_util_pct: Optional[float] = None
     nvml_util_pct: Optional[float] = None
     waits_ms: Tuple[float, ...] = ()
+    # under torchrun: each rank's own samples/s, loader-only img/s, waits and idle % (rank
+    # order); the fields above are then the job's (compare.ddp.merge)
+    ranks: Tuple[Dict[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,16 @@ class VariantResult:
     def spread(self, metric: str) -> float:
         v = self.values(metric)
         return (max(v) - min(v)) if v else float("nan")
+
+    @property
+    def world(self) -> int:
+        """Ranks that ran this variant (1 outside torchrun)."""
+        return max((len(r.ranks) for r in self.repeats), default=0) or 1
+
+    def rank_median(self, rank: int, metric: str) -> float:
+        """The median over repeats of one rank's ``metric`` (``RANK_FIELDS``)."""
+        v = [r.ranks[rank][metric] for r in self.repeats if len(r.ranks) > rank]
+        return statistics.median(v) if v else float("nan")
 
     def noisy(self, metric: str = "samples_per_s") -> bool:
         m = self.median(metric)
@@ -107,7 +120,8 @@ class SuiteResult:
         def var(v):
             if v is None:
                 return None
-            reps = tuple(Repeat(**{**r, "waits_ms": tuple(r.get("waits_ms", ()))})
+            reps = tuple(Repeat(**{**r, "waits_ms": tuple(r.get("waits_ms", ())),
+                                   "ranks": tuple(r.get("ranks", ()))})
                          for r in v["repeats"])
             return VariantResult(v["label"], v["backend"], dict(v["overrides"]),
                                  v["h2d_bytes_per_sample"], reps)

@@ -230,21 +230,30 @@ def endless(loader) -> Iterator:
                                "batch_size with last_batch='drop'?)")
 
 
+def _nothing() -> None:
+    return None
+
+
 def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, warmup: int,
                 repeats: int, log: Callable[[str], None] = print,
-                capture: Optional[list] = None) -> VariantResult:
+                capture: Optional[list] = None,
+                sync: Callable[[], None] = _nothing) -> VariantResult:
     """Loader-only and model runs of one variant, ``repeats`` times each.
 
     Args:
         capture: when given, one more batch (cloned) is appended to it, for the ceiling run.
+        sync: called before each timed run (``Job.barrier`` under torchrun: ranks start
+            together).
     """
     cfg = v.config_of(base)
-    device = cfg.torch_device if torch.cuda.is_available() else torch.device("cpu")
+    device = cfg.resolved().torch_device if torch.cuda.is_available() else torch.device("cpu")
     reps: List[Repeat] = []
     with create_loader(v.backend, cfg, options=v.options_of()) as loader:
         it = endless(loader)
         for r in range(repeats):
+            sync()
             lo = loader_only(it, steps, warmup, device)
+            sync()
             cpu = CpuUtil()
             cpu.start()
             with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
@@ -268,12 +277,14 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
 
 
 def run_ceiling(batch, step: Callable, *, steps: int, warmup: int, repeats: int,
-                device: torch.device, log: Callable[[str], None] = print) -> VariantResult:
+                device: torch.device, log: Callable[[str], None] = print,
+                sync: Callable[[], None] = _nothing) -> VariantResult:
     """The same step on one batch already on the device: the model-only ceiling."""
     x, y = batch
     same = itertools.repeat((x, y))
     reps = []
     for r in range(repeats):
+        sync()
         m = measure(same, step, steps, warmup, device)
         reps.append(Repeat(m.samples_per_s, float("nan"), m.wait_pct(50), m.wait_pct(95),
                            m.idle_pct))
@@ -282,10 +293,12 @@ def run_ceiling(batch, step: Callable, *, steps: int, warmup: int, repeats: int,
     return VariantResult("ceiling", "none", {}, 0.0, tuple(reps))
 
 
-def make_step(model: str, cfg: LoaderConfig, classes: int) -> TrainStep:
-    """The model step for ``cfg``'s device, with a ``classes``-wide head (at least 2)."""
+def make_step(model: str, cfg: LoaderConfig, classes: int,
+              wrap: Optional[Callable] = None) -> TrainStep:
+    """The model step for ``cfg``'s device (``cuda:LOCAL_RANK`` under torchrun), with a
+    ``classes``-wide head (at least 2); ``wrap`` is ``compare.ddp.wrap`` in a job."""
     cuda = cfg.wants_cuda and torch.cuda.is_available()
     amp = torch.bfloat16 if cuda else None
-    return TrainStep(model, cfg.torch_device if cuda else torch.device("cpu"),
+    return TrainStep(model, cfg.resolved().torch_device if cuda else torch.device("cpu"),
                      num_classes=max(2, classes), amp_dtype=amp,
-                     channels_last=cfg.channels_last)
+                     channels_last=cfg.channels_last, wrap=wrap)

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional
 
 from pipelines import Backend, LoaderConfig, available_backends
 
-from . import cli
+from . import cli, ddp
 from .args import PROG, parse_args
 from .env import environment
 from .models import parse_model
@@ -172,23 +172,43 @@ def check_dataset(n: int, variants: List[Variant], configs: List[LoaderConfig]) 
         cli.check_batches(n, cfg, {**cli.FLAGS, **v.sources}, _where(v))
 
 
-def prepare(p: Plan, a, log):
-    """Make (or reuse) the default dataset and check it as ``--data`` is; build the model step."""
+def prepare(p: Plan, a, log, job: ddp.Job = ddp.Job()):
+    """Make (or reuse) the default dataset and check it as ``--data`` is; build the model step
+    (in DDP under torchrun: rank 0 makes the dataset while the others wait)."""
     root, classes = p.base.root, p.classes
     if p.gen is not None:
-        root = default_dataset(p.gen, log)
+        if job.main:
+            root = default_dataset(p.gen, log)
+        job.barrier()
+        if not job.main:
+            root = default_dataset(p.gen, log)
         paths, names = cli.list_dataset(root, allow_empty=p.base.allow_empty_classes)
         check_dataset(len(paths), p.variants, p.configs)
         classes = len(names)
-    return Path(root), make_step(a.model, p.base, classes)
+    wrap = (lambda m: ddp.wrap(m, job)) if job.group else None
+    return Path(root), make_step(a.model, p.base, classes, wrap=wrap)
 
 
 def run(argv=None) -> int:
-    """Run the suite for ``argv`` (or already parsed options); returns the exit status."""
+    """Run the suite for ``argv`` (or already parsed options); returns the exit status.
+
+    Under torchrun every rank runs it and rank 0 reports (``compare.ddp``)."""
     a = argv if isinstance(argv, argparse.Namespace) else parse_args(argv)
-    log = lambda s: print(s, flush=True)  # noqa: E731
+    try:
+        job = ddp.start(a.device)
+    except (ValueError, RuntimeError) as e:
+        return cli.fail(PROG, f"cannot join the torchrun job: {e}")
+    try:
+        return _run(a, job)
+    finally:
+        job.finish()
+
+
+def _run(a, job: ddp.Job) -> int:
+    quiet = lambda s: None  # noqa: E731
+    log = (lambda s: print(s, flush=True)) if job.main else quiet  # noqa: E731
     notes: List[str] = []
-    say = cli.note(PROG)
+    say = cli.note(PROG) if job.main else quiet
 
     def note(msg: str) -> None:
         notes.append(msg)
@@ -197,14 +217,14 @@ def run(argv=None) -> int:
     try:
         p = plan(a, note)
         p.notes = notes
-        root, step = prepare(p, a, log)
+        root, step = prepare(p, a, log, job)
     except (ValueError, TypeError, ImportError) as e:
-        return cli.fail(PROG, e)
-    return execute(a, p, root, step, log)
+        return cli.fail(PROG, e if job.main else f"rank {job.rank}: {e}")
+    return execute(a, p, root, step, log, job)
 
 
-def execute(a, p: Plan, root: Path, step, log) -> int:
-    """Run the planned variants, rewriting the results after each one (see the NOTE)."""
+def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
+    """Run the planned variants, rewriting the results after each one (rank 0 writes)."""
     from data_gen.generate import read_manifest
 
     base, out = p.base, p.out
@@ -216,6 +236,7 @@ def execute(a, p: Plan, root: Path, step, log) -> int:
         "on_bad_file": base.on_bad_file.value,
         "augment": repr(base.transform) if base.transform is not None else repr(base.augment),
         "device": a.device, "variants": [v.label for v in p.variants], "notes": list(p.notes),
+        "world_size": job.world, "local_world_size": job.local_world, "nodes": job.nodes,
     }
     env = environment()
     results: list = []
@@ -225,11 +246,15 @@ def execute(a, p: Plan, root: Path, step, log) -> int:
     def save(complete: bool, error: Optional[str] = None) -> SuiteResult:
         suite = SuiteResult(env, {**setup, **({"error": error} if error else {})}, ceiling,
                             tuple(results), complete=complete)
+        if not job.main:
+            return suite
         suite.dump(out / "results.json")
         (out / "summary.md").write_text(markdown(suite))
         return suite
 
     def late(code: int, why: str, tb: Optional[str] = None) -> int:
+        if not job.main:
+            return cli.fail(PROG, f"rank {job.rank}: {why}", code)
         where = "; no variant finished, nothing written"
         if results:
             try:
@@ -246,26 +271,33 @@ def execute(a, p: Plan, root: Path, step, log) -> int:
                 pass
         return cli.fail(PROG, why + where, code)
 
+    ranks = f" on each of {job.world} ranks (DDP)" if job.group else ""
     log(f"running {len(p.variants)} variants x {a.repeats} repeats, model {a.model}, "
-        f"batch {a.batch_size}, {a.steps} steps (+{a.warmup} warm-up), workers {base.num_workers}")
+        f"batch {a.batch_size}, {a.steps} steps (+{a.warmup} warm-up), workers "
+        f"{base.num_workers}{ranks}")
     t0 = time.perf_counter()
     stage = "setup"
     try:
         for v in p.variants:
             stage = _where(v)
             want = None if (captured or a.no_ceiling or a.model == "none") else captured
-            results.append(run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
-                                       repeats=a.repeats, log=log, capture=want))
+            mine = run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
+                               repeats=a.repeats, log=log, capture=want, sync=job.barrier)
+            results.append(ddp.merge(job.gather(mine)))
             save(False)
         if captured:
             stage = "the ceiling run"
-            ceiling = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
-                                  repeats=a.repeats, device=captured[0][0].device, log=log)
+            mine = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
+                               repeats=a.repeats, device=captured[0][0].device, log=log,
+                               sync=job.barrier)
+            ceiling = ddp.merge(job.gather(mine))
     except KeyboardInterrupt:
         return late(130, f"interrupted during {stage}")
     except Exception as e:  # noqa: BLE001 - reported in one line, traceback kept in error.log
         return late(1, f"{stage} failed: {type(e).__name__}: {e}", traceback.format_exc())
     suite = save(True)
+    if not job.main:
+        return 0
     (out / "error.log").unlink(missing_ok=True)  # a stale one from an earlier failed run
     pngs = plots(suite, out)
     print()

@@ -1,7 +1,9 @@
 """``python -m compare train --backend {dali,pinned,pageable} --data DIR --epochs N``
 
 A real, minimal training loop that users can copy: the backend is one flag, the loop never
-branches on it. AMP (bf16) and channels_last on a GPU; loss and throughput printed per epoch.
+branches on it. Under ``torchrun --nproc_per_node N`` it is DDP: each rank trains on its shard
+on ``cuda:LOCAL_RANK`` and rank 0 prints the job's images and img/s (``compare.ddp``).
+AMP (bf16) and channels_last on a GPU; loss and throughput printed per epoch.
 The suite times exactly this ``TrainStep``. Arguments are checked before any work
 (``compare.cli``: one line naming the option, exit 2); an epoch that yields no image, or a bad
 file under ``--on-bad-file error``, stops the run with one line and exit status 1.
@@ -34,11 +36,28 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     import torch  # after parsing: --help and usage errors return at once
 
-    from pipelines import AugmentSpec, BadFileError, create_loader
-
-    from .models import TrainStep, parse_model
+    from . import ddp
 
     cuda = torch.cuda.is_available()
+    try:
+        job = ddp.start("cuda" if cuda else "cpu")
+    except (ValueError, RuntimeError) as e:
+        return cli.fail(PROG, f"cannot join the torchrun job: {e}")
+    try:
+        return _train(a, job, cuda)
+    finally:
+        job.finish()
+
+
+def _train(a, job, cuda: bool) -> int:
+    import torch
+
+    from pipelines import AugmentSpec, BadFileError, create_loader
+
+    from . import ddp
+    from .models import TrainStep, parse_model
+
+    say = print if job.main else (lambda *x, **k: None)
     try:  # every argument, before any work (compare.cli)
         cli.at_least("--epochs", a.epochs, 1)
         cli.positive("--lr", a.lr)
@@ -54,8 +73,9 @@ def main(argv=None) -> int:
         )
         paths, classes = cli.list_dataset(a.data)
         cli.check_batches(len(paths), cfg)
-        step = TrainStep(model, cfg.torch_device, num_classes=max(2, len(classes)),
-                         amp_dtype=torch.bfloat16 if cuda else None, channels_last=cuda, lr=a.lr)
+        step = TrainStep(model, cfg.resolved().torch_device, num_classes=max(2, len(classes)),
+                         amp_dtype=torch.bfloat16 if cuda else None, channels_last=cuda, lr=a.lr,
+                         wrap=(lambda m: ddp.wrap(m, job)) if job.group else None)
         loader = create_loader(a.backend, cfg)
     except (ValueError, TypeError, ImportError) as e:
         return cli.fail(PROG, e)
@@ -76,14 +96,17 @@ def main(argv=None) -> int:
             if cuda:
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
+            seen = sum(job.gather(seen))  # the job's images (one rank: this one's)
             if not seen:  # e.g. every file of the epoch skipped as bad
                 bad = len(getattr(getattr(loader, "stats", None), "epoch_bad", ()))
                 why = f" ({bad} bad files skipped)" if bad else ""
                 return cli.fail(PROG, f"epoch {epoch} yielded no image{why}: no loss to "
                                 f"report; check --data {a.data}", 1)
             mean = f"{(total / n).item():.4f}" if n else "-"
-            print(f"epoch {epoch}: loss {mean}  {seen} images in {dt:.1f}s "
-                  f"({seen / dt:.0f} img/s, backend={a.backend})", flush=True)
+            ranks = f", {job.world} ranks" if job.group else ""
+            who = " (rank 0)" if job.group else ""
+            say(f"epoch {epoch}: loss {mean}{who}  {seen} images in {dt:.1f}s "
+                f"({seen / dt:.0f} img/s, backend={a.backend}{ranks})", flush=True)
     return 0
 
 

@@ -1,0 +1,110 @@
+"""``python -m compare scaling ONE/results.json MANY/results.json``: how a run scales with GPUs.
+
+ONE and MANY are the same command run with fewer and more ranks (``torchrun --nproc_per_node
+1`` and ``2``, say). For each variant in both, and the ceiling, it prints the job's samples/s in
+each run, MANY's per rank, the speed-up and the scaling efficiency: speed-up / rank ratio,
+which is also MANY's per-rank samples/s against ONE's per rank. The range after each ratio
+comes from the repeats' extremes (worst and best pairing); an efficiency whose range holds 100
+is within the noise of perfect scaling. Setups that differ in more than the rank count are
+refused (``--force`` compares them anyway). With ``--out FILE`` the table is also written as markdown.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from . import cli
+from .diff import _load, incompatible
+from .results import SuiteResult, VariantResult
+
+PROG = "python -m compare scaling"
+METRIC = "samples_per_s"
+COLUMNS = ("variant", "ONE samples/s", "MANY samples/s", "MANY per rank", "speed-up",
+           "efficiency %")
+
+
+def world(r: SuiteResult) -> int:
+    return int(r.setup.get("world_size") or 1)
+
+
+def _ratio(a: VariantResult, b: VariantResult, scale: float) -> Tuple[float, float, float]:
+    """``(median ratio, low, high)`` of ``b / a / scale`` from medians and extremes."""
+    va, vb = a.values(METRIC), b.values(METRIC)
+    med = b.median(METRIC) / a.median(METRIC) / scale
+    return med, min(vb) / max(va) / scale, max(vb) / min(va) / scale
+
+
+def rows(one: SuiteResult, many: SuiteResult) -> List[List[str]]:
+    w1, w2 = world(one), world(many)
+    pairs = [("ceiling", one.ceiling, many.ceiling)] if one.ceiling and many.ceiling else []
+    by = {v.label: v for v in many.variants}
+    pairs += [(v.label, v, by[v.label]) for v in one.variants if v.label in by]
+    out = []
+    for label, a, b in pairs:
+        s, slo, shi = _ratio(a, b, 1.0)
+        e, elo, ehi = (100 * x for x in _ratio(a, b, w2 / w1))
+        out.append([label, f"{a.median(METRIC):.1f}", f"{b.median(METRIC):.1f}",
+                    f"{b.median(METRIC) / w2:.1f}", f"{s:.2f}x [{slo:.2f}, {shi:.2f}]",
+                    f"{e:.1f} [{elo:.1f}, {ehi:.1f}]"])
+    return out
+
+
+def render(one: SuiteResult, many: SuiteResult, body: List[List[str]]) -> str:
+    head = (f"ONE: {world(one)} rank(s), MANY: {world(many)} ranks "
+            f"({many.setup.get('nodes', 1)} node(s)); model {many.setup.get('model')}, batch "
+            f"{many.setup.get('batch_size')} per rank, workers {one.setup.get('workers')} -> "
+            f"{many.setup.get('workers')} per rank")
+    widths = [max(len(r[i]) for r in [list(COLUMNS)] + body) for i in range(len(COLUMNS))]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w)  # noqa: E731
+                               for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([head, "", line(COLUMNS), "  ".join("-" * w for w in widths)]
+                     + [line(r) for r in body])
+
+
+def markdown(one: SuiteResult, many: SuiteResult, body: List[List[str]], a: str, b: str) -> str:
+    return "\n".join([
+        "# gpu-feed scaling", "", f"- ONE: `{a}` ({world(one)} rank(s))",
+        f"- MANY: `{b}` ({world(many)} ranks, {many.setup.get('nodes', 1)} node(s))",
+        f"- model {many.setup.get('model')}, batch {many.setup.get('batch_size')} per rank, "
+        f"workers per rank {one.setup.get('workers')} (ONE) and {many.setup.get('workers')} "
+        "(MANY)",
+        "- speed-up = MANY / ONE samples/s (the jobs' totals); efficiency = speed-up / rank "
+        "ratio = MANY per rank / ONE per rank; [low, high] from the repeats' extremes", "",
+        "| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|",
+        *("| " + " | ".join(r) + " |" for r in body), ""])
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = cli.Parser(prog=PROG, description=__doc__, formatter_class=cli.HelpFormatter)
+    p.add_argument("one", metavar="ONE", help="results.json (or its folder) with fewer ranks")
+    p.add_argument("many", metavar="MANY", help="results.json (or its folder) with more ranks")
+    p.add_argument("--force", action="store_true",
+                   help="compare runs whose setups differ in more than the rank count")
+    p.add_argument("--out", default=None, help="also write the table as markdown here")
+    a = p.parse_args(argv)
+    try:
+        one, many = _load(a.one, "ONE"), _load(a.many, "MANY")
+        if world(many) <= world(one):
+            raise ValueError(f"MANY {a.many!r} ran {world(many)} rank(s), ONE {a.one!r} "
+                             f"{world(one)}: MANY must have more")
+    except ValueError as e:
+        return cli.fail(PROG, e)
+    diff = [d for d in incompatible(one, many) if not d.startswith("world_size:")]
+    if diff and not a.force:
+        return cli.fail(PROG, f"the runs differ in more than the rank count ({'; '.join(diff)}); "
+                              "use --force to compare them anyway")
+    for d in diff:
+        print(f"note: differs: {d}")
+    body = rows(one, many)
+    if not body:
+        return cli.fail(PROG, "the runs share no variant label")
+    print(render(one, many, body))
+    if a.out:
+        Path(a.out).write_text(markdown(one, many, body, a.one, a.many))
+        print(f"\nwrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
