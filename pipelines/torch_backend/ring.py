@@ -87,9 +87,10 @@ class PinnedRing:
 
     def upload(self, images: torch.Tensor, labels: torch.Tensor,
                device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Stage, copy ``non_blocking`` to ``device`` on the current stream, and guard the slot."""
+        """Stage, copy ``non_blocking`` to ``device`` on ``device``'s current stream (where the
+        copy runs, whichever device is current), and guard the slot."""
         x, y = self.stage(images, labels)
         x = x.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)
-        self.guard()
+        self.guard(torch.cuda.current_stream(device) if device.type == "cuda" else None)
         return x, y
