@@ -271,7 +271,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                 pass
         return cli.fail(PROG, why + where, code)
 
-    ranks = f" on each of {job.world} ranks (DDP)" if job.group else ""
+    ranks = (f" on each of {job.world} rank{'s' if job.world > 1 else ''} (DDP)" if job.group
+             else "")
     log(f"running {len(p.variants)} variants x {a.repeats} repeats, model {a.model}, "
         f"batch {a.batch_size}, {a.steps} steps (+{a.warmup} warm-up), workers "
         f"{base.num_workers}{ranks}")

@@ -28,6 +28,7 @@ An epoch that ends early (``break``, an exception) leaves the pipelines with at 
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 from typing import List, Optional
 
@@ -63,11 +64,18 @@ class DaliLoader(LoaderBase):
                                  lanes=options.pipelines)
         self.pipes: list = []
         self._its: Optional[List[DALIGenericIterator]] = None
-        self._build()
+        with self._on_device():
+            self._build()
         self._probe: Optional[DecodeProbe] = None
         self._in_epoch = False
         self._broken = False
         self.recoveries = 0
+
+    def _on_device(self):
+        """Make this loader's GPU current while DALI builds or runs: its iterator places
+        outputs by the current device, so without this rank 1 of a job that never called
+        ``torch.cuda.set_device`` would get its batches on ``cuda:0``."""
+        return torch.cuda.device(self.device_id) if self.gpu else contextlib.nullcontext()
 
     def _build(self) -> None:
         self.pipes = [build_pipeline(self.config, self.options, self.plan_dali,
@@ -145,7 +153,8 @@ class DaliLoader(LoaderBase):
             self._report(fed.bad, fed.dropped)
 
     def _produce(self, epoch: int):
-        self._start(epoch)
+        with self._on_device():
+            self._start(epoch)
         self._in_epoch = True
         want_idx = self.config.debug_indices
         cast = self.config.dtype is OutputDType.BFLOAT16
@@ -158,14 +167,16 @@ class DaliLoader(LoaderBase):
                 turn += 1
                 continue
             try:
-                out = next(self._its[k])
+                with self._on_device():
+                    out = next(self._its[k])
             except StopIteration:
                 live[k] = False
                 while self.source.in_flight(k):  # trailing wholly-bad batches
                     self._account(k)
                 continue
             except Exception as e:  # a DALI failure: find the file, rebuild, retry this lane
-                self._recover(e, epoch)
+                with self._on_device():
+                    self._recover(e, epoch)
                 continue
             turn += 1
             self._account(k)
