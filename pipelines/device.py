@@ -21,12 +21,14 @@ _FALLBACK = {
 
 
 def resolve_device(config: LoaderConfig, backend: str) -> torch.device:
-    """``config.torch_device``, or the CPU (with one warning) when CUDA is asked for but absent.
+    """The config's device as the loader resolves it (``"cuda"`` is ``cuda:LOCAL_RANK`` under
+    torchrun: ``pipelines.distributed``), or the CPU (with one warning) when CUDA is asked for
+    but absent.
 
     Raises:
         ValueError: ``device="cuda:N"`` names a GPU this machine does not have.
     """
-    dev = config.torch_device
+    dev = config.resolved().torch_device
     if dev.type != "cuda":
         return dev
     if not torch.cuda.is_available():

@@ -111,3 +111,16 @@ def test_explicit_partial_warns_only_when_steps_differ(tiny_root):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         create_loader("pageable", LoaderConfig(rank=0, batch_size=13, **kw)).close()  # 1/1/1
+
+
+def test_every_backend_resolves_cuda_to_the_local_rank(torchrun_env, monkeypatch):
+    """Regression: the backends resolved the device from the unresolved config ("cuda", the
+    current device) and rank 1 of a job that never called set_device ran on cuda:0."""
+    from pipelines.device import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    torchrun_env(1, 2, 1, 2)
+    cfg = LoaderConfig(root="x")
+    for backend in ("dali", "pinned", "pageable"):
+        assert resolve_device(cfg, backend) == torch.device("cuda", 1)

@@ -52,6 +52,7 @@ class DaliLoader(LoaderBase):
     def __init__(self, config: LoaderConfig, options: DaliOptions):
         options.check(config.num_workers)
         super().__init__(config, options)
+        config = self.config  # resolved: rank, world size, cuda:LOCAL_RANK
         self.device = resolve_device(config, "dali")
         self.gpu = self.device.type == "cuda"
         self.device_id = (self.device.index if self.device.index is not None
