@@ -1,4 +1,17 @@
-"""What the two torch backends share: the DataLoader over the plan, sized to /dev/shm."""
+"""What the two torch backends share: the DataLoader over the plan, sized to /dev/shm.
+
+NOTE [epochs without a drain]
+A DataLoader iterator normally ends with its epoch: the queue drains, and the next epoch starts
+with every worker building its first batch from nothing (for a batch of 256, a second or more of
+a stalled training loop at every epoch start; with short epochs, as on many ranks, that
+dominates: docs/results/h200x2). Here one DataLoader iterator runs over the plan of epoch after
+epoch (``PlanBatchSampler``), and each ``iter()`` of the loader takes exactly ``len()`` batches
+from it, so the workers decode the next epoch's first batches while the consumer finishes this
+one. The stream is kept only while the consumer follows it: an ``iter()`` for another epoch than
+the next one, or after an epoch that was left early or failed, starts a fresh stream at that
+epoch (the batches made ahead are dropped). Samples are keyed by ``(epoch, index)``, so what a
+batch holds and its augmentation do not depend on when it was made.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,6 +54,8 @@ class TorchLoaderBase(LoaderBase):
         self.dataset = JpegDataset(self.paths, self.labels, r.full if in_workers == "full"
                                    else r.head, config.seed, max_pixels=config.max_image_pixels)
         self.sampler = PlanBatchSampler(self.plan_of, len(self))
+        self._stream = None  # the DataLoader iterator over epoch after epoch (NOTE)
+        self._next: Optional[int] = None  # the epoch the stream reaches next, at its start
         self.sample_bytes = r.sample_bytes(in_workers=in_workers) or self._measured_bytes()
         nw, prefetch = shm.fitted(config.num_workers, options.prefetch_factor,
                                   config.batch_size * self.sample_bytes)
@@ -51,6 +66,8 @@ class TorchLoaderBase(LoaderBase):
             collate_fn=collate_skipping,
             num_workers=nw,
             pin_memory=pin_memory,
+            # one stream serves every epoch (NOTE); persistent workers only matter when it
+            # restarts (an epoch left early, set_epoch to another epoch)
             persistent_workers=options.persistent_workers and nw > 0,
             prefetch_factor=prefetch if nw > 0 else None,
         )
@@ -73,16 +90,42 @@ class TorchLoaderBase(LoaderBase):
         return self.sample_bytes + 8.0  # the image and its int64 label
 
     def _produce(self, epoch: int):
-        self.sampler.epoch = epoch
-        for batch, bad in self._batches(self._cpu_batches()):
+        for batch, bad in self._batches(self._cpu_batches(self._stream_at(epoch))):
             self._report(bad.files, bad.dropped)
             yield batch, bad.indices
 
-    def _cpu_batches(self):
+    def _stream_at(self, epoch: int):
+        """The DataLoader items of ``epoch``, from the running stream when it is there (NOTE)."""
+        if self._stream is None or self._next != epoch:
+            self._stop_stream()
+            self.sampler.start = epoch
+            self._stream = iter(self.loader)
+        self._next = None  # until this epoch has been taken whole
+        stream = self._stream
+        for _ in range(len(self)):
+            try:
+                item = next(stream)
+            except BaseException:
+                self._stop_stream()
+                raise
+            yield item
+        self._next = epoch + 1
+
+    def _stop_stream(self) -> None:
+        """Drop the stream: persistent workers are kept (the next ``iter(self.loader)`` resets
+        them and discards what they made ahead), others are shut down."""
+        it, self._stream, self._next = self._stream, None, None
+        if it is None or self.loader.persistent_workers:
+            return
+        if hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self.loader._iterator = None
+
+    def _cpu_batches(self, items):
         """``(images, labels, _Bad)`` per batch; a batch with no good sample is not yielded, its
         bad files ride with the next batch (or come last, with no batch)."""
         carry = _Bad()
-        for images, labels, idx, bad in self.loader:
+        for images, labels, idx, bad in items:
             carry.files += bad
             if images is None:
                 carry.dropped += 1
@@ -99,6 +142,7 @@ class TorchLoaderBase(LoaderBase):
 
     def _release(self) -> None:
         """Shut the worker processes down."""
+        self._stop_stream()
         it = getattr(self.loader, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()

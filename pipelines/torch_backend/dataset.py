@@ -129,17 +129,21 @@ def _check_shapes(batch: list) -> None:
 
 class PlanBatchSampler(torch.utils.data.Sampler):
     """Yields the batches of the loader's plan (``LoaderBase.plan_of``) as lists of
-    ``(epoch, index)``, for the epoch set in ``epoch``."""
+    ``(epoch, index)``: epoch ``start``'s, then the next epoch's, and so on without end, so the
+    DataLoader's workers cross an epoch boundary without draining (see ``TorchLoaderBase``).
+    ``len()`` is one epoch's batch count."""
 
     def __init__(self, plan: Callable[[int], List[np.ndarray]], length: int):
         self.plan = plan
         self.length = length
-        self.epoch = 0
+        self.start = 0
 
     def __iter__(self) -> Iterator[List[Tuple[int, int]]]:
-        e = self.epoch
-        for b in self.plan(e):
-            yield [(e, int(i)) for i in b]
+        e = self.start
+        while True:
+            for b in self.plan(e):
+                yield [(e, int(i)) for i in b]
+            e += 1
 
     def __len__(self) -> int:
         return self.length
