@@ -6,19 +6,32 @@ The base owns the placement (rank, world size and device, resolved when the load
 lifecycle (closed checks, ``close()`` twice, the context manager, ``__del__``), epoch
 validation, the bad-file rule and the stats bracketing of each epoch. A backend supplies:
 
-* ``_produce(epoch)``: ``(Batch, indices)`` for each batch of ``self.plan(epoch)``, in order
+* ``_produce(epoch, start)``: ``(Batch, indices)`` for each batch of ``self.plan(epoch)`` from
+  position ``start`` on, in order, without decoding the batches before ``start``
   (``indices``: the dataset index of each sample, or ``None`` when not recorded);
 * ``_release()``: free its workers, pipelines and memory (called once);
 * ``h2d_bytes_per_sample()``: bytes one sample moves from host to device.
 
 Bad files found by a backend are handed to ``_report(files, dropped)`` when the consumer
 reaches their batch: raised under ``error``, counted under ``skip``.
+
+NOTE [resume]
+``state_dict()`` is small and plain (ints and strings): the epoch, the batches of it the
+consumer has received (not what workers or DALI made ahead), and what identifies the plan
+(seed, shuffle, policy, batch size, world size, and the dataset: its sample count and a hash
+of the listing). ``load_state_dict(sd)`` refuses a state of another plan with one error naming
+the field, sets ``epoch`` and makes the next ``iter()`` of that epoch start at the next batch;
+a ``set_epoch`` to another epoch drops the pending position. The skipped batches are not
+decoded. The torch backends then yield exactly the batches an uninterrupted run would (their
+augmentation is seeded per sample from ``(seed, epoch, index)``); the DALI backend yields the
+same samples in the same order, with other random crops and flips (its RNG runs on).
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import warnings
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -65,10 +78,13 @@ class LoaderBase:
         self.stats = BadFileStats()
         self.last_indices: Optional[np.ndarray] = None
         self.epoch = 0
+        self._pos: Tuple[int, int] = (0, 0)  # (epoch, batches the consumer has received)
+        self._resume: Optional[Tuple[int, int]] = None  # from load_state_dict (NOTE [resume])
+        self._listing_hash: Optional[str] = None
         self._closed = False
 
     # -- what the backend supplies ------------------------------------------------------------
-    def _produce(self, epoch: int) -> Iterator[Tuple[Batch, object]]:  # pragma: no cover
+    def _produce(self, epoch: int, start: int) -> Iterator[Tuple[Batch, object]]:  # pragma: no cover
         raise NotImplementedError
 
     def _release(self) -> None:  # pragma: no cover
@@ -89,6 +105,54 @@ class LoaderBase:
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next ``iter()`` reads (its order and augmentation seeds)."""
         self.epoch = as_epoch(epoch)
+        if self._resume is not None and self._resume[0] != self.epoch:
+            self._resume = None
+
+    # -- resume (NOTE [resume]) ---------------------------------------------------------------
+    def _plan_id(self) -> Dict[str, Any]:
+        c = self.config
+        if self._listing_hash is None:
+            h = hashlib.sha256()
+            for path, label in zip(self.paths, np.asarray(self.labels).tolist()):
+                h.update(f"{path}\0{label}\n".encode("utf-8", "surrogateescape"))
+            self._listing_hash = h.hexdigest()
+        return {"samples": len(self.paths), "listing": self._listing_hash,
+                "world_size": c.world_size, "batch_size": c.batch_size, "seed": c.seed,
+                "shuffle": c.shuffle, "last_batch": c.last_batch.value}
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the consumer is: the epoch, the batches of it received, and the plan's
+        identity. Plain ints, bools and strings (``torch.save`` and JSON both hold it)."""
+        epoch, done = self._resume if self._resume is not None else self._pos
+        if self._resume is None and epoch != self.epoch:  # set_epoch since: nothing read yet
+            epoch, done = self.epoch, 0
+        return {"version": 1, "epoch": epoch, "batches": done, **self._plan_id()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Resume at ``state``: ``epoch`` is set and the next ``iter()`` of that epoch starts
+        at the first batch the saved consumer had not received.
+
+        Raises:
+            ValueError: a state of another dataset, world size, batch size, seed, shuffle or
+                last-batch policy (naming the field), or one that is not a loader state.
+        """
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise ValueError(f"load_state_dict: {type(state).__name__} is not a state from "
+                             "state_dict() (version 1)")
+        mine = self._plan_id()
+        for k, v in mine.items():
+            if state.get(k) != v:
+                what = "dataset" if k in ("samples", "listing") else k
+                raise ValueError(f"load_state_dict: {what} differs: the state has {k}="
+                                 f"{state.get(k)!r}, this loader {v!r}; resume with the same "
+                                 f"{what} or start afresh")
+        epoch = as_epoch(state.get("epoch"))
+        done = state.get("batches")
+        if not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= len(self):
+            raise ValueError(f"load_state_dict: batches={done!r} must be an int in "
+                             f"[0, len()={len(self)}]")
+        self.epoch = epoch
+        self._resume = (epoch, done)
 
     # -- the epoch ----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
@@ -96,11 +160,15 @@ class LoaderBase:
             raise RuntimeError("this loader is closed; create a new one with create_loader()")
         check_unchanged(self.placement)
         epoch = self.epoch
+        start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        self._resume = None
+        self._pos = (epoch, start)
         self.stats.start_epoch(epoch)
         seen: Optional[list] = [] if self.config.debug_indices else None
-        for batch, indices in self._produce(epoch):
+        for batch, indices in self._produce(epoch, start):
             if seen is not None and indices is not None:
                 seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
+            self._pos = (epoch, self._pos[1] + 1)  # counted as handed over
             yield batch
         self.stats.end_epoch()
         if seen is not None:

@@ -98,8 +98,9 @@ class DaliLoader(LoaderBase):
             return None
         return src.bytes_read / src.samples_read + 8.0
 
-    def _start(self, epoch: int) -> None:
-        """Make the pipelines ready for a new epoch (module NOTE [recovery])."""
+    def _start(self, epoch: int, start: int = 0) -> None:
+        """Make the pipelines ready for a new epoch, from plan position ``start`` on (module
+        NOTE [recovery]; a resumed epoch starts past 0 and never reads what it skips)."""
         if self._broken:
             self._rebuild()
         elif self._its is not None and self._in_epoch:  # the last epoch ended early
@@ -111,7 +112,8 @@ class DaliLoader(LoaderBase):
             except Exception:  # a failure in a batch nobody will see: start from scratch
                 self._rebuild()
         self._in_epoch = False
-        self.source.start_epoch(epoch)
+        n = self.options.pipelines  # lane j serves positions j, j + n, ...: its first >= start
+        self.source.start_epoch(epoch, resume=[start + (j - start) % n for j in range(n)])
         if self._its is None:
             self._its = self._iterators()
         else:
@@ -153,15 +155,15 @@ class DaliLoader(LoaderBase):
         if fed is not None:
             self._report(fed.bad, fed.dropped)
 
-    def _produce(self, epoch: int):
+    def _produce(self, epoch: int, start: int):
         with self._on_device():
-            self._start(epoch)
+            self._start(epoch, start)
         self._in_epoch = True
         want_idx = self.config.debug_indices
         cast = self.config.dtype is OutputDType.BFLOAT16
         n = len(self._its)
         live = [True] * n
-        turn = 0
+        turn = start  # the lane that holds position start
         while any(live):
             k = turn % n
             if not live[k]:

@@ -89,20 +89,21 @@ class TorchLoaderBase(LoaderBase):
             return 0.0
         return self.sample_bytes + 8.0  # the image and its int64 label
 
-    def _produce(self, epoch: int):
-        for batch, bad in self._batches(self._cpu_batches(self._stream_at(epoch))):
+    def _produce(self, epoch: int, start: int):
+        for batch, bad in self._batches(self._cpu_batches(self._stream_at(epoch, start))):
             self._report(bad.files, bad.dropped)
             yield batch, bad.indices
 
-    def _stream_at(self, epoch: int):
-        """The DataLoader items of ``epoch``, from the running stream when it is there (NOTE)."""
-        if self._stream is None or self._next != epoch:
+    def _stream_at(self, epoch: int, start: int):
+        """The DataLoader items of ``epoch`` from batch ``start`` on, from the running stream
+        when it is there (NOTE); a restart at ``start`` > 0 never decodes the batches before."""
+        if self._stream is None or self._next != epoch or start:
             self._stop_stream()
-            self.sampler.start = epoch
+            self.sampler.start, self.sampler.skip = epoch, start
             self._stream = iter(self.loader)
         self._next = None  # until this epoch has been taken whole
         stream = self._stream
-        for _ in range(len(self)):
+        for _ in range(len(self) - start):
             try:
                 item = next(stream)
             except BaseException:

@@ -131,19 +131,21 @@ class PlanBatchSampler(torch.utils.data.Sampler):
     """Yields the batches of the loader's plan (``LoaderBase.plan_of``) as lists of
     ``(epoch, index)``: epoch ``start``'s, then the next epoch's, and so on without end, so the
     DataLoader's workers cross an epoch boundary without draining (see ``TorchLoaderBase``).
-    ``len()`` is one epoch's batch count."""
+    The first epoch starts at its batch ``skip`` (a resumed epoch). ``len()`` is one epoch's
+    batch count."""
 
     def __init__(self, plan: Callable[[int], List[np.ndarray]], length: int):
         self.plan = plan
         self.length = length
         self.start = 0
+        self.skip = 0
 
     def __iter__(self) -> Iterator[List[Tuple[int, int]]]:
-        e = self.start
+        e, skip = self.start, self.skip
         while True:
-            for b in self.plan(e):
+            for b in self.plan(e)[skip:]:
                 yield [(e, int(i)) for i in b]
-            e += 1
+            e, skip = e + 1, 0
 
     def __len__(self) -> int:
         return self.length

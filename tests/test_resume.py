@@ -1,0 +1,167 @@
+"""``state_dict`` / ``load_state_dict`` on every backend (``pipelines.loader`` NOTE [resume])."""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines import AugmentSpec, LoaderConfig, create_loader
+from tests.utils import broken_huffman
+
+BACKENDS = ["dali", "pinned", "pageable"]
+EXACT_PIXELS = {"pinned", "pageable"}  # DALI's RNG runs on: same samples, other crops
+
+
+def _cfg(root, **kw):
+    base = dict(root=root, batch_size=4, device="cpu", num_workers=2, debug_indices=True,
+                augment=AugmentSpec(size=32), seed=9)
+    base.update(kw)
+    return LoaderConfig(**base)
+
+
+def _batches(loader):
+    out = []
+    for x, y in loader:
+        out.append((x.clone(), y.clone(), loader._pos[1]))
+    return out
+
+
+def _indices(loader, n_from_end):
+    idx = loader.last_indices
+    return idx.reshape(-1, loader.config.batch_size)[-n_from_end:] if n_from_end else idx[:0]
+
+
+def _same(backend, a, b):
+    assert len(a) == len(b)
+    for (xa, ya, _), (xb, yb, _) in zip(a, b):
+        assert torch.equal(ya, yb)
+        if backend in EXACT_PIXELS:
+            assert torch.equal(xa, xb)
+        else:
+            assert xa.shape == xb.shape
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resume_after_k_batches_yields_the_rest_of_an_uninterrupted_run(backend, tiny_root):
+    cfg = _cfg(tiny_root)
+    with create_loader(backend, cfg) as ref:
+        n = len(ref)
+        ref.set_epoch(1)
+        full = _batches(ref)
+        full_idx = ref.last_indices.copy()
+    for k in (0, 1, n // 2, n):
+        with create_loader(backend, cfg) as a:
+            a.set_epoch(1)
+            it = iter(a)
+            for _ in range(k):
+                next(it)
+            state = a.state_dict()
+            it.close()
+        assert state["epoch"] == 1 and state["batches"] == k
+        state = json.loads(json.dumps(state))  # plain: JSON holds it
+        with create_loader(backend, cfg) as b:
+            b.load_state_dict(state)
+            assert b.epoch == 1
+            rest = _batches(b)
+            assert np.array_equal(b.last_indices, full_idx[k * 4:]), (backend, k)
+        _same(backend, full[k:], rest)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resume_across_an_epoch_boundary_and_torch_save(backend, tiny_root):
+    cfg = _cfg(tiny_root)
+    with create_loader(backend, cfg) as ref:
+        ref.set_epoch(2)
+        want = _batches(ref)
+    with create_loader(backend, cfg) as a:
+        a.set_epoch(1)
+        _batches(a)  # epoch 1 read whole
+        done = a.state_dict()
+        a.set_epoch(2)  # the loop moved on, nothing read yet
+        moved = a.state_dict()
+    assert (done["epoch"], done["batches"]) == (1, len(a))
+    assert (moved["epoch"], moved["batches"]) == (2, 0)
+    buf = io.BytesIO()
+    torch.save(done, buf)
+    with create_loader(backend, cfg) as b:
+        b.load_state_dict(torch.load(io.BytesIO(buf.getvalue())))
+        assert _batches(b) == []  # epoch 1 had nothing left
+        b.set_epoch(2)
+        _same(backend, want, _batches(b))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resume_on_rank_1_of_2_and_with_skipped_bad_files(backend, tiny_root, tmp_path):
+    root = tmp_path / "bad"
+    shutil.copytree(tiny_root, root)
+    victim = sorted(root.glob("class_0001/*.jpg"))[2]
+    victim.write_bytes(broken_huffman(victim.read_bytes()))
+    cfg = _cfg(root, rank=1, world_size=2, on_bad_file="skip", shuffle=False)
+    with create_loader(backend, cfg) as ref:
+        full = _batches(ref)
+        full_idx, bad_total = ref.last_indices.copy(), ref.stats["bad_files"]
+    assert bad_total == 1
+    k = 2
+    with create_loader(backend, cfg) as a:
+        it = iter(a)
+        for _ in range(k):
+            next(it)
+        state = a.state_dict()
+        it.close()
+    with create_loader(backend, cfg) as b:
+        b.load_state_dict(state)
+        rest = _batches(b)
+        assert np.array_equal(b.last_indices, full_idx[k * 4:])
+    _same(backend, full[k:], rest)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_state_of_another_plan_is_refused_naming_what_differs(backend, tiny_root, tmp_path):
+    with create_loader(backend, _cfg(tiny_root)) as a:
+        state = a.state_dict()
+    other = tmp_path / "other"
+    shutil.copytree(tiny_root, other)
+    next(other.glob("class_0000/*.jpg")).unlink()
+    cases = [(_cfg(other), "dataset differs"),
+             (_cfg(tiny_root, rank=0, world_size=2), "world_size differs"),
+             (_cfg(tiny_root, batch_size=5), "batch_size differs"),
+             (_cfg(tiny_root, seed=10), "seed differs")]
+    for cfg, match in cases:
+        with create_loader(backend, cfg) as b, pytest.raises(ValueError, match=match):
+            b.load_state_dict(state)
+    with create_loader(backend, _cfg(tiny_root)) as b:
+        with pytest.raises(ValueError, match="not a state from state_dict"):
+            b.load_state_dict({"epoch": 0})
+        with pytest.raises(ValueError, match=r"batches=99 must be an int in \[0, len\(\)="):
+            b.load_state_dict({**state, "batches": 99})
+
+
+@pytest.mark.parametrize("backend", ["pinned", "pageable"])
+def test_a_resumed_epoch_does_not_decode_the_batches_it_skips(backend, tiny_root, monkeypatch):
+    from pipelines.torch_backend import dataset
+
+    calls = []
+    orig = dataset.JpegDataset.__getitem__
+    monkeypatch.setattr(dataset.JpegDataset, "__getitem__",
+                        lambda self, key: calls.append(key) or orig(self, key))
+    cfg = _cfg(tiny_root, num_workers=0)
+    with create_loader(backend, cfg) as a:
+        state = {**a.state_dict(), "batches": len(a) - 2}
+        calls.clear()
+        a.load_state_dict(state)
+        assert len(_batches(a)) == 2
+    assert len(calls) <= 2 * 4 and all(e == 0 for e, _ in calls)
+
+
+def test_a_resumed_dali_epoch_feeds_only_the_batches_it_yields(tiny_root):
+    pytest.importorskip("nvidia.dali")
+    cfg = _cfg(tiny_root)
+    with create_loader("dali", cfg) as a:
+        state = {**a.state_dict(), "batches": len(a) - 2}
+        a.load_state_dict(state)
+        assert len(_batches(a)) == 2
+        assert a.source.samples_read <= 2 * 4
