@@ -22,9 +22,9 @@ consumer has received (not what workers or DALI made ahead), and what identifies
 of the listing). ``load_state_dict(sd)`` refuses a state of another plan with one error naming
 the field, sets ``epoch`` and makes the next ``iter()`` of that epoch start at the next batch;
 a ``set_epoch`` to another epoch drops the pending position. The skipped batches are not
-decoded. The torch backends then yield exactly the batches an uninterrupted run would (their
-augmentation is seeded per sample from ``(seed, epoch, index)``); the DALI backend yields the
-same samples in the same order, with other random crops and flips (its RNG runs on).
+decoded. Every backend then yields exactly the batches an uninterrupted run would: the torch
+backends seed each sample's augmentation from ``(seed, epoch, index)``, and the DALI backend adds
+its pipelines' checkpoints (their random generators) to the state (``DaliLoader.state_dict``).
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from pipelines import AugmentSpec, LoaderConfig, create_loader
 from tests.utils import broken_huffman
 
 BACKENDS = ["dali", "pinned", "pageable"]
-EXACT_PIXELS = {"pinned", "pageable"}  # DALI's RNG runs on: same samples, other crops
+EXACT_PIXELS = {"pinned", "pageable", "dali"}  # DALI: through its pipeline checkpoints
 
 
 def _cfg(root, **kw):
@@ -74,7 +74,9 @@ def test_resume_after_k_batches_yields_the_rest_of_an_uninterrupted_run(backend,
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_resume_across_an_epoch_boundary_and_torch_save(backend, tiny_root):
     cfg = _cfg(tiny_root)
-    with create_loader(backend, cfg) as ref:
+    with create_loader(backend, cfg) as ref:  # uninterrupted: epoch 1, then epoch 2
+        ref.set_epoch(1)
+        _batches(ref)
         ref.set_epoch(2)
         want = _batches(ref)
     with create_loader(backend, cfg) as a:
@@ -165,3 +167,30 @@ def test_a_resumed_dali_epoch_feeds_only_the_batches_it_yields(tiny_root):
         a.load_state_dict(state)
         assert len(_batches(a)) == 2
         assert a.source.samples_read <= 2 * 4
+
+
+def test_dali_with_two_pipelines_resumes_exactly_at_every_position(tiny_root):
+    pytest.importorskip("nvidia.dali")
+    from pipelines import DaliOptions
+
+    cfg = _cfg(tiny_root)
+    opt = DaliOptions(pipelines=2)
+    with create_loader("dali", cfg, options=opt) as ref:
+        n = len(ref)
+        full = _batches(ref)
+        full_idx = ref.last_indices.copy()
+    for k in (1, 2, n - 1, n):
+        with create_loader("dali", cfg, options=opt) as a:
+            it = iter(a)
+            for _ in range(k):
+                next(it)
+            state = a.state_dict()
+            it.close()
+        assert len(state["dali"]) == 2
+        with create_loader("dali", cfg, options=opt) as b:
+            b.load_state_dict(state)
+            rest = _batches(b)
+            assert np.array_equal(b.last_indices, full_idx[k * 4:]), k
+        _same("dali", full[k:], rest)
+    with create_loader("dali", cfg) as one, pytest.raises(ValueError, match="pipelines differs"):
+        one.load_state_dict(state)

@@ -84,7 +84,7 @@ def _apply(images, op: Op):
 
 
 def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Callable,
-                   device_id: Optional[int], lane: int = 0):
+                   device_id: Optional[int], lane: int = 0, checkpoint: Optional[bytes] = None):
     """Build the pipeline reading ``(jpegs, labels, indices)`` batches from ``source``.
 
     Args:
@@ -97,6 +97,9 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         lane: which of the ``opt.pipelines`` side-by-side pipelines this is; it gets
             ``num_workers // pipelines`` threads and its own augmentation seed (``dali_seed``
             of the config's seed, its rank and the lane).
+        checkpoint: a DALI pipeline checkpoint to start from (``DaliLoader.load_state_dict``:
+            its random generators continue where the saved run's were). Checkpointing is
+            always enabled, so any state can be saved.
     """
     gpu = device_id is not None
     dec_kw = decoder_kwargs(opt, gpu)
@@ -107,6 +110,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         device_id=device_id,
         prefetch_queue_depth=opt.queue_depth,
         seed=dali_seed(cfg.seed, cfg.rank, lane),
+        enable_checkpointing=True,
     )
     def graph():
         paths, meta = fn.external_source(
@@ -122,4 +126,4 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
             labels = labels.gpu()
         return images, labels, indices
 
-    return graph()
+    return graph(checkpoint=checkpoint) if checkpoint is not None else graph()

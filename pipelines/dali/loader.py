@@ -22,15 +22,25 @@ The bad file is then handled like any other: replaced and counted under ``skip``
 ``BadFileError`` naming it at its batch under ``error``. If no single file fails alone, the
 original DALI error is re-raised. Recovery re-seeds DALI's augmentation, so the random crops of
 the rest of that epoch differ from an uninterrupted run; the order and the samples do not.
+NOTE [resume]
+DALI's random generators (the fused random crop, flips, colour draws) run on across batches and
+epochs, so the state of a DALI loader carries each pipeline's checkpoint (``enable_checkpointing``
+is always on; ``DALIGenericIterator.checkpoints()`` is taken at the batch the consumer last
+received, whatever DALI has made ahead). ``load_state_dict`` rebuilds the pipelines from them and
+the source starts each lane at its first position past the saved one, so the rest of the epoch,
+and the epochs after, are the saved run's own. A recovery (above) still starts the generators
+afresh.
+
 An epoch that ends early (``break``, an exception) leaves the pipelines with at most
 ``queue_depth`` batches in flight; the next ``iter()`` stops the source and drains only those
 (or rebuilds, after a failure), so it always starts clean.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import gc
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
@@ -78,11 +88,56 @@ class DaliLoader(LoaderBase):
         ``torch.cuda.set_device`` would get its batches on ``cuda:0``."""
         return torch.cuda.device(self.device_id) if self.gpu else contextlib.nullcontext()
 
-    def _build(self) -> None:
+    def _build(self, checkpoints: Optional[List[bytes]] = None) -> None:
         self.pipes = [build_pipeline(self.config, self.options, self.plan_dali,
-                                     self.source.lane(k), self.device_id, lane=k)
+                                     self.source.lane(k), self.device_id, lane=k,
+                                     checkpoint=checkpoints[k] if checkpoints else None)
                       for k in range(self.options.pipelines)]
         self._its = None
+        self._restored = checkpoints
+
+    # -- resume: the pipelines' random state travels with the position ------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """``LoaderBase.state_dict`` plus ``dali``: each pipeline's checkpoint (base64), taken
+        at the batch the consumer has received, so a resumed loader draws the same crops and
+        flips as the saved run would have (module NOTE [resume])."""
+        state = super().state_dict()
+        if self._resume is not None or self._its is None:
+            cks = self._restored  # loaded (or fresh: None) and not yet run
+        else:
+            cks = [it.checkpoints()[0] for it in self._its]
+        if cks:
+            state["dali"] = [base64.b64encode(c if isinstance(c, bytes) else c.encode())
+                             .decode("ascii") for c in cks]
+        return state
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """``LoaderBase.load_state_dict``; with a ``dali`` entry (a DALI loader's state) the
+        pipelines are rebuilt from its checkpoints. A state without one (from a torch backend)
+        resumes the same samples with fresh random draws.
+
+        Raises:
+            ValueError: as ``LoaderBase.load_state_dict``, or checkpoints for another number of
+                pipelines.
+        """
+        super().load_state_dict(state)
+        cks = state.get("dali")
+        if cks is None:
+            return
+        n = self.options.pipelines
+        if not isinstance(cks, list) or len(cks) != n:
+            got = len(cks) if isinstance(cks, list) else cks
+            raise ValueError(f"load_state_dict: pipelines differs: the state has checkpoints "
+                             f"for {got}, this loader runs {n}; resume with the same "
+                             "DaliOptions.pipelines")
+        raw = [base64.b64decode(c) for c in cks]
+        self._its = None
+        self.pipes = []
+        gc.collect()
+        with self._on_device():
+            self._build(raw)
+        self._in_epoch = False
+        self._broken = False
 
     def _iterators(self) -> List[DALIGenericIterator]:
         return [DALIGenericIterator(p, list(OUTPUTS), size=-1, auto_reset=False,
@@ -156,6 +211,8 @@ class DaliLoader(LoaderBase):
             self._report(fed.bad, fed.dropped)
 
     def _produce(self, epoch: int, start: int):
+        if start >= len(self):  # a state saved at the end of an epoch: nothing is left
+            return
         with self._on_device():
             self._start(epoch, start)
         self._in_epoch = True
