@@ -15,7 +15,9 @@ Recorded, per backend:
 * ``runs[policy]``: len, batches yielded and indices of epochs 0 and 1, and the batch device,
   for ``last_batch`` in (default, partial, pad, drop);
 * ``aug``: a fingerprint of the first batch of a dataset of identical images (``--same``):
-  ranks read different copies, so equal fingerprints mean equal random crops and flips.
+  ranks read different copies, so equal fingerprints mean equal random crops and flips;
+* ``resume``: whether a loader restored from the state saved after 2 batches of epoch 1
+  yielded exactly (indices and pixels) the rest of an uninterrupted epoch 1 on this rank.
 """
 from __future__ import annotations
 
@@ -54,6 +56,29 @@ def epoch(loader, e: int):
 def fingerprint(loader) -> str:
     x, _ = next(iter(loader))
     return hashlib.sha1(x.float().cpu().numpy().tobytes()).hexdigest()
+
+
+def resumed_exactly(backend: str, c: LoaderConfig) -> dict:
+    with create_loader(backend, c) as ref:
+        ref.set_epoch(0)
+        list(ref)
+        ref.set_epoch(1)
+        want = [(x.cpu().clone(), y.cpu().clone()) for x, y in ref]
+    with create_loader(backend, c) as ld:
+        ld.set_epoch(0)
+        list(ld)
+        ld.set_epoch(1)
+        it = iter(ld)
+        for _ in range(2):
+            next(it)
+        state = json.loads(json.dumps(ld.state_dict()))
+        it.close()
+    with create_loader(backend, c) as ld:
+        ld.load_state_dict(state)
+        got = [(x.cpu().clone(), y.cpu().clone()) for x, y in ld]
+    same = len(got) == len(want) - 2 and all(
+        torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(want[2:], got))
+    return {"exact": same, "batches": len(got), "len": len(want)}
 
 
 def main() -> None:
@@ -103,6 +128,7 @@ def main() -> None:
                 }
         with create_loader(b, cfg(a.same, a.device, shuffle=False)) as ld:
             rec["aug"] = fingerprint(ld)
+        rec["resume"] = resumed_exactly(b, cfg(a.root, a.device))
     Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()

@@ -167,6 +167,13 @@ def test_augmentation_differs_across_ranks(ranks):
         assert len(set(prints)) == len(ranks), (b, prints)
 
 
+def test_each_rank_resumes_exactly_from_its_state(ranks):
+    for b in _backends(ranks):
+        for r in ranks:
+            res = r["backends"][b]["resume"]
+            assert res["exact"] and res["batches"] == res["len"] - 2, (b, r["rank"], res)
+
+
 def test_two_simulated_nodes_shard_and_place_correctly(tiny_root, same_root, tmp_path):
     recs = two_nodes(tiny_root, same_root, tmp_path)
     assert [r["rank"] for r in recs] == [0, 1] and {r["local_rank"] for r in recs} == {0}
