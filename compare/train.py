@@ -4,12 +4,22 @@ A real, minimal training loop that users can copy: the backend is one flag, the 
 branches on it. Under ``torchrun --nproc_per_node N`` it is DDP: each rank trains on its shard
 on ``cuda:LOCAL_RANK`` and rank 0 prints the job's images and img/s (``compare.ddp``).
 AMP (bf16) and channels_last on a GPU; loss and throughput printed per epoch.
+
+``--checkpoint PATH`` saves the model, the optimiser and the loader's ``state_dict`` every
+``--checkpoint-every`` steps and at each epoch's end (written atomically); ``--resume`` starts
+from it, mid-epoch included. ``--resume-test`` proves that: it trains once uninterrupted, then
+again with a real ``SIGKILL`` in the middle of the second epoch, restarts from the last checkpoint,
+and checks that the (epoch, batch, dataset indices) sequence joined across the kill equals the
+uninterrupted one (exit 1 with the first difference otherwise).
 The suite times exactly this ``TrainStep``. Arguments are checked before any work
 (``compare.cli``: one line naming the option, exit 2); an epoch that yields no image, or a bad
 file under ``--on-bad-file error``, stops the run with one line and exit status 1.
 """
 from __future__ import annotations
 
+import argparse
+import os
+import signal
 import sys
 import time
 
@@ -33,7 +43,21 @@ def main(argv=None) -> int:
     p.add_argument("--on-bad-file", choices=["error", "skip"], default="error",
                    help="a file that is not a decodable image: stop with its name (error) or "
                         "replace it within its batch and count it (skip)")
+    p.add_argument("--checkpoint", default=None,
+                   help="save model, optimiser and loader state here (see --checkpoint-every)")
+    p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
+    p.add_argument("--resume", action="store_true", help="start from --checkpoint if it exists")
+    p.add_argument("--resume-test", action="store_true",
+                   help="kill a run mid-epoch (SIGKILL), resume it, compare with an "
+                        "uninterrupted run (module doc)")
+    p.add_argument("--log-batches", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--kill-after-steps", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.resume_test:
+        from .resume_test import run_test
+
+        return run_test(a, [x for x in (argv if argv is not None else sys.argv[2:])
+                            if x != "--resume-test"], PROG)
     import torch  # after parsing: --help and usage errors return at once
 
     from . import ddp
@@ -70,7 +94,11 @@ def _train(a, job, cuda: bool) -> int:
             augment=AugmentSpec(size=224), num_workers=a.workers, seed=a.seed,
             device="cuda" if cuda else "cpu", dtype="bfloat16" if cuda else "float32",
             channels_last=cuda, last_batch="drop", on_bad_file=a.on_bad_file,
+            debug_indices=a.log_batches is not None,
         )
+        cli.at_least("--checkpoint-every", a.checkpoint_every, 1)
+        if a.resume and not a.checkpoint:
+            raise ValueError("--resume needs --checkpoint PATH")
         paths, classes = cli.list_dataset(a.data)
         cli.check_batches(len(paths), cfg)
         step = TrainStep(model, cfg.resolved().torch_device, num_classes=max(2, len(classes)),
@@ -79,9 +107,37 @@ def _train(a, job, cuda: bool) -> int:
         loader = create_loader(a.backend, cfg)
     except (ValueError, TypeError, ImportError) as e:
         return cli.fail(PROG, e)
+    start, resumed = 0, False
+    # every rank keeps its own loader state (DALI's random state differs per rank)
+    ck_path = a.checkpoint and (a.checkpoint if job.rank == 0 else f"{a.checkpoint}.rank{job.rank}")
+    if a.resume and os.path.exists(ck_path):
+        try:
+            ck = torch.load(ck_path, map_location=cfg.resolved().torch_device,
+                            weights_only=False)
+            loader.load_state_dict(ck["loader"])
+        except (ValueError, KeyError, OSError, RuntimeError) as e:
+            loader.close()
+            return cli.fail(PROG, f"--resume {a.checkpoint}: {e}")
+        if step.module is not None:
+            step.module.load_state_dict(ck["model"])
+            step.opt.load_state_dict(ck["optimizer"])
+        start, resumed = loader.epoch, True
+        say(f"resumed from {ck_path} at epoch {start}, batch {ck['loader']['batches']}",
+            flush=True)
+    log = open(a.log_batches, "a") if a.log_batches else None
+    steps = 0
+
+    def save() -> None:
+        state = {"loader": loader.state_dict(),
+                 "model": step.module.state_dict() if step.module is not None else None,
+                 "optimizer": step.opt.state_dict() if step.module is not None else None}
+        tmp = f"{ck_path}.{os.getpid()}.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, ck_path)  # a kill mid-write leaves the last checkpoint whole
+
     with loader:
-        for epoch in range(a.epochs):
-            loader.set_epoch(epoch)
+        for epoch in range(start, a.epochs):
+            loader.set_epoch(epoch)  # keeps a resumed position within this epoch
             t0 = time.perf_counter()
             total, n, seen = 0.0, 0, 0
             try:
@@ -91,17 +147,30 @@ def _train(a, job, cuda: bool) -> int:
                         total += loss.float()  # stays on the device: no sync per step
                         n += 1
                     seen += len(labels)
+                    steps += 1
+                    if log is not None:
+                        e, k = loader.position
+                        log.write(f"{e} {k - 1} {','.join(map(str, loader.last_batch_indices))}\n")
+                        log.flush()
+                    if a.kill_after_steps is not None and steps >= a.kill_after_steps:
+                        os.kill(os.getpid(), signal.SIGKILL)  # the resume test's pre-emption
+                    if a.checkpoint and steps % a.checkpoint_every == 0:
+                        save()
             except BadFileError as e:  # the data, not a bug: one line
                 return cli.fail(PROG, f"epoch {epoch}: {e}", 1)
             if cuda:
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
             seen = sum(job.gather(seen))  # the job's images (one rank: this one's)
+            if not seen and resumed and epoch == start:  # saved at this epoch's very end
+                continue
             if not seen:  # e.g. every file of the epoch skipped as bad
                 bad = len(getattr(getattr(loader, "stats", None), "epoch_bad", ()))
                 why = f" ({bad} bad files skipped)" if bad else ""
                 return cli.fail(PROG, f"epoch {epoch} yielded no image{why}: no loss to "
                                 f"report; check --data {a.data}", 1)
+            if a.checkpoint:
+                save()
             mean = f"{(total / n).item():.4f}" if n else "-"
             ranks = f", {job.world} ranks" if job.group else ""
             who = " (rank 0)" if job.group else ""

@@ -79,6 +79,7 @@ class LoaderBase:
         self.last_indices: Optional[np.ndarray] = None
         self.epoch = 0
         self._pos: Tuple[int, int] = (0, 0)  # (epoch, batches the consumer has received)
+        self.last_batch_indices: Optional[np.ndarray] = None  # with debug_indices
         self._resume: Optional[Tuple[int, int]] = None  # from load_state_dict (NOTE [resume])
         self._listing_hash: Optional[str] = None
         self._closed = False
@@ -119,6 +120,11 @@ class LoaderBase:
         return {"samples": len(self.paths), "listing": self._listing_hash,
                 "world_size": c.world_size, "batch_size": c.batch_size, "seed": c.seed,
                 "shuffle": c.shuffle, "last_batch": c.last_batch.value}
+
+    @property
+    def position(self) -> Tuple[int, int]:
+        """``(epoch, batches of it the consumer has received)``, as ``state_dict`` saves it."""
+        return self._pos
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the consumer is: the epoch, the batches of it received, and the plan's
@@ -168,6 +174,7 @@ class LoaderBase:
         for batch, indices in self._produce(epoch, start):
             if seen is not None and indices is not None:
                 seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
+                self.last_batch_indices = seen[-1]
             self._pos = (epoch, self._pos[1] + 1)  # counted as handed over
             yield batch
         self.stats.end_epoch()

@@ -1,0 +1,87 @@
+"""``python -m compare train ... --resume-test``: a real pre-emption, and the proof it resumes.
+
+Three runs of the same ``compare train`` command, in child processes, with every batch's
+(epoch, position, dataset indices) logged:
+
+1. uninterrupted, to the end;
+2. with a checkpoint after every step, killed by ``SIGKILL`` (from itself, after logging its
+   step and before checkpointing it: the worst moment) in the middle of the second epoch;
+3. the same command with ``--resume``, from the checkpoint the killed run left.
+
+The joined sequence is run 2's batches before the position run 3 resumed at, then run 3's. It
+must equal run 1's, batch for batch. Exit status 0 when it does, 1 (with the first difference)
+when it does not, 2 for a usage error.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Tuple
+
+from . import cli
+
+Row = Tuple[int, int, str]
+
+
+def _rows(path: Path) -> List[Row]:
+    out = []
+    for line in path.read_text().splitlines():
+        e, k, idx = line.split(" ", 2)
+        out.append((int(e), int(k), idx))
+    return out
+
+
+def _child(args: List[str], log: Path, extra: List[str]) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "compare", "train", *args, "--log-batches", str(log), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def join(killed: List[Row], resumed: List[Row]) -> List[Row]:
+    """``killed`` up to where ``resumed`` starts, then ``resumed``."""
+    if not resumed:
+        return killed
+    at = resumed[0][:2]
+    return [r for r in killed if r[:2] < at] + resumed
+
+
+def run_test(a, args: List[str], prog: str) -> int:
+    if a.epochs < 2:
+        return cli.fail(prog, f"--resume-test needs --epochs >= 2 (got {a.epochs}): the kill "
+                              "falls in the second epoch")
+    if a.checkpoint or a.resume or a.kill_after_steps is not None:
+        return cli.fail(prog, "--resume-test makes its own checkpoint; drop --checkpoint and "
+                              "--resume")
+    with tempfile.TemporaryDirectory(prefix="gpu-feed-resume-") as tmp:
+        t = Path(tmp)
+        ref = _child(args, t / "ref.log", [])
+        if ref.returncode != 0:
+            return cli.fail(prog, f"the uninterrupted run failed: {ref.stderr.strip()[-500:]}", 1)
+        want = _rows(t / "ref.log")
+        per_epoch = sum(1 for r in want if r[0] == 0)
+        kill_at = per_epoch + max(1, per_epoch // 2)  # the middle of the second epoch
+        ck = ["--checkpoint", str(t / "ck.pt"), "--checkpoint-every", "1"]
+        run = _child(args, t / "killed.log", ck + ["--kill-after-steps", str(kill_at)])
+        if run.returncode != -9:
+            return cli.fail(prog, f"the run to be killed ended with status {run.returncode}, "
+                                  f"not SIGKILL: {run.stderr.strip()[-500:]}", 1)
+        killed = _rows(t / "killed.log")
+        res = _child(args, t / "resumed.log", ck + ["--resume"])
+        if res.returncode != 0:
+            return cli.fail(prog, f"the resumed run failed: {res.stderr.strip()[-500:]}", 1)
+        resumed = _rows(t / "resumed.log")
+    got = join(killed, resumed)
+    where = f"killed by SIGKILL after step {kill_at} (epoch 1, batch {kill_at - per_epoch - 1})"
+    start = f"epoch {resumed[0][0]}, batch {resumed[0][1]}" if resumed else "the end"
+    print(f"{prog} --resume-test: {len(want)} batches uninterrupted; {where}; resumed at "
+          f"{start}; {len(got)} batches joined")
+    for i, (w, g) in enumerate(zip(want, got)):
+        if w != g:
+            return cli.fail(prog, f"batch {i} differs: uninterrupted (epoch {w[0]}, batch {w[1]}, "
+                                  f"indices {w[2][:60]}) vs resumed (epoch {g[0]}, batch {g[1]}, "
+                                  f"indices {g[2][:60]})", 1)
+    if len(want) != len(got):
+        return cli.fail(prog, f"{len(want)} batches uninterrupted but {len(got)} joined", 1)
+    print("identical: every (epoch, batch, indices) of the joined run equals the uninterrupted one")
+    return 0
