@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import warnings
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -44,6 +45,22 @@ from .recipe import Recipe
 from .stats import BadFileStats
 from .types import Batch
 from .validate import BadFileError
+
+
+class EpochHook:
+    """``loader.sampler``: what training frameworks call at each epoch start.
+
+    Lightning's fit loop (and code written for ``DistributedSampler``) calls
+    ``dataloader.sampler.set_epoch(epoch)``; this forwards it to ``loader.set_epoch``, so the
+    epoch advances with no call in the user's code. It holds the loader weakly (no cycle)."""
+
+    def __init__(self, loader: "LoaderBase"):
+        self._loader = weakref.ref(loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        loader = self._loader()
+        if loader is not None:
+            loader.set_epoch(epoch)
 
 
 class LoaderBase:
@@ -78,6 +95,7 @@ class LoaderBase:
         self.stats = BadFileStats()
         self.last_indices: Optional[np.ndarray] = None
         self.epoch = 0
+        self.sampler = EpochHook(self)  # Lightning's per-epoch set_epoch call lands here
         self._pos: Tuple[int, int] = (0, 0)  # (epoch, batches the consumer has received)
         self.last_batch_indices: Optional[np.ndarray] = None  # with debug_indices
         self._resume: Optional[Tuple[int, int]] = None  # from load_state_dict (NOTE [resume])

@@ -53,7 +53,7 @@ class TorchLoaderBase(LoaderBase):
         r = self.recipe
         self.dataset = JpegDataset(self.paths, self.labels, r.full if in_workers == "full"
                                    else r.head, config.seed, max_pixels=config.max_image_pixels)
-        self.sampler = PlanBatchSampler(self.plan_of, len(self))
+        self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
         self._stream = None  # the DataLoader iterator over epoch after epoch (NOTE)
         self._next: Optional[int] = None  # the epoch the stream reaches next, at its start
         self.sample_bytes = r.sample_bytes(in_workers=in_workers) or self._measured_bytes()
@@ -62,7 +62,7 @@ class TorchLoaderBase(LoaderBase):
         self.num_workers, self.prefetch_factor = nw, prefetch
         self.loader = torch.utils.data.DataLoader(
             self.dataset,
-            batch_sampler=self.sampler,
+            batch_sampler=self.plan_sampler,
             collate_fn=collate_skipping,
             num_workers=nw,
             pin_memory=pin_memory,
@@ -99,7 +99,7 @@ class TorchLoaderBase(LoaderBase):
         when it is there (NOTE); a restart at ``start`` > 0 never decodes the batches before."""
         if self._stream is None or self._next != epoch or start:
             self._stop_stream()
-            self.sampler.start, self.sampler.skip = epoch, start
+            self.plan_sampler.start, self.plan_sampler.skip = epoch, start
             self._stream = iter(self.loader)
         self._next = None  # until this epoch has been taken whole
         stream = self._stream
