@@ -194,3 +194,32 @@ def test_dali_with_two_pipelines_resumes_exactly_at_every_position(tiny_root):
         _same("dali", full[k:], rest)
     with create_loader("dali", cfg) as one, pytest.raises(ValueError, match="pipelines differs"):
         one.load_state_dict(state)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["dali", "pinned"])
+def test_resume_on_the_gpu_is_exact(backend, gpu_root):
+    """On CUDA: pinned (CPU decode, GPU normalise) and DALI (nvJPEG decode, GPU augmentation,
+    restored from its checkpoints) resume with identical pixels."""
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    cfg = _cfg(gpu_root, device="cuda", batch_size=32, augment=AugmentSpec(size=224),
+               num_workers=4)
+    with create_loader(backend, cfg) as ref:
+        ref.set_epoch(1)
+        full = _batches(ref)
+    k = len(full) // 2
+    with create_loader(backend, cfg) as a:
+        a.set_epoch(1)
+        it = iter(a)
+        for _ in range(k):
+            next(it)
+        state = a.state_dict()
+        it.close()
+    with create_loader(backend, cfg) as b:
+        b.load_state_dict(state)
+        rest = _batches(b)
+    assert len(rest) == len(full) - k
+    for (xa, ya, _), (xb, yb, _) in zip(full[k:], rest):
+        assert torch.equal(ya, yb)
+        assert torch.equal(xa, xb), float((xa - xb).abs().max())
