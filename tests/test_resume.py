@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
-from tests.utils import broken_huffman
+from tests.utils import broken_huffman, make
 
 BACKENDS = ["dali", "pinned", "pageable"]
 EXACT_PIXELS = {"pinned", "pageable", "dali"}  # DALI: through its pipeline checkpoints
@@ -30,9 +30,16 @@ def _batches(loader):
     return out
 
 
-def _indices(loader, n_from_end):
-    idx = loader.last_indices
-    return idx.reshape(-1, loader.config.batch_size)[-n_from_end:] if n_from_end else idx[:0]
+def _state_after(backend, cfg, k, epoch=0, **options):
+    """The state of a loader that handed out ``k`` batches of ``epoch`` and was left there."""
+    with make(backend, cfg, **options) as a:
+        a.set_epoch(epoch)
+        it = iter(a)
+        for _ in range(k):
+            next(it)
+        state = a.state_dict()
+        it.close()
+    return state
 
 
 def _same(backend, a, b):
@@ -54,13 +61,7 @@ def test_resume_after_k_batches_yields_the_rest_of_an_uninterrupted_run(backend,
         full = _batches(ref)
         full_idx = ref.last_indices.copy()
     for k in (0, 1, n // 2, n):
-        with create_loader(backend, cfg) as a:
-            a.set_epoch(1)
-            it = iter(a)
-            for _ in range(k):
-                next(it)
-            state = a.state_dict()
-            it.close()
+        state = _state_after(backend, cfg, k, epoch=1)
         assert state["epoch"] == 1 and state["batches"] == k
         state = json.loads(json.dumps(state))  # plain: JSON holds it
         with create_loader(backend, cfg) as b:
@@ -108,12 +109,7 @@ def test_resume_on_rank_1_of_2_and_with_skipped_bad_files(backend, tiny_root, tm
         full_idx, bad_total = ref.last_indices.copy(), ref.stats["bad_files"]
     assert bad_total == 1
     k = 2
-    with create_loader(backend, cfg) as a:
-        it = iter(a)
-        for _ in range(k):
-            next(it)
-        state = a.state_dict()
-        it.close()
+    state = _state_after(backend, cfg, k)
     with create_loader(backend, cfg) as b:
         b.load_state_dict(state)
         rest = _batches(b)
@@ -180,12 +176,7 @@ def test_dali_with_two_pipelines_resumes_exactly_at_every_position(tiny_root):
         full = _batches(ref)
         full_idx = ref.last_indices.copy()
     for k in (1, 2, n - 1, n):
-        with create_loader("dali", cfg, options=opt) as a:
-            it = iter(a)
-            for _ in range(k):
-                next(it)
-            state = a.state_dict()
-            it.close()
+        state = _state_after("dali", cfg, k, pipelines=2)
         assert len(state["dali"]) == 2
         with create_loader("dali", cfg, options=opt) as b:
             b.load_state_dict(state)
@@ -209,13 +200,7 @@ def test_resume_on_the_gpu_is_exact(backend, gpu_root):
         ref.set_epoch(1)
         full = _batches(ref)
     k = len(full) // 2
-    with create_loader(backend, cfg) as a:
-        a.set_epoch(1)
-        it = iter(a)
-        for _ in range(k):
-            next(it)
-        state = a.state_dict()
-        it.close()
+    state = _state_after(backend, cfg, k, epoch=1)
     with create_loader(backend, cfg) as b:
         b.load_state_dict(state)
         rest = _batches(b)
