@@ -28,6 +28,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--width-range", type=_pair, default=(300, 800), metavar="LO,HI")
     p.add_argument("--quality-range", type=_pair, default=(75, 95), metavar="LO,HI")
+    p.add_argument("--mix-formats", action="store_true",
+                   help="write some images as PNG, WebP and BMP among the JPEGs")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument("--force", action="store_true",
                    help="write beside files data_gen did not write (they stay), or replace a "
@@ -46,7 +48,7 @@ def main(argv=None) -> int:
             m = generate(GenConfig(
                 out=a.out, num_images=a.num_images, classes=a.classes, seed=a.seed,
                 width_range=a.width_range, quality_range=a.quality_range, workers=a.workers,
-                force=a.force,
+                force=a.force, mix_formats=a.mix_formats,
             ), progress=not a.quiet)
     except (ValueError, OSError) as e:  # user errors and unwritable folders: one line
         print(f"data_gen: error: {e}", file=sys.stderr)

@@ -35,6 +35,9 @@ class GenConfig:
         seed: base seed.
         width_range: image width range in pixels (inclusive); heights follow mixed aspect ratios.
         quality_range: JPEG quality range (inclusive).
+        mix_formats: write every 8th image (from the 2nd) as PNG, every 8th from the 4th as
+            lossy WebP and every 8th from the 6th as BMP, the rest as JPEG (``--mix-formats``):
+            a folder as real datasets are, with formats both engines decode.
         workers: processes (default: all cores).
         force: write beside files that ``data_gen`` did not write (they stay; a warning counts
             them), and replace a data_gen output of another kind (``--force``).
@@ -46,6 +49,7 @@ class GenConfig:
     seed: int = 0
     width_range: Tuple[int, int] = (300, 800)
     quality_range: Tuple[int, int] = (75, 95)
+    mix_formats: bool = False
     workers: Optional[int] = None
     force: bool = False
 
@@ -104,9 +108,30 @@ def _pair(cfg: GenConfig, name: str) -> Tuple[int, int]:
     return int(lo), int(hi)
 
 
+MIXED = {1: "png", 3: "webp", 5: "bmp"}  # i % 8 -> format with --mix-formats; others JPEG
+
+
+def image_format(cfg: GenConfig, i: int) -> str:
+    """The format of image ``i``: ``"jpg"``, or with ``mix_formats`` one of ``MIXED``."""
+    return MIXED.get(i % 8, "jpg") if cfg.mix_formats else "jpg"
+
+
 def image_path(cfg: GenConfig, i: int) -> str:
     """Where image ``i`` goes, relative to ``out``."""
-    return f"class_{i % cfg.classes:04d}/img_{i:07d}.jpg"
+    return f"class_{i % cfg.classes:04d}/img_{i:07d}.{image_format(cfg, i)}"
+
+
+def _reencode(jpeg: bytes, fmt: str) -> bytes:
+    """The JPEG's pixels in another format (PNG and BMP lossless, WebP at quality 90)."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(jpeg)) as im:
+        out = io.BytesIO()
+        im.convert("RGB").save(out, {"png": "PNG", "webp": "WEBP", "bmp": "BMP"}[fmt],
+                               **({"quality": 90} if fmt == "webp" else {}))
+    return out.getvalue()
 
 
 _SOURCES = None
@@ -128,11 +153,13 @@ def _one(args) -> Dict:
     rng = np.random.default_rng((cfg.seed, i))
     enc = make_jpeg(rng, _SOURCES, label, cfg.width_range, cfg.quality_range)
     rel = image_path(cfg, i)
+    fmt = image_format(cfg, i)
+    data = enc.data if fmt == "jpg" else _reencode(enc.data, fmt)
     with open(Path(folder) / rel, "wb") as f:
-        f.write(enc.data)
+        f.write(data)
     return {
-        "path": rel, "label": label, "width": enc.width, "height": enc.height,
-        "bytes": len(enc.data), "sha256": hashlib.sha256(enc.data).hexdigest(),
+        "path": rel, "label": label, "width": enc.width, "height": enc.height, "format": fmt,
+        "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
         "mode": enc.mode, "subsampling": enc.subsampling, "progressive": enc.progressive,
         "quality": enc.quality, "source": enc.source,
     }

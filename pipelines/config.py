@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .augment import AugmentSpec
+from .listing import IMAGE_EXTENSIONS, check_extensions
 from .validate import DEFAULT_MAX_PIXELS
 
 
@@ -116,7 +117,7 @@ class LoaderConfig:
     """Everything a loader needs. Invalid values raise ``ValueError`` naming the option.
 
     Args:
-        root: dataset root in ImageFolder layout (one sub-folder per class, ``.jpg``/``.jpeg``).
+        root: dataset root in ImageFolder layout (one sub-folder per class).
         batch_size: samples per batch (per rank).
         augment: the ``AugmentSpec`` every backend is built from.
         shuffle: shuffle each epoch with a permutation drawn from ``(seed, epoch)``.
@@ -142,6 +143,8 @@ class LoaderConfig:
             the GPU); the DALI backend runs its translation or refuses it when the loader is
             built (``pipelines.migrate``). A Compose with no float conversion gives the uint8
             values as floats (0.0..255.0) in every backend.
+        extensions: the file extensions listed as images, any case (default JPEG, PNG, WebP and
+            BMP: what every backend decodes); other files are skipped and named in one warning.
         allow_empty_classes: keep class folders that hold no image (their class index is kept)
             instead of raising, as ``ImageFolder(allow_empty=True)``.
         debug_indices: also record the dataset index of every yielded sample in
@@ -165,6 +168,7 @@ class LoaderConfig:
     transform: Any = None
     allow_empty_classes: bool = False
     debug_indices: bool = False
+    extensions: tuple = IMAGE_EXTENSIONS
 
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -177,6 +181,7 @@ class LoaderConfig:
             from .migrate import check_transform
 
             s("transform", check_transform(self.transform))
+        s("extensions", check_extensions(self.extensions))
         if not isinstance(self.augment, AugmentSpec):
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")
         if self.last_batch is not None:

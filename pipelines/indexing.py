@@ -5,7 +5,8 @@ Every backend asks this module which samples to read, in which order, so all of 
 the same files, each exactly once per epoch (per the last-batch policy):
 
 1. ``list_samples(root)`` (``pipelines.listing``): sorted class folders give the class indices;
-   files inside are sorted; ``.jpg`` / ``.jpeg`` in any case are kept.
+   files inside are sorted; the config's ``extensions`` (JPEG, PNG, WebP, BMP by default) in any
+   case are kept.
 2. ``epoch_order``: a full permutation drawn from ``numpy.random.default_rng((seed, epoch))``
    (identity when ``shuffle=False``). Same (seed, epoch) -> same order on every rank and backend.
 3. ``shard_indices``: rank ``r`` of ``w`` takes ``order[r::w]``. With ``DROP`` the order is first

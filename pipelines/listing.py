@@ -3,7 +3,9 @@
 NOTE [listing]
 It follows torchvision's ``ImageFolder`` conventions: the root's sub-folders are the classes,
 in sorted order, and every image file below a class folder (recursively, sorted) belongs to that
-class. Beyond that:
+class. An image file is one whose extension, in any case, is in ``extensions`` (default
+``IMAGE_EXTENSIONS``: the formats both engines decode, JPEG, PNG, WebP and BMP); the others are
+skipped, counted and named in one warning. Beyond that:
 
 * Hidden files and folders (a leading ``.``, which includes macOS ``._*`` resource forks) and
   OS metadata (``Thumbs.db``, ``desktop.ini``, ``__MACOSX``, ``@eaDir``) are ignored.
@@ -28,7 +30,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 OS_METADATA = frozenset({"thumbs.db", "desktop.ini", "__macosx", "@eadir", "$recycle.bin"})
 
 
@@ -48,13 +50,14 @@ class _Walker:
     """Depth-first, sorted, pre-order walk of the class folders (files of a folder first, then
     its sub-folders, like ``os.walk``), with the link rules of the module note."""
 
-    def __init__(self, root: Path, classes: List[str]):
+    def __init__(self, root: Path, classes: List[str], extensions: Tuple[str, ...]):
         self.root = root
+        self.extensions = extensions
         self.trees = [os.path.realpath(root / c) for c in classes]
         self.visited: set = set()
         self.not_followed: List[str] = []
         self.followed: List[str] = []
-        self.skipped_ext = 0
+        self.skipped: List[str] = []  # files with other extensions
 
     def _in_classes(self, real: str) -> bool:
         return any(_within(real, t) for t in self.trees)
@@ -97,16 +100,25 @@ class _Walker:
                         continue
                     self.visited.add(real)
                     subdirs.append((e.path, real))
-                elif e.name.lower().endswith(IMAGE_EXTENSIONS):
+                elif e.name.lower().endswith(self.extensions):
                     if link and self._in_classes(os.path.realpath(e.path)):
                         self.not_followed.append(
                             f"{e.path} (file link to {os.path.realpath(e.path)}, listed there)")
                         continue
                     out.append(e.path)
                 else:
-                    self.skipped_ext += 1
+                    self.skipped.append(e.path)
             stack.extend(reversed(subdirs))
         return out
+
+    def warn_skipped(self, root: Path) -> None:
+        if not self.skipped:
+            return
+        names = ", ".join(self.skipped[:5]) + (f" and {len(self.skipped) - 5} more"
+                                                if len(self.skipped) > 5 else "")
+        warnings.warn(f"root={str(root)!r}: skipped {len(self.skipped)} files whose extension is "
+                      f"not one of {', '.join(self.extensions)} (LoaderConfig.extensions): "
+                      f"{names}", RuntimeWarning, stacklevel=4)
 
     def warn(self, root: Path) -> None:
         notes = [f"not followed: {s}" for s in self.not_followed]
@@ -118,13 +130,25 @@ class _Walker:
                       + "; ".join(notes[:10]) + more, RuntimeWarning, stacklevel=4)
 
 
-def list_samples(root: str | os.PathLike, allow_empty: bool = False
+def check_extensions(extensions) -> Tuple[str, ...]:
+    """``extensions`` as a tuple of lower-case ``.ext`` strings, or a ``ValueError`` naming
+    the option."""
+    if isinstance(extensions, str) or not all(
+            isinstance(e, str) and e.startswith(".") and len(e) > 1 for e in extensions or ()):
+        raise ValueError(f"extensions={extensions!r} must be a non-empty sequence of '.ext' "
+                         f"strings, e.g. {IMAGE_EXTENSIONS}")
+    return tuple(e.lower() for e in extensions)
+
+
+def list_samples(root: str | os.PathLike, allow_empty: bool = False,
+                 extensions: Tuple[str, ...] = IMAGE_EXTENSIONS
                  ) -> Tuple[List[str], np.ndarray, List[str]]:
     """List an ImageFolder root (see the module note).
 
     Args:
         root: a directory with one sub-directory per class.
         allow_empty: keep class folders with no image (their index is kept) instead of raising.
+        extensions: the file extensions that are images (any case).
 
     Returns:
         ``(paths, labels, classes)``: the sorted paths, their int64 class indices and the sorted
@@ -150,7 +174,8 @@ def list_samples(root: str | os.PathLike, allow_empty: bool = False
         raise DatasetRootError(
             f"root={str(root)!r} has no class sub-folders; expected ImageFolder layout root/<class>/*.jpg"
         )
-    walker = _Walker(root, classes)
+    extensions = check_extensions(extensions)
+    walker = _Walker(root, classes, extensions)
     paths: List[str] = []
     labels: List[int] = []
     empty = []
@@ -161,13 +186,15 @@ def list_samples(root: str | os.PathLike, allow_empty: bool = False
         paths += found
         labels += [ci] * len(found)
     walker.warn(root)
+    kinds = "/".join(extensions)
     if not paths:
-        extra = (f" ({walker.skipped_ext} files with other extensions were ignored)"
-                 if walker.skipped_ext else "")
-        raise DatasetRootError(f"root={str(root)!r} holds no .jpg/.jpeg files{extra}")
+        extra = (f" ({len(walker.skipped)} files with other extensions were ignored)"
+                 if walker.skipped else "")
+        raise DatasetRootError(f"root={str(root)!r} holds no {kinds} files{extra}")
+    walker.warn_skipped(root)
     if empty and not allow_empty:
         names = ", ".join(repr(c) for c in empty[:5]) + (" ..." if len(empty) > 5 else "")
         raise DatasetRootError(
-            f"root={str(root)!r}: {len(empty)} class folder(s) hold no .jpg/.jpeg file: {names}; "
+            f"root={str(root)!r}: {len(empty)} class folder(s) hold no {kinds} file: {names}; "
             "remove them or pass allow_empty_classes=True")
     return paths, np.asarray(labels, dtype=np.int64), classes

@@ -79,7 +79,7 @@ class LoaderBase:
         self.config = config
         self.options = options
         self.paths, self.labels, self.classes = list_samples(
-            config.root, allow_empty=config.allow_empty_classes)
+            config.root, allow_empty=config.allow_empty_classes, extensions=config.extensions)
         check_nonempty(len(self.paths), config)
         uneven = unequal_steps(len(self.paths), config)
         if uneven and config.last_batch is LastBatchPolicy.PARTIAL:

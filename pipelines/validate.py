@@ -3,7 +3,8 @@
 NOTE [bad files]
 Every backend runs :func:`check_image_bytes` before decoding (the torch backends on the bytes
 they read for every sample; DALI once per file, see ``pipelines.dali.source``), so "bad" means
-the same thing everywhere: empty, not a JPEG/PNG, a JPEG with no end-of-image marker after its
+the same thing everywhere: empty, not a JPEG/PNG/WebP/BMP, a truncated WebP or BMP (shorter
+than its own header says), a JPEG with no end-of-image marker after its
 scan (truncated), a Huffman-coded JPEG whose scan is too short for the pixels its header claims
 (a forged or truncated header), a PNG whose image data is too short for its header even at
 deflate's best ratio, a header with a zero or bomb-sized (> ``max_pixels``)
@@ -128,10 +129,51 @@ def _png_problem(data: bytes) -> Optional[str]:
     return None
 
 
+def _webp(data: bytes) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
+    """``((w, h), None)`` of a WebP, or ``(None, why)``."""
+    if len(data) < 30:
+        return None, "truncated WebP header"
+    (riff,) = struct.unpack("<I", data[4:8])
+    if 8 + riff > len(data):
+        return None, f"truncated WebP: {len(data)} bytes of the {8 + riff} its header gives"
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        return (1 + int.from_bytes(data[24:27], "little"),
+                1 + int.from_bytes(data[27:30], "little")), None
+    if chunk == b"VP8 ":
+        w, h = struct.unpack("<HH", data[26:30])
+        return (w & 0x3FFF, h & 0x3FFF), None
+    if chunk == b"VP8L":
+        (b,) = struct.unpack("<I", data[21:25])
+        return ((b & 0x3FFF) + 1, ((b >> 14) & 0x3FFF) + 1), None
+    return None, f"WebP with an unknown first chunk {chunk!r}"
+
+
+def _bmp(data: bytes) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
+    """``((w, h), None)`` of a BMP, or ``(None, why)``."""
+    if len(data) < 26:
+        return None, "truncated BMP header"
+    size, = struct.unpack("<I", data[2:6])
+    w, h = struct.unpack("<ii", data[18:26])
+    if size > len(data):
+        return None, f"truncated BMP: {len(data)} bytes of the {size} its header gives"
+    return (abs(w), abs(h)), None  # a negative height is a top-down bitmap
+
+
 def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Optional[str]:
     """Return why ``data`` is not a usable image, or ``None`` when it looks fine."""
     if len(data) == 0:
         return "empty file (0 bytes)"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP" or data[:2] == b"BM":
+        wh, why = (_webp if data[:4] == b"RIFF" else _bmp)(data)
+        if why:
+            return why
+        w, h = wh
+        if w == 0 or h == 0:
+            return f"zero-sized image ({w}x{h})"
+        if w * h > max_pixels:
+            return f"decompression bomb: {w}x{h} = {w * h} pixels > max_pixels={max_pixels}"
+        return None
     if data.startswith(JPEG_SOI):
         sof, sos = _frame(data)
         if sof is None:
@@ -149,7 +191,7 @@ def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Opti
             return "truncated PNG header"
         w, h = struct.unpack(">II", data[16:24])
     else:
-        return f"not a JPEG or PNG (starts with {data[:8]!r})"
+        return f"not a JPEG, PNG, WebP or BMP (starts with {data[:8]!r})"
     if w == 0 or h == 0:
         return f"zero-sized image ({w}x{h})"
     if w * h > max_pixels:

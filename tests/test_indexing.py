@@ -10,25 +10,34 @@ from pipelines.indexing import epoch_order, sample_seed
 def test_listing_is_sorted_with_class_indices_and_any_case_extensions(tmp_path):
     for c in ("b", "a"):
         (tmp_path / c).mkdir()
-    for name in ("z.JPG", "y.jpeg", "x.Jpg", "notes.txt", "w.png"):
+    for name in ("z.JPG", "y.jpeg", "x.Jpg", "notes.txt", "w.png", "v.WebP", "u.bmp", "t.gif"):
         (tmp_path / "b" / name).write_bytes(b"x")
     (tmp_path / "a" / "q.jpg").write_bytes(b"x")
-    paths, labels, classes = list_samples(tmp_path)
+    with pytest.warns(RuntimeWarning, match=r"skipped 2 files whose extension is not one of "
+                                            r".*b/notes.txt, .*b/t.gif"):
+        paths, labels, classes = list_samples(tmp_path)
     assert classes == ["a", "b"]
-    assert [p.rsplit("/", 1)[1] for p in paths] == ["q.jpg", "x.Jpg", "y.jpeg", "z.JPG"]
-    assert labels.tolist() == [0, 1, 1, 1] and labels.dtype == np.int64
+    assert [p.rsplit("/", 1)[1] for p in paths] == [
+        "q.jpg", "u.bmp", "v.WebP", "w.png", "x.Jpg", "y.jpeg", "z.JPG"]
+    assert labels.tolist() == [0, 1, 1, 1, 1, 1, 1] and labels.dtype == np.int64
+    # a user-set list (any case), as LoaderConfig.extensions
+    with pytest.warns(RuntimeWarning, match="skipped 8 files"):
+        paths, _, _ = list_samples(tmp_path, extensions=(".PNG",), allow_empty=True)
+    assert [p.rsplit("/", 1)[1] for p in paths] == ["w.png"]
+    with pytest.raises(ValueError, match="extensions='png' must be a non-empty sequence"):
+        list_samples(tmp_path, extensions="png")
 
 
-def _only_png(p):
+def _only_gif(p):
     (p / "c").mkdir()
-    (p / "c" / "a.png").write_bytes(b"x")
+    (p / "c" / "a.gif").write_bytes(b"x")
     return p
 
 
 @pytest.mark.parametrize("setup, msg", [
     (lambda p: p / "missing", "does not exist"),
     (lambda p: p, "no class sub-folders"),
-    (_only_png, r"no .jpg/.jpeg files \(1 files with other extensions"),
+    (_only_gif, r"no .jpg/.jpeg/.png/.webp/.bmp files \(1 files with other extensions"),
 ])
 def test_bad_roots_raise_one_clear_error(tmp_path, setup, msg):
     with pytest.raises(DatasetRootError, match=msg):

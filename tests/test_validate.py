@@ -63,7 +63,7 @@ def test_truncated_main_image_after_an_exif_thumbnail_is_refused():
 
 
 def test_noise_is_not_an_image():
-    assert "not a JPEG or PNG" in check_image_bytes(np.random.default_rng(0).bytes(100))
+    assert "not a JPEG, PNG, WebP or BMP" in check_image_bytes(np.random.default_rng(0).bytes(100))
 
 
 def _png(mode, size, **kw):
