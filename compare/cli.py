@@ -166,10 +166,10 @@ def writable_dir(path: str | os.PathLike, option: str = "--out") -> Path:
 
 def list_dataset(root: str | os.PathLike, option: str = "--data",
                  allow_empty: bool = False) -> Tuple[List[str], List[str]]:
-    """``(paths, classes)`` of an ImageFolder root; errors (``DatasetRootError``) name ``option``."""
-    from pipelines import list_samples
+    """``(paths, classes)`` of an ImageFolder root or a file list; errors name ``option``."""
+    from pipelines import list_dataset as list_any
     try:
-        paths, _, classes = list_samples(root, allow_empty=allow_empty)
+        paths, _, classes = list_any(root, allow_empty=allow_empty)
     except ValueError as e:  # DatasetRootError: "root='...' does not exist"
         raise type(e)(f"{option}: {e}") from None
     return paths, classes

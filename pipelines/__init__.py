@@ -21,6 +21,7 @@ from .migrate import (InvalidTransformError, TransformError, UnsupportedTransfor
                       check_transform, from_torchvision)
 from .options import DaliOptions, Options, TorchOptions
 from .recipe import Recipe
+from .sources import list_dataset
 from .torch_backend.shm import HEADROOM as SHM_HEADROOM
 from .torch_backend.shm import fit_to_shm, shm_free_bytes, shm_need
 from .types import Batch, BatchLoader
@@ -34,7 +35,7 @@ __all__ = [
     "Batch", "BatchLoader", "InvalidTransformError", "TransformError",
     "UnsupportedTransformError", "check_transform", "from_torchvision", "check_image_bytes",
     "default_workers", "usable_cores", "SHM_HEADROOM", "fit_to_shm", "shm_free_bytes",
-    "shm_need", "Placement", "placement", "local_world_size",
+    "shm_need", "Placement", "placement", "local_world_size", "list_dataset",
 ]
 
 

@@ -117,7 +117,9 @@ class LoaderConfig:
     """Everything a loader needs. Invalid values raise ``ValueError`` naming the option.
 
     Args:
-        root: dataset root in ImageFolder layout (one sub-folder per class).
+        root: dataset root in ImageFolder layout (one sub-folder per class), or a file list:
+            a ``.csv``/``.tsv`` with path and label columns, or a ``.txt`` of ``path label``
+            lines (``pipelines.filelist``).
         batch_size: samples per batch (per rank).
         augment: the ``AugmentSpec`` every backend is built from.
         shuffle: shuffle each epoch with a permutation drawn from ``(seed, epoch)``.

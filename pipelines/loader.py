@@ -38,10 +38,10 @@ import numpy as np
 
 from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig
 from .distributed import check_unchanged, resolve
-from .indexing import (as_epoch, check_nonempty, config_batches, config_len, list_samples,
-                       unequal_steps)
+from .indexing import as_epoch, check_nonempty, config_batches, config_len, unequal_steps
 from .options import Options
 from .recipe import Recipe
+from .sources import list_dataset
 from .stats import BadFileStats
 from .types import Batch
 from .validate import BadFileError
@@ -78,8 +78,9 @@ class LoaderBase:
         config, self.placement = resolve(config)
         self.config = config
         self.options = options
-        self.paths, self.labels, self.classes = list_samples(
-            config.root, allow_empty=config.allow_empty_classes, extensions=config.extensions)
+        self.paths, self.labels, self.classes = list_dataset(
+            config.root, allow_empty=config.allow_empty_classes, extensions=config.extensions,
+            skip_bad=config.on_bad_file is BadFilePolicy.SKIP)
         check_nonempty(len(self.paths), config)
         uneven = unequal_steps(len(self.paths), config)
         if uneven and config.last_batch is LastBatchPolicy.PARTIAL:
