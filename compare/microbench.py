@@ -5,6 +5,9 @@ behind design choices quoted in the README and docstrings (single thread, median
 * ``validate``: ``pipelines.validate.check_image_bytes`` per file.
 * ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
   one dense array, and copied vs ``no_copy`` buffers.
+* ``listing``: ``pipelines.list_dataset`` on a folder of ``--files`` empty ``.jpg`` files in
+  ``--classes`` folders, made in a temp dir: the first listing (a walk, then cached) and the
+  next (from the listing cache, ``pipelines.listcache``). One run each, not a median.
 
 The ``pinned`` backend's pin thread against its ring is measured with the real loader:
 ``python -m compare --backends pinned --sweep pin_mode=thread,ring``.
@@ -110,14 +113,55 @@ def feed(paths, repeats, batch=256, iters=60):
 PROG = "python -m compare.microbench"
 
 
+def listing(files: int, classes: int) -> dict:
+    import os
+    import tempfile
+
+    from pipelines import list_dataset
+
+    with tempfile.TemporaryDirectory(prefix="gpu-feed-listing-") as tmp:
+        root = os.path.join(tmp, "data")
+        t0 = time.perf_counter()
+        for c in range(classes):
+            os.makedirs(os.path.join(root, f"c{c:05d}"))
+        for i in range(files):
+            open(os.path.join(root, f"c{i % classes:05d}", f"{i:08d}.jpg"), "wb").close()
+        old = time.time() - 60  # a dataset nobody is writing (not "racy": pipelines.listcache)
+        for d in [root] + [os.path.join(root, f"c{c:05d}") for c in range(classes)]:
+            os.utime(d, (old, old))
+        made = time.perf_counter() - t0
+        os.environ["GPU_FEED_LISTING_CACHE"] = os.path.join(tmp, "cache")
+        t0 = time.perf_counter()
+        n1 = len(list_dataset(root)[0])
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        n2 = len(list_dataset(root)[0])
+        cached = time.perf_counter() - t0
+        assert n1 == n2 == files
+        size = sum(f.stat().st_size for f in os.scandir(os.environ["GPU_FEED_LISTING_CACHE"]))
+    return {"files": files, "classes": classes, "make_s": round(made, 1),
+            "first_listing_s": round(first, 2), "cached_listing_s": round(cached, 2),
+            "cache_mib": round(size / 2**20, 1)}
+
+
 def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__,
                    formatter_class=cli.HelpFormatter)
-    p.add_argument("what", choices=["decode", "validate", "feed"])
+    p.add_argument("what", choices=["decode", "validate", "feed", "listing"])
     p.add_argument("--data", help="an ImageFolder root")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--files", type=int, default=1_000_000, help="listing: files to make")
+    p.add_argument("--classes", type=int, default=1000, help="listing: class folders")
     a = p.parse_args(argv)
+    if a.what == "listing":
+        try:
+            cli.at_least("--files", a.files, 1)
+            cli.at_least("--classes", a.classes, 1)
+        except ValueError as e:
+            return cli.fail(PROG, e)
+        print(json.dumps({"what": "listing", **listing(a.files, a.classes)}, indent=1))
+        return 0
     try:  # every argument, before any measurement (compare.cli)
         cli.at_least("--images", a.images, 1)
         cli.at_least("--repeats", a.repeats, 1)

@@ -143,7 +143,15 @@ def check_extensions(extensions) -> Tuple[str, ...]:
 def list_samples(root: str | os.PathLike, allow_empty: bool = False,
                  extensions: Tuple[str, ...] = IMAGE_EXTENSIONS
                  ) -> Tuple[List[str], np.ndarray, List[str]]:
-    """List an ImageFolder root (see the module note).
+    """List an ImageFolder root (see the module note); ``walk_folder`` without its folders."""
+    return walk_folder(root, allow_empty, extensions)[0]
+
+
+def walk_folder(root: str | os.PathLike, allow_empty: bool = False,
+                extensions: Tuple[str, ...] = IMAGE_EXTENSIONS
+                ) -> Tuple[Tuple[List[str], np.ndarray, List[str]], List[str]]:
+    """List an ImageFolder root (see the module note), and name every folder entered (the
+    listing cache, ``pipelines.listcache``, checks their modification times).
 
     Args:
         root: a directory with one sub-directory per class.
@@ -151,8 +159,8 @@ def list_samples(root: str | os.PathLike, allow_empty: bool = False,
         extensions: the file extensions that are images (any case).
 
     Returns:
-        ``(paths, labels, classes)``: the sorted paths, their int64 class indices and the sorted
-        class names.
+        ``((paths, labels, classes), folders)``: the sorted paths, their int64 class indices and
+        the sorted class names; the real paths of the folders walked.
 
     Raises:
         DatasetRootError: the root is missing, not a directory, holds no images, or has a class
@@ -197,4 +205,4 @@ def list_samples(root: str | os.PathLike, allow_empty: bool = False,
         raise DatasetRootError(
             f"root={str(root)!r}: {len(empty)} class folder(s) hold no {kinds} file: {names}; "
             "remove them or pass allow_empty_classes=True")
-    return paths, np.asarray(labels, dtype=np.int64), classes
+    return (paths, np.asarray(labels, dtype=np.int64), classes), sorted(walker.visited)

@@ -33,3 +33,11 @@ def gpu_root(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu")
     generate(GenConfig(out=str(out), num_images=512, classes=8, seed=3), progress=False)
     return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _listing_cache(tmp_path_factory):
+    """Keep the tests' listing cache (``pipelines.listcache``) out of the user's cache."""
+    import os
+
+    os.environ.setdefault("GPU_FEED_LISTING_CACHE", str(tmp_path_factory.mktemp("listings")))
