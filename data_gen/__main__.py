@@ -28,6 +28,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--width-range", type=_pair, default=(300, 800), metavar="LO,HI")
     p.add_argument("--quality-range", type=_pair, default=(75, 95), metavar="LO,HI")
+    p.add_argument("--format", choices=["folder", "list"], default="folder", dest="layout",
+                   help="folder: ImageFolder layout; list: a flat images/ folder plus "
+                        "labels.csv (a file-list dataset: --data OUT/labels.csv)")
     p.add_argument("--mix-formats", action="store_true",
                    help="write some images as PNG, WebP and BMP among the JPEGs")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
@@ -48,7 +51,7 @@ def main(argv=None) -> int:
             m = generate(GenConfig(
                 out=a.out, num_images=a.num_images, classes=a.classes, seed=a.seed,
                 width_range=a.width_range, quality_range=a.quality_range, workers=a.workers,
-                force=a.force, mix_formats=a.mix_formats,
+                force=a.force, mix_formats=a.mix_formats, layout=a.layout,
             ), progress=not a.quiet)
     except (ValueError, OSError) as e:  # user errors and unwritable folders: one line
         print(f"data_gen: error: {e}", file=sys.stderr)

@@ -38,6 +38,9 @@ class GenConfig:
         mix_formats: write every 8th image (from the 2nd) as PNG, every 8th from the 4th as
             lossy WebP and every 8th from the 6th as BMP, the rest as JPEG (``--mix-formats``):
             a folder as real datasets are, with formats both engines decode.
+        layout: ``"folder"`` (ImageFolder: ``class_XXXX/img_XXXXXXX.jpg``) or ``"list"`` (the
+            same images in one flat ``images/`` folder plus ``labels.csv`` with ``path`` and
+            ``label`` columns, the label a class name: a file-list dataset, ``--format list``).
         workers: processes (default: all cores).
         force: write beside files that ``data_gen`` did not write (they stay; a warning counts
             them), and replace a data_gen output of another kind (``--force``).
@@ -50,6 +53,7 @@ class GenConfig:
     width_range: Tuple[int, int] = (300, 800)
     quality_range: Tuple[int, int] = (75, 95)
     mix_formats: bool = False
+    layout: str = "folder"
     workers: Optional[int] = None
     force: bool = False
 
@@ -64,6 +68,9 @@ class GenConfig:
         if self.classes > self.num_images:
             raise ValueError(f"classes={self.classes} (--classes) must be <= num_images="
                              f"{self.num_images} (--num-images): every class needs an image")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout={self.layout!r} (--format) must be one of "
+                             f"{', '.join(LAYOUTS)}")
         lo, hi = _pair(self, "width_range")
         if not 16 <= lo <= hi <= 8192:
             raise ValueError(f"width_range={self.width_range} (--width-range) must satisfy "
@@ -108,6 +115,8 @@ def _pair(cfg: GenConfig, name: str) -> Tuple[int, int]:
     return int(lo), int(hi)
 
 
+LAYOUTS = ("folder", "list")
+LIST_FILE = "labels.csv"
 MIXED = {1: "png", 3: "webp", 5: "bmp"}  # i % 8 -> format with --mix-formats; others JPEG
 
 
@@ -118,7 +127,19 @@ def image_format(cfg: GenConfig, i: int) -> str:
 
 def image_path(cfg: GenConfig, i: int) -> str:
     """Where image ``i`` goes, relative to ``out``."""
-    return f"class_{i % cfg.classes:04d}/img_{i:07d}.{image_format(cfg, i)}"
+    folder = "images" if cfg.layout == "list" else f"class_{i % cfg.classes:04d}"
+    return f"{folder}/img_{i:07d}.{image_format(cfg, i)}"
+
+
+def class_name(label: int) -> str:
+    return f"class_{label:04d}"
+
+
+def _label_list(folder: Path, images: List[Dict]) -> Dict[str, bytes]:
+    """``labels.csv`` of a ``layout="list"`` dataset: every image and its class name."""
+    rows = "".join(f"{r['path']},{class_name(r['label'])}\n"
+                   for r in sorted(images, key=lambda r: r["path"]))
+    return {LIST_FILE: ("path,label\n" + rows).encode()}
 
 
 def _reencode(jpeg: bytes, fmt: str) -> bytes:
@@ -171,7 +192,7 @@ def _render(cfg: GenConfig, partial: Partial, progress: bool) -> List[Dict]:
     files = [partial.done[p] for p in paths if p in partial.done]
     jobs = [(i, cfg, str(partial.data)) for i, p in enumerate(paths) if p not in partial.done]
     for c in range(cfg.classes):
-        (partial.data / f"class_{c:04d}").mkdir(exist_ok=True)
+        (partial.data / image_path(cfg, c)).parent.mkdir(exist_ok=True)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -265,6 +286,8 @@ def generate(
             sources = load_sources(verbose=True)
             images = _render(cfg, partial, progress)
             more = extra(partial.data, images) if extra else {}
+            if cfg.layout == "list":
+                more.update(_label_list(partial.data, images))
             files = images + [partial.write(rel, data) for rel, data in more.items()]
             manifest = {
                 "generator": GENERATOR_TAG,

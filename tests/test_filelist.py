@@ -111,3 +111,24 @@ def test_a_row_naming_a_missing_file_is_a_bad_file(backend, lists, tmp_path):
     with create_loader(backend, _cfg(lst)) as ld:
         with pytest.raises(BadFileError, match="nowhere.jpg"):
             list(ld)
+
+
+def test_data_gen_list_layout_holds_the_folder_layouts_images(tmp_path):
+    import json
+
+    from data_gen.generate import GenConfig, generate
+
+    kw = dict(num_images=24, classes=3, seed=4, width_range=(48, 64), workers=1)
+    generate(GenConfig(out=str(tmp_path / "f"), **kw), progress=False)
+    generate(GenConfig(out=str(tmp_path / "l"), layout="list", **kw), progress=False)
+    fp, fl, fc = list_dataset(tmp_path / "f")
+    lp, ll, lc = list_dataset(tmp_path / "l" / "labels.csv")
+    assert fc == lc and len(fp) == len(lp) == 24
+    sha = lambda d: {r["path"].rsplit("/", 1)[1]: (r["sha256"], r["label"])  # noqa: E731
+                     for r in json.loads((tmp_path / d / "manifest.json").read_text())["files"]
+                     if r["path"].startswith(("class_", "images/"))}
+    assert sha("f") == sha("l")  # the same bytes and labels, image by image
+    by_name = {p.rsplit("/", 1)[1]: k for p, k in zip(fp, fl.tolist())}
+    assert {p.rsplit("/", 1)[1]: k for p, k in zip(lp, ll.tolist())} == by_name
+    with pytest.raises(ValueError, match="layout='tar' \\(--format\\) must be one of"):
+        GenConfig(out=str(tmp_path / "x"), layout="tar")
