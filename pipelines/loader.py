@@ -19,7 +19,8 @@ NOTE [resume]
 ``state_dict()`` is small and plain (ints and strings): the epoch, the batches of it the
 consumer has received (not what workers or DALI made ahead), and what identifies the plan
 (seed, shuffle, policy, batch size, world size, and the dataset: its sample count and a hash
-of the listing). ``load_state_dict(sd)`` refuses a state of another plan with one error naming
+of the listing, paths taken relative to the root, so the same dataset mounted elsewhere
+matches). ``load_state_dict(sd)`` refuses a state of another plan with one error naming
 the field, sets ``epoch`` and makes the next ``iter()`` of that epoch start at the next batch;
 a ``set_epoch`` to another epoch drops the pending position. The skipped batches are not
 decoded. Every backend then yields exactly the batches an uninterrupted run would: the torch
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -131,10 +133,13 @@ class LoaderBase:
     # -- resume (NOTE [resume]) ---------------------------------------------------------------
     def _plan_id(self) -> Dict[str, Any]:
         c = self.config
-        if self._listing_hash is None:
+        if self._listing_hash is None:  # paths relative to the root: a moved dataset matches
+            root = str(c.root)
+            base = root if os.path.isdir(root) else os.path.dirname(root)
             h = hashlib.sha256()
             for path, label in zip(self.paths, np.asarray(self.labels).tolist()):
-                h.update(f"{path}\0{label}\n".encode("utf-8", "surrogateescape"))
+                rel = os.path.relpath(path, base)
+                h.update(f"{rel}\0{label}\n".encode("utf-8", "surrogateescape"))
             self._listing_hash = h.hexdigest()
         return {"samples": len(self.paths), "listing": self._listing_hash,
                 "world_size": c.world_size, "batch_size": c.batch_size, "seed": c.seed,

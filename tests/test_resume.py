@@ -117,6 +117,15 @@ def test_resume_on_rank_1_of_2_and_with_skipped_bad_files(backend, tiny_root, tm
     _same(backend, full[k:], rest)
 
 
+def test_the_same_dataset_mounted_elsewhere_resumes(tiny_root, tmp_path):
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(tiny_root, moved)
+    state = _state_after("pageable", _cfg(tiny_root), 3)
+    with create_loader("pageable", _cfg(moved)) as b:
+        b.load_state_dict(state)
+        assert b.position == (0, 0) and b.state_dict()["batches"] == 3
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_state_of_another_plan_is_refused_naming_what_differs(backend, tiny_root, tmp_path):
     with create_loader(backend, _cfg(tiny_root)) as a:
