@@ -59,10 +59,6 @@ class Job:
 
             dist.barrier()
 
-    def all_true(self, ok: bool) -> bool:
-        """Whether ``ok`` holds on every rank (so all ranks take the same branch)."""
-        return all(self.gather(bool(ok)))
-
     def finish(self) -> None:
         if self.group:
             import torch.distributed as dist

@@ -37,6 +37,19 @@ def incompatible(a: SuiteResult, b: SuiteResult) -> List[str]:
     return [f"{k}: {fa[k]!r} -> {fb[k]!r}" for k in fa if fa[k] != fb[k]]
 
 
+def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: Tuple[str, ...] = (),
+               why: str = "the runs are not comparable") -> List[str]:
+    """The facts that differ between two runs (``key: A -> B``), apart from ``ignore``.
+
+    Raises:
+        ValueError: some differ and not ``force`` (``why``, then the facts and the way out).
+    """
+    diff = [d for d in incompatible(a, b) if d.split(":", 1)[0] not in ignore]
+    if diff and not force:
+        raise ValueError(f"{why} ({'; '.join(diff)}); use --force to compare them anyway")
+    return diff
+
+
 def verdict(va, vb) -> Tuple[float, str]:
     """``(ratio, verdict)`` of B against A for one row."""
     ma, mb = va.median(METRIC), vb.median(METRIC)
@@ -80,12 +93,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     try:
         a, b = _load(args.a, "A"), _load(args.b, "B")
+        diff = comparable(a, b, args.force)
     except ValueError as e:
         return cli.fail(PROG, e)
-    diff = incompatible(a, b)
-    if diff and not args.force:
-        return cli.fail(PROG, f"the runs are not comparable ({'; '.join(diff)}); "
-                              "use --force to compare them anyway")
     for d in diff:
         print(f"note: differs: {d}")
     table = rows(a, b)

@@ -156,14 +156,13 @@ def main(argv=None) -> int:
                         "LOCAL_WORLD_SIZE when run under torchrun, else 1)")
     a = p.parse_args(argv)
     cores, cuda, dali = facts()
-    from pipelines import local_world_size, shm_free_bytes
+    from pipelines import default_workers, local_world_size, shm_free_bytes
 
     try:
         lr = max(a.local_ranks or 0, 0) or local_world_size()
     except ValueError as e:  # a malformed LOCAL_WORLD_SIZE
         return cli.fail("python -m compare doctor", e)
-    mine = max(1, cores // lr)  # as pipelines.default_workers does for this rank
-    workers = a.workers if a.workers is not None else (max(1, mine - 2) if mine > 2 else mine)
+    workers = a.workers if a.workers is not None else default_workers(cores, lr)
     lines = check(a.batch_size, workers, a.prefetch, a.image_size, shm_free_bytes(), cores, cuda,
                   dali, local_ranks=lr)
     ranks = f", {lr} ranks on this host" if lr > 1 else ""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from . import cli
-from .diff import _load, incompatible
+from .diff import _load, comparable
 from .results import SuiteResult, VariantResult
 
 PROG = "python -m compare scaling"
@@ -88,12 +88,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if world(many) <= world(one):
             raise ValueError(f"MANY {a.many!r} ran {world(many)} rank(s), ONE {a.one!r} "
                              f"{world(one)}: MANY must have more")
+        diff = comparable(one, many, a.force, ignore=("world_size",),
+                          why="the runs differ in more than the rank count")
     except ValueError as e:
         return cli.fail(PROG, e)
-    diff = [d for d in incompatible(one, many) if not d.startswith("world_size:")]
-    if diff and not a.force:
-        return cli.fail(PROG, f"the runs differ in more than the rank count ({'; '.join(diff)}); "
-                              "use --force to compare them anyway")
     for d in diff:
         print(f"note: differs: {d}")
     body = rows(one, many)

@@ -56,8 +56,8 @@ def main(argv=None) -> int:
     if a.resume_test:
         from .resume_test import run_test
 
-        return run_test(a, [x for x in (argv if argv is not None else sys.argv[2:])
-                            if x != "--resume-test"], PROG)
+        given = argv if argv is not None else sys.argv[1:]  # python -m compare.train ...
+        return run_test(a, [x for x in given if x != "--resume-test"], PROG)
     import torch  # after parsing: --help and usage errors return at once
 
     from . import ddp

@@ -79,13 +79,15 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def default_workers() -> int:
+def default_workers(cores: int | None = None, local_ranks: int | None = None) -> int:
     """``LoaderConfig.num_workers`` when not given: this rank's share of the usable cores
     (divided by ``LOCAL_WORLD_SIZE`` under torchrun) minus two (for the main process and the
-    pin thread), at least one."""
+    pin thread), at least one. ``cores`` and ``local_ranks`` default to this machine's and
+    this job's (``compare doctor`` passes others)."""
     from .distributed import local_world_size
 
-    n = max(1, usable_cores() // local_world_size())
+    cores = usable_cores() if cores is None else cores
+    n = max(1, cores // (local_world_size() if local_ranks is None else max(1, local_ranks)))
     return max(1, n - 2) if n > 2 else n
 
 

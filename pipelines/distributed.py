@@ -88,11 +88,11 @@ def placement(rank: Optional[int] = None, world_size: Optional[int] = None) -> P
     lr, lw = env_int("LOCAL_RANK"), local_world_size()
     if rank is not None and world_size is not None:
         return Placement(rank, world_size, lr, lw, "config")
-    d = _dist()
+    d, env_world = _dist(), env_int("WORLD_SIZE", 1)
     if d is not None:
         src, (r, w) = "torch.distributed", d
-    elif env_int("WORLD_SIZE", 1) is not None:
-        src, r, w = "environment", env_int("RANK") or 0, env_int("WORLD_SIZE", 1)
+    elif env_world is not None:
+        src, r, w = "environment", env_int("RANK") or 0, env_world
     else:
         src, r, w = "single process", 0, 1
     if rank is not None or world_size is not None:

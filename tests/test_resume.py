@@ -26,7 +26,7 @@ def _cfg(root, **kw):
 def _batches(loader):
     out = []
     for x, y in loader:
-        out.append((x.clone(), y.clone(), loader._pos[1]))
+        out.append((x.clone(), y.clone(), loader.position[1]))
     return out
 
 

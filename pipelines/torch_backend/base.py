@@ -2,15 +2,15 @@
 
 NOTE [epochs without a drain]
 A DataLoader iterator normally ends with its epoch: the queue drains, and the next epoch starts
-with every worker building its first batch from nothing (for a batch of 256, a second or more of
-a stalled training loop at every epoch start; with short epochs, as on many ranks, that
-dominates: docs/results/h200x2). Here one DataLoader iterator runs over the plan of epoch after
-epoch (``PlanBatchSampler``), and each ``iter()`` of the loader takes exactly ``len()`` batches
-from it, so the workers decode the next epoch's first batches while the consumer finishes this
-one. The stream is kept only while the consumer follows it: an ``iter()`` for another epoch than
-the next one, or after an epoch that was left early or failed, starts a fresh stream at that
-epoch (the batches made ahead are dropped). Samples are keyed by ``(epoch, index)``, so what a
-batch holds and its augmentation do not depend on when it was made.
+with every worker building its first batch from nothing: the training loop stalls at every epoch
+start, and with short epochs, as on many ranks, that dominates (docs/results/h200x2). Here one
+DataLoader iterator runs over the plan of epoch after epoch (``PlanBatchSampler``), and each
+``iter()`` of the loader takes exactly ``len()`` batches from it, so the workers decode the next
+epoch's first batches while the consumer finishes this one. The stream is kept only while the
+consumer follows it: an ``iter()`` for another epoch than the next one, or after an epoch that
+was left early or failed, starts a fresh stream at that epoch (the batches made ahead are
+dropped). Samples are keyed by ``(epoch, index)``, so what a batch holds and its augmentation do
+not depend on when it was made.
 """
 from __future__ import annotations
 
