@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from .generate import GenConfig, generate
+from .generate import LAYOUTS, GenConfig, generate
 
 
 def _pair(s: str) -> tuple[int, int]:
@@ -19,7 +19,7 @@ def _pair(s: str) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m data_gen", description=__doc__)
-    p.add_argument("--out", help="output directory (ImageFolder layout)")
+    p.add_argument("--out", help="output directory (its layout: --format)")
     p.add_argument("--bad-inputs", metavar="DIR",
                    help="write a corpus of problem files (truncated, empty, CMYK, EXIF, bomb...) "
                         "next to good ones into DIR, instead of a dataset")
@@ -28,9 +28,13 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--width-range", type=_pair, default=(300, 800), metavar="LO,HI")
     p.add_argument("--quality-range", type=_pair, default=(75, 95), metavar="LO,HI")
-    p.add_argument("--format", choices=["folder", "list"], default="folder", dest="layout",
+    p.add_argument("--format", choices=LAYOUTS, default="folder", dest="layout",
                    help="folder: ImageFolder layout; list: a flat images/ folder plus "
-                        "labels.csv (a file-list dataset: --data OUT/labels.csv)")
+                        "labels.csv (a file-list dataset: --data OUT/labels.csv); wds: WebDataset "
+                        "tar shards OUT/shard-NNNNNN.tar in a seeded shuffled order, each "
+                        "sample KEY.jpg|png|webp|bmp and KEY.cls")
+    p.add_argument("--shard-size", type=int, default=1000, metavar="K",
+                   help="samples per shard with --format wds (the last shard holds the rest)")
     p.add_argument("--mix-formats", action="store_true",
                    help="write some images as PNG, WebP and BMP among the JPEGs")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
@@ -52,6 +56,7 @@ def main(argv=None) -> int:
                 out=a.out, num_images=a.num_images, classes=a.classes, seed=a.seed,
                 width_range=a.width_range, quality_range=a.quality_range, workers=a.workers,
                 force=a.force, mix_formats=a.mix_formats, layout=a.layout,
+                shard_size=a.shard_size,
             ), progress=not a.quiet)
     except (ValueError, OSError) as e:  # user errors and unwritable folders: one line
         print(f"data_gen: error: {e}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Parallel, reproducible generation of an ImageFolder dataset of real JPEGs, with a manifest."""
+"""Parallel, reproducible generation of a dataset of real JPEGs, with a manifest: an ImageFolder,
+a file list, or WebDataset tar shards."""
 from __future__ import annotations
 
 import hashlib
@@ -8,6 +9,7 @@ import numbers
 import os
 import signal
 import sys
+import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
@@ -16,7 +18,7 @@ import numpy as np
 
 from .sources import load_sources
 from .outdir import (GENERATOR_TAG, MANIFEST, Kind, Replace, Target, manifest_paths,
-                     read_manifest, survey)
+                     read_manifest, survey, unlink_and_prune)
 from .partial import Partial, plain_os_errors
 from .synth import make_jpeg
 
@@ -29,7 +31,7 @@ class GenConfig:
     """What to generate. The same values give byte-identical files.
 
     Args:
-        out: output directory (ImageFolder layout: ``out/class_XXXX/img_XXXXXXX.jpg``).
+        out: output directory (its files depend on ``layout``).
         num_images: number of JPEGs.
         classes: number of class folders.
         seed: base seed.
@@ -38,9 +40,15 @@ class GenConfig:
         mix_formats: write every 8th image (from the 2nd) as PNG, every 8th from the 4th as
             lossy WebP and every 8th from the 6th as BMP, the rest as JPEG (``--mix-formats``):
             a folder as real datasets are, with formats both engines decode.
-        layout: ``"folder"`` (ImageFolder: ``class_XXXX/img_XXXXXXX.jpg``) or ``"list"`` (the
+        layout: ``"folder"`` (ImageFolder: ``class_XXXX/img_XXXXXXX.jpg``), ``"list"`` (the
             same images in one flat ``images/`` folder plus ``labels.csv`` with ``path`` and
-            ``label`` columns, the label a class name: a file-list dataset, ``--format list``).
+            ``label`` columns, the label a class name: a file-list dataset, ``--format list``) or
+            ``"wds"`` (the same images in WebDataset tar shards ``shard-NNNNNN.tar``, in a seeded
+            shuffled order so shards are not sorted by class; each sample is ``<key>.<ext>`` then
+            ``<key>.cls``, the key the image's index and the label its class index as ASCII
+            digits: ``--format wds``).
+        shard_size: samples per shard with ``layout="wds"``, the last shard holding the rest
+            (``--shard-size``); other layouts ignore it, and it is not part of their recipe.
         workers: processes (default: all cores).
         force: write beside files that ``data_gen`` did not write (they stay; a warning counts
             them), and replace a data_gen output of another kind (``--force``).
@@ -54,6 +62,7 @@ class GenConfig:
     quality_range: Tuple[int, int] = (75, 95)
     mix_formats: bool = False
     layout: str = "folder"
+    shard_size: int = 1000
     workers: Optional[int] = None
     force: bool = False
 
@@ -63,6 +72,7 @@ class GenConfig:
         _int(self, "num_images", 1)
         _int(self, "classes", 1)
         _int(self, "seed", 0)
+        _int(self, "shard_size", 1)
         if self.workers is not None:
             _int(self, "workers", 1)
         if self.classes > self.num_images:
@@ -81,9 +91,10 @@ class GenConfig:
                              "1 <= lo <= hi <= 100")
 
     def recipe(self) -> Dict:
-        """The arguments that decide the bytes (not out, workers or force)."""
+        """The arguments that decide the bytes (not out, workers or force; shard_size only for
+        the wds layout)."""
         d = asdict(self)
-        for k in ("out", "workers", "force"):
+        for k in ("out", "workers", "force") + (() if self.layout == "wds" else ("shard_size",)):
             d.pop(k)
         return d
 
@@ -115,8 +126,9 @@ def _pair(cfg: GenConfig, name: str) -> Tuple[int, int]:
     return int(lo), int(hi)
 
 
-LAYOUTS = ("folder", "list")
+LAYOUTS = ("folder", "list", "wds")
 LIST_FILE = "labels.csv"
+SHARD_SHUFFLE = 0x5AD  # the spawn key of the shard order's random stream
 MIXED = {1: "png", 3: "webp", 5: "bmp"}  # i % 8 -> format with --mix-formats; others JPEG
 
 
@@ -126,8 +138,9 @@ def image_format(cfg: GenConfig, i: int) -> str:
 
 
 def image_path(cfg: GenConfig, i: int) -> str:
-    """Where image ``i`` goes, relative to ``out``."""
-    folder = "images" if cfg.layout == "list" else f"class_{i % cfg.classes:04d}"
+    """Where image ``i`` goes, relative to ``out`` (with ``layout="wds"``, relative to the partial
+    folder's ``data/``, until it is packed into a shard)."""
+    folder = "images" if cfg.layout in ("list", "wds") else f"class_{i % cfg.classes:04d}"
     return f"{folder}/img_{i:07d}.{image_format(cfg, i)}"
 
 
@@ -140,6 +153,98 @@ def _label_list(folder: Path, images: List[Dict]) -> Dict[str, bytes]:
     rows = "".join(f"{r['path']},{class_name(r['label'])}\n"
                    for r in sorted(images, key=lambda r: r["path"]))
     return {LIST_FILE: ("path,label\n" + rows).encode()}
+
+
+def shard_name(n: int) -> str:
+    return f"shard-{n:06d}.tar"
+
+
+def sample_key(i: int) -> str:
+    """The WebDataset key of image ``i`` (its index, as in ``image_path``)."""
+    return f"{i:08d}"
+
+
+def shard_order(cfg: GenConfig) -> np.ndarray:
+    """The image indices in the order the wds layout's shards hold them: a seeded permutation.
+
+    Shards are read in order with a bounded shuffle buffer, so they must not be sorted by class.
+    The stream is spawned from ``cfg.seed`` (not ``(seed, k)``, which is image ``k``'s stream).
+    """
+    seq = np.random.SeedSequence(cfg.seed, spawn_key=(SHARD_SHUFFLE,))
+    return np.random.default_rng(seq).permutation(cfg.num_images)
+
+
+class _Hashing:
+    """A write-only file object that counts and hashes what is written through it."""
+
+    def __init__(self, f):
+        self.f, self.sha, self.n = f, hashlib.sha256(), 0
+
+    def write(self, b) -> int:
+        self.f.write(b)
+        self.sha.update(b)
+        self.n += len(b)
+        return len(b)
+
+    def tell(self) -> int:
+        return self.n
+
+
+def _member(name: str, size: int) -> tarfile.TarInfo:
+    """A tar header that depends only on the name and size (so shards are reproducible)."""
+    ti = tarfile.TarInfo(name)
+    ti.size, ti.mtime, ti.mode, ti.type = size, 0, 0o644, tarfile.REGTYPE
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    return ti
+
+
+def _write_shards(cfg: GenConfig, partial: Partial, images: List[Dict],
+                  progress: bool) -> Tuple[List[Dict], List[Dict]]:
+    """Pack the rendered images into tar shards in ``partial.data``, then delete the images.
+
+    The shards are not journalled: a resumed run packs them again from the journalled images.
+
+    Returns:
+        The shards' file records (with ``samples``), and every image's record in shard order,
+        its ``path`` replaced by ``key`` and ``shard``.
+    """
+    import io
+
+    by_path = {r["path"]: r for r in images}
+    order = shard_order(cfg).tolist()
+    starts = range(0, len(order), cfg.shard_size)
+    shards: List[Dict] = []
+    samples: List[Dict] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(starts), unit="shard", desc="data_gen shards", dynamic_ncols=True)
+    try:
+        for n, start in enumerate(starts):
+            name = shard_name(n)
+            idx = order[start:start + cfg.shard_size]
+            with open(partial.data / name, "wb") as f:
+                h = _Hashing(f)
+                with tarfile.open(fileobj=h, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+                    for i in idx:
+                        rec, key = by_path[image_path(cfg, i)], sample_key(i)
+                        data = (partial.data / rec["path"]).read_bytes()
+                        cls = str(rec["label"]).encode("ascii")
+                        tar.addfile(_member(f"{key}.{rec['format']}", len(data)), io.BytesIO(data))
+                        tar.addfile(_member(f"{key}.cls", len(cls)), io.BytesIO(cls))
+                        samples.append({"key": key, "shard": name,
+                                        **{k: v for k, v in rec.items() if k != "path"}})
+            shards.append({"path": name, "bytes": h.n, "sha256": h.sha.hexdigest(),
+                           "samples": len(idx)})
+            bar and bar.update(1)
+    finally:
+        if bar:
+            bar.close()
+    for rec in images:  # only the shards go into place
+        unlink_and_prune(partial.data, rec["path"])
+    return shards, samples
 
 
 def _reencode(jpeg: bytes, fmt: str) -> bytes:
@@ -269,7 +374,8 @@ def generate(
             ``--out cfg.out``, with ``cfg.force``).
 
     Returns:
-        The manifest (also written to ``out/manifest.json``).
+        The manifest (also written to ``out/manifest.json``). Its ``files`` are what ``out``
+        holds; with ``layout="wds"`` those are the shards, and ``samples`` lists the images.
 
     Raises:
         FileExistsError: ``out`` holds files data_gen did not write (without ``force``), or a
@@ -288,14 +394,20 @@ def generate(
             more = extra(partial.data, images) if extra else {}
             if cfg.layout == "list":
                 more.update(_label_list(partial.data, images))
-            files = images + [partial.write(rel, data) for rel, data in more.items()]
+            stats, placed, samples = summarize(images), images, {}
+            if cfg.layout == "wds":  # the shards go into place instead of the images
+                placed, recs = _write_shards(cfg, partial, images, progress)
+                stats["shards"] = len(placed)
+                samples = {"samples": recs}
+            files = placed + [partial.write(rel, data) for rel, data in more.items()]
             manifest = {
                 "generator": GENERATOR_TAG,
                 "kind": kind.value,
                 "args": args,
                 "sources": [n for n, _ in sources],
-                "stats": summarize(images),
+                "stats": stats,
                 "files": sorted(files, key=lambda r: r["path"]),
+                **samples,
             }
             existing = survey(target, kind)  # again: the folder may have changed meanwhile
             partial.commit(manifest, existing)
