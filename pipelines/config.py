@@ -119,9 +119,10 @@ class LoaderConfig:
     """Everything a loader needs. Invalid values raise ``ValueError`` naming the option.
 
     Args:
-        root: dataset root in ImageFolder layout (one sub-folder per class), or a file list:
+        root: dataset root in ImageFolder layout (one sub-folder per class); a file list:
             a ``.csv``/``.tsv`` with path and label columns, or a ``.txt`` of ``path label``
-            lines (``pipelines.filelist``).
+            lines (``pipelines.filelist``); or WebDataset tar shards: a ``.tar``, a glob or
+            brace pattern of them, or a folder of them (``pipelines.shards``).
         batch_size: samples per batch (per rank).
         augment: the ``AugmentSpec`` every backend is built from.
         shuffle: shuffle each epoch with a permutation drawn from ``(seed, epoch)``.
@@ -147,6 +148,9 @@ class LoaderConfig:
             the GPU); the DALI backend runs its translation or refuses it when the loader is
             built (``pipelines.migrate``). A Compose with no float conversion gives the uint8
             values as floats (0.0..255.0) in every backend.
+        shuffle_window: with tar shards, each rank's samples are shuffled within windows of
+            this many consecutive samples of its shards (``pipelines.shards`` NOTE [the plan
+            for shards]); folders and file lists ignore it.
         extensions: the file extensions listed as images, any case (default JPEG, PNG, WebP and
             BMP: what every backend decodes); other files are skipped and named in one warning.
         allow_empty_classes: keep class folders that hold no image (their class index is kept)
@@ -173,6 +177,7 @@ class LoaderConfig:
     allow_empty_classes: bool = False
     debug_indices: bool = False
     extensions: tuple = IMAGE_EXTENSIONS
+    shuffle_window: int = 8192
 
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -198,6 +203,7 @@ class LoaderConfig:
         s("seed", int_option("seed", self.seed, 0, 2**32))
         s("max_image_pixels", int_option("max_image_pixels", self.max_image_pixels, 1))
         s("batch_size", int_option("batch_size", self.batch_size, 1))
+        s("shuffle_window", int_option("shuffle_window", self.shuffle_window, 1))
         if self.num_workers is None:
             s("num_workers", default_workers())
         s("num_workers", int_option("num_workers", self.num_workers, 0))

@@ -15,6 +15,12 @@ the same files, each exactly once per epoch (per the last-batch policy):
    so may the ranks' batch counts (which hangs DDP). ``PAD`` is the default with several ranks
    (``pipelines.distributed``).
 4. ``epoch_batches``: the shard cut into batches under the ``LastBatchPolicy``.
+
+Tar shards (``groups``: the samples of each shard, ``pipelines.shards``) change steps 2 and 3
+(``grouped_order``, ``contiguous_shard``, ``window_shuffle``): the shards are permuted, each
+rank takes a contiguous slice of the concatenated stream (the same counts as above, so ``len()``
+and the policies are unchanged), and its samples are shuffled within bounded windows. See
+``pipelines.shards`` NOTE [the plan for shards: what is exact].
 """
 from __future__ import annotations
 
@@ -54,6 +60,41 @@ def shard_indices(
     return order[rank::world_size]
 
 
+def grouped_order(groups: np.ndarray, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The samples of the groups (consecutive runs of ``groups[g]`` indices), the groups in an
+    order drawn from ``(seed, epoch)`` (in order when ``shuffle=False``)."""
+    starts = np.concatenate([[0], np.cumsum(groups)[:-1]]).astype(np.int64)
+    gs = (np.random.default_rng((seed, epoch)).permutation(len(groups)) if shuffle
+          else np.arange(len(groups)))
+    parts = [np.arange(starts[g], starts[g] + groups[g], dtype=np.int64) for g in gs]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def contiguous_shard(order: np.ndarray, *, rank: int, world_size: int,
+                     policy: LastBatchPolicy) -> np.ndarray:
+    """Rank ``rank``'s contiguous slice of ``order``, of the size ``shard_indices`` gives."""
+    n = len(order)
+    if world_size == 1:
+        return order
+    if policy is LastBatchPolicy.PAD:
+        per = math.ceil(n / world_size)
+        return np.resize(order, per * world_size)[rank * per:(rank + 1) * per]
+    if policy is LastBatchPolicy.DROP:
+        per = n // world_size
+        return order[rank * per:(rank + 1) * per]
+    sizes = [len(range(q, n, world_size)) for q in range(world_size)]
+    start = sum(sizes[:rank])
+    return order[start:start + sizes[rank]]
+
+
+def window_shuffle(shard: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:
+    """``shard`` with each run of ``window`` consecutive items permuted (a bounded shuffle)."""
+    out = shard.copy()
+    for a in range(0, len(out), window):
+        out[a:a + window] = rng.permutation(out[a:a + window])
+    return out
+
+
 def _cut(shard: np.ndarray, batch_size: int, policy: LastBatchPolicy) -> List[np.ndarray]:
     n = len(shard)
     full = n // batch_size
@@ -76,10 +117,23 @@ def epoch_batches(
     policy: LastBatchPolicy,
     rank: int = 0,
     world_size: int = 1,
+    groups: Optional[np.ndarray] = None,
+    window: int = 8192,
 ) -> List[np.ndarray]:
-    """The batches (arrays of dataset indices) that rank ``rank`` reads in ``epoch``."""
-    order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle)
-    shard = shard_indices(order, rank=rank, world_size=world_size, policy=policy)
+    """The batches (arrays of dataset indices) that rank ``rank`` reads in ``epoch``; with
+    ``groups`` (tar shards, module doc) a grouped order, contiguous slices and a ``window``
+    shuffle."""
+    if groups is None:
+        order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle)
+        shard = shard_indices(order, rank=rank, world_size=world_size, policy=policy)
+    else:
+        if int(np.sum(groups)) != n:
+            raise ValueError(f"groups hold {int(np.sum(groups))} samples, not n={n}")
+        order = grouped_order(groups, seed=seed, epoch=epoch, shuffle=shuffle)
+        shard = contiguous_shard(order, rank=rank, world_size=world_size, policy=policy)
+        if shuffle:
+            rng = np.random.default_rng((seed, epoch, rank, world_size, 0x5A4D))
+            shard = window_shuffle(shard, window, rng)
     return _cut(shard, batch_size, policy)
 
 
@@ -130,11 +184,14 @@ def unequal_steps(n: int, config) -> Optional[Tuple[int, int]]:
     return (max(counts), min(counts)) if len(counts) > 1 else None
 
 
-def config_batches(n: int, config, epoch: int) -> List[np.ndarray]:
-    """``epoch_batches`` with the order, shard and policy of a ``LoaderConfig``."""
+def config_batches(n: int, config, epoch: int, groups: Optional[np.ndarray] = None
+                   ) -> List[np.ndarray]:
+    """``epoch_batches`` with the order, shard and policy of a ``LoaderConfig`` (``groups``:
+    the samples per tar shard, or ``None``)."""
     c = _resolved(config)
     return epoch_batches(n, batch_size=c.batch_size, seed=c.seed, epoch=epoch, shuffle=c.shuffle,
-                         policy=c.last_batch, rank=c.rank, world_size=c.world_size)
+                         policy=c.last_batch, rank=c.rank, world_size=c.world_size,
+                         groups=groups, window=c.shuffle_window)
 
 
 def config_len(n: int, config) -> int:

@@ -43,7 +43,7 @@ from .distributed import check_unchanged, resolve
 from .indexing import as_epoch, check_nonempty, config_batches, config_len, unequal_steps
 from .options import Options
 from .recipe import Recipe
-from .sources import list_dataset
+from .sources import open_source
 from .stats import BadFileStats
 from .types import Batch
 from .validate import BadFileError
@@ -80,9 +80,11 @@ class LoaderBase:
         config, self.placement = resolve(config)
         self.config = config
         self.options = options
-        self.paths, self.labels, self.classes = list_dataset(
+        self.data_source = open_source(
             config.root, allow_empty=config.allow_empty_classes, extensions=config.extensions,
             skip_bad=config.on_bad_file is BadFilePolicy.SKIP)
+        self.paths, self.labels, self.classes = (self.data_source.names, self.data_source.labels,
+                                                 self.data_source.classes)
         check_nonempty(len(self.paths), config)
         uneven = unequal_steps(len(self.paths), config)
         if uneven and config.last_batch is LastBatchPolicy.PARTIAL:
@@ -93,7 +95,8 @@ class LoaderBase:
                 "default (pad) or 'drop' for training", RuntimeWarning, stacklevel=4)
         # the plan as a function that holds no reference to the loader (workers, samplers and
         # DALI's feed keep it; a reference back would make a cycle and delay close())
-        self.plan_of = functools.partial(config_batches, len(self.paths), config)
+        self.plan_of = functools.partial(config_batches, len(self.paths), config,
+                                         groups=self.data_source.groups)
         self.recipe = Recipe.of(config.augment, config.transform)
         self.stats = BadFileStats()
         self.last_indices: Optional[np.ndarray] = None

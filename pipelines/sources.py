@@ -1,34 +1,107 @@
-"""``list_dataset``: the samples of a dataset root, whatever its kind.
+"""``Source``: the samples of a dataset root, whatever its kind, and how to read one.
 
-A root is a folder in ImageFolder layout (``pipelines.listing``) or a file list
-(``pipelines.filelist``: CSV, TSV or "path label" text). Both give ``(paths, labels, classes)``
-and every backend reads a sample by its path, so the epoch plan, sharding, bad-file policy and
-resume are the same for both. A folder's listing is cached (``pipelines.listcache``): made once,
-then read back while the tree is unchanged.
+A root is a folder in ImageFolder layout (``pipelines.listing``), a file list
+(``pipelines.filelist``: CSV, TSV or "path label" text) or WebDataset tar shards
+(``pipelines.shards``). Each gives names, labels and classes, and a ``read(i) -> bytes``; the
+epoch plan, sharding, bad-file policy and resume are the same for all three (shards add
+``groups``, the samples of each shard, to the plan). Files are read by path (DALI reads them
+in its own threads); shard samples by offset. A folder's listing and each shard's index are
+cached (``pipelines.listcache``): made once, then read back while the files are unchanged.
 """
 from __future__ import annotations
 
+import enum
 import os
-from typing import List, Tuple
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .filelist import is_file_list, list_file
 from .listcache import cached_listing
 from .listing import IMAGE_EXTENSIONS, check_extensions, walk_folder
+from .shards import ShardReader, is_shard_root, list_shards
+
+
+class SourceKind(str, enum.Enum):
+    FOLDER = "folder"
+    LIST = "list"
+    SHARDS = "shards"
+
+
+class FileReader:
+    """``reader(i) -> bytes``: the whole file ``paths[i]``."""
+
+    def __init__(self, paths: Sequence[str]):
+        self.paths = paths
+
+    def __call__(self, i: int) -> bytes:
+        with open(self.paths[i], "rb") as f:
+            return f.read()
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a loader reads.
+
+    Attributes:
+        kind: folder, file list or tar shards.
+        names: each sample's path (for shards ``<shard>/<key>.<ext>``): messages, bad-file
+            reports and the resume fingerprint.
+        labels, classes: the labels and the class names (index = label).
+        read: ``read(i) -> bytes``, sample ``i``'s encoded image (picklable).
+        groups: samples per shard, in order (the plan's ``groups``); ``None`` unless shards.
+    """
+
+    kind: SourceKind
+    names: List[str]
+    labels: np.ndarray
+    classes: List[str]
+    read: Callable[[int], bytes]
+    groups: Optional[np.ndarray] = None
+
+    @property
+    def by_path(self) -> bool:
+        """Each sample is a whole file at ``names[i]`` (DALI may read it by path)."""
+        return self.kind is not SourceKind.SHARDS
+
+
+def open_source(root: str | os.PathLike, *, allow_empty: bool = False,
+                extensions: Tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False
+                ) -> Source:
+    """The ``Source`` of ``root`` (arguments as ``list_dataset``'s)."""
+    if is_shard_root(root):
+        s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad)
+        return Source(SourceKind.SHARDS, s.names, s.labels, s.classes,
+                      ShardReader(s.shards, s.shard_of, s.offsets, s.sizes), s.groups)
+    kind = (SourceKind.LIST if root is not None and not isinstance(root, bool)
+            and is_file_list(root) else SourceKind.FOLDER)
+    paths, labels, classes = _list_files(root, allow_empty, extensions, skip_bad)
+    return Source(kind, paths, labels, classes, FileReader(paths))
 
 
 def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
                  extensions: Tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False
                  ) -> Tuple[List[str], np.ndarray, List[str]]:
-    """``(paths, labels, classes)`` of a folder or a file list.
+    """``(names, labels, classes)`` of a folder, a file list or tar shards.
 
     Args:
-        root: an ImageFolder root, or a ``.csv`` / ``.tsv`` / ``.txt`` file list.
-        allow_empty, extensions: for folders (``list_samples``).
-        skip_bad: for file lists: drop rows with a bad label (counted and named in one
-            warning) instead of raising (``on_bad_file="skip"``).
+        root: an ImageFolder root, a ``.csv`` / ``.tsv`` / ``.txt`` file list, or tar shards
+            (a ``.tar``, a glob or brace pattern, a folder of ``.tar`` files).
+        allow_empty: for folders (``list_samples``).
+        extensions: the image extensions of folders and shards.
+        skip_bad: for file lists and shards: drop rows with a bad label, and bad shards or
+            samples (counted and named in one warning) instead of raising
+            (``on_bad_file="skip"``).
     """
+    if is_shard_root(root):
+        s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad)
+        return s.names, s.labels, s.classes
+    return _list_files(root, allow_empty, extensions, skip_bad)
+
+
+def _list_files(root, allow_empty: bool, extensions, skip_bad: bool
+                ) -> Tuple[List[str], np.ndarray, List[str]]:
     if root is not None and not isinstance(root, bool) and is_file_list(root):
         paths, labels, classes, _ = list_file(root, skip_bad=skip_bad)
         return paths, labels, classes

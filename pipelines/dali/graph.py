@@ -84,7 +84,8 @@ def _apply(images, op: Op):
 
 
 def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Callable,
-                   device_id: Optional[int], lane: int = 0, checkpoint: Optional[bytes] = None):
+                   device_id: Optional[int], lane: int = 0, checkpoint: Optional[bytes] = None,
+                   encoded: bool = False):
     """Build the pipeline reading ``(jpegs, labels, indices)`` batches from ``source``.
 
     Args:
@@ -100,6 +101,8 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         checkpoint: a DALI pipeline checkpoint to start from (``DaliLoader.load_state_dict``:
             its random generators continue where the saved run's were). Checkpointing is
             always enabled, so any state can be saved.
+        encoded: ``source`` gives encoded images, not paths (tar shards;
+            ``pipelines.dali.source`` NOTE [bytes]).
     """
     gpu = device_id is not None
     dec_kw = decoder_kwargs(opt, gpu)
@@ -119,7 +122,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         )
         # Read in DALI's C++ threads (see pipelines.dali.source). Plain reads, not mmap, by
         # default (DaliOptions.use_mmap; docs/results/h200/dali-io-probe).
-        jpegs = fn.io.file.read(paths, dont_use_mmap=not opt.use_mmap)
+        jpegs = paths if encoded else fn.io.file.read(paths, dont_use_mmap=not opt.use_mmap)
         labels, indices = meta[0:1], meta[1:2]
         images = augment(jpegs, plan, cfg, dec_kw, gpu)
         if gpu:

@@ -72,7 +72,9 @@ class DaliLoader(LoaderBase):
         self.source = PlanSource(self.paths, self.labels, self.plan_of,
                                  readahead=depth + 1, threads=options.threads(config.num_workers),
                                  keep_alive=depth + 2, max_pixels=config.max_image_pixels,
-                                 lanes=options.pipelines)
+                                 lanes=options.pipelines,
+                                 read=None if self.data_source.by_path
+                                 else self.data_source.read)
         self.pipes: list = []
         self._its: Optional[List[DALIGenericIterator]] = None
         with self._on_device():
@@ -91,7 +93,8 @@ class DaliLoader(LoaderBase):
     def _build(self, checkpoints: Optional[List[bytes]] = None) -> None:
         self.pipes = [build_pipeline(self.config, self.options, self.plan_dali,
                                      self.source.lane(k), self.device_id, lane=k,
-                                     checkpoint=checkpoints[k] if checkpoints else None)
+                                     checkpoint=checkpoints[k] if checkpoints else None,
+                                     encoded=not self.data_source.by_path)
                       for k in range(self.options.pipelines)]
         self._its = None
         self._restored = checkpoints
@@ -192,7 +195,9 @@ class DaliLoader(LoaderBase):
                     items.setdefault(i, self.paths[i])
         if self._probe is None:
             kw = {"hw_decoder_load": self.options.hw_decoder_load} if self.gpu else {}
-            self._probe = DecodeProbe(self.config.batch_size, self.device_id, kw)
+            self._probe = DecodeProbe(self.config.batch_size, self.device_id, kw,
+                                      read=None if self.data_source.by_path
+                                      else self.data_source.read)
         found = self._probe.failing(sorted(items.items()), on_bad=self.source.mark_bad)
         if not found:
             raise RuntimeError(

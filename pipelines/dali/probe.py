@@ -35,9 +35,13 @@ class DecodeProbe:
         batch_size: largest group.
         device_id: the CUDA device (mixed decoder), or ``None`` for CPU operators.
         decoder_kwargs: extra arguments of ``fn.decoders.image`` (the graph's decoder tuning).
+        read: ``read(index) -> bytes`` for samples that are not files (tar shards): their bytes
+            are fed instead of their paths.
     """
 
-    def __init__(self, batch_size: int, device_id: Optional[int], decoder_kwargs: dict):
+    def __init__(self, batch_size: int, device_id: Optional[int], decoder_kwargs: dict,
+                 read: Optional[Callable[[int], bytes]] = None):
+        self.read = read
         self.batch_size = batch_size
         self.device_id = device_id
         self.decoder_kwargs = decoder_kwargs
@@ -53,20 +57,29 @@ class DecodeProbe:
                       prefetch_queue_depth=1)
         def probe():
             paths = fn.external_source(name="paths", dtype=types.UINT8, ndim=1)
-            data = fn.io.file.read(paths, dont_use_mmap=True)
+            data = paths if self.read is not None else fn.io.file.read(paths, dont_use_mmap=True)
             return fn.decoders.image(data, device=dec, output_type=types.RGB, **kw)
 
         pipe = probe()
         pipe.build()
         return pipe
 
-    def _decodes(self, paths: Sequence[str]) -> Optional[BaseException]:
-        """``None`` when every file of ``paths`` decodes, else DALI's exception."""
+    def _decodes(self, items: Sequence[Tuple[int, str]]) -> Optional[BaseException]:
+        """``None`` when every sample of ``items`` decodes, else DALI's exception."""
         if self._pipe is None:
             self._pipe = self._build()
         self.runs += 1
         try:
-            self._pipe.feed_input("paths", [np.frombuffer(os.fsencode(p), np.uint8) for p in paths])
+            if self.read is not None:
+                feed = []
+                for i, _ in items:
+                    try:
+                        feed.append(np.frombuffer(self.read(i), np.uint8))
+                    except OSError as e:
+                        return e
+            else:
+                feed = [np.frombuffer(os.fsencode(p), np.uint8) for _, p in items]
+            self._pipe.feed_input("paths", feed)
             self._pipe.run()
             return None
         except Exception as e:  # DALI raises RuntimeError; a dead pipeline is rebuilt
@@ -87,7 +100,7 @@ class DecodeProbe:
                   for i in range(0, len(items), self.batch_size)]
         while groups:
             g = groups.pop()
-            err = self._decodes([p for _, p in g])
+            err = self._decodes(g)
             if err is None:
                 continue
             if len(g) == 1:

@@ -36,6 +36,12 @@ for keeping every fed buffer alive until DALI has consumed it: the last ``keep_a
 held in a ring (at least ``prefetch_queue_depth`` + 1, per DALI's ``external_source``
 documentation).
 
+NOTE [bytes]
+Tar shards (``read`` given: ``Source.read``, one ``os.pread`` per sample) cannot be read by
+path, so the source feeds the encoded bytes instead: the read-ahead pool reads every batch's
+samples, in every epoch, ``readahead`` batches ahead of DALI, and the graph skips
+``fn.io.file.read`` (``build_pipeline(encoded=True)``). A read that fails marks the sample bad.
+
 NOTE [lanes]
 With ``DaliOptions.pipelines = n`` the loader runs n DALI pipelines side by side; pipeline k is fed
 by ``lane(k)`` with the epoch's batches k, k + n, k + 2n, ... and the loader yields them
@@ -101,15 +107,23 @@ class PlanSource:
         keep_alive: fed batches kept referenced per lane (``no_copy`` lifetime, see the module
             note).
         max_pixels: decompression-bomb limit.
-        lanes: pipelines fed side by side (``lane(k)``; NOTE [lanes]).
+        lanes: pipelines fed side by side (``lane(k)``; NOTE [bytes]
+Tar shards (``read`` given: ``Source.read``, one ``os.pread`` per sample) cannot be read by
+path, so the source feeds the encoded bytes instead: the read-ahead pool reads every batch's
+samples, in every epoch, ``readahead`` batches ahead of DALI, and the graph skips
+``fn.io.file.read`` (``build_pipeline(encoded=True)``). A read that fails marks the sample bad.
+
+NOTE [lanes]).
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray,
                  plan: Callable[[int], List[np.ndarray]], readahead: int = 3, threads: int = 4,
-                 keep_alive: int = 4, max_pixels: int = DEFAULT_MAX_PIXELS, lanes: int = 1):
+                 keep_alive: int = 4, max_pixels: int = DEFAULT_MAX_PIXELS, lanes: int = 1,
+                 read: Optional[Callable[[int], bytes]] = None):
         if not isinstance(lanes, int) or lanes < 1:
             raise ValueError(f"lanes={lanes!r} must be an int >= 1")
         self.paths = list(paths)
+        self.read = read  # NOTE [bytes]: feed encoded bytes, not paths
         self.labels = labels
         self.plan = plan
         self.readahead = readahead
@@ -183,9 +197,9 @@ class PlanSource:
         self._status[index] = _BAD
 
     # -- checking ---------------------------------------------------------------------------
-    def _check(self, i: int) -> None:
+    def _check(self, i: int) -> bytes:
         try:
-            data = _read(self.paths[i])
+            data = self.read(i) if self.read is not None else _read(self.paths[i])
             reason = check_image_bytes(data, self.max_pixels)
         except OSError as e:
             data, reason = b"", f"{type(e).__name__}: {e}"
@@ -193,6 +207,7 @@ class PlanSource:
         if reason is not None:
             self._reason[i] = reason
         self._status[i] = _BAD if reason is not None else _GOOD  # last: publishes the verdict
+        return data
 
     @property
     def files_checked(self) -> int:
@@ -200,8 +215,16 @@ class PlanSource:
         return int((self._status != _UNKNOWN).sum())
 
     def _load(self, idx: np.ndarray):
+        data: Dict[int, bytes] = {}
         for i in idx[self._status[idx] == _UNKNOWN]:
-            self._check(int(i))
+            data[int(i)] = self._check(int(i))
+        if self.read is not None:  # NOTE [bytes]: every epoch reads the samples here
+            for i in np.unique(idx).tolist():
+                if i not in data and self._status[i] == _GOOD:
+                    try:
+                        data[i] = self.read(i)
+                    except OSError as e:
+                        self.mark_bad(i, f"{type(e).__name__}: {e}")
         rows = np.array(idx, dtype=np.int64)  # a copy: idx is the plan itself
         is_bad = self._status[rows] == _BAD
         bad = []
@@ -213,12 +236,20 @@ class PlanSource:
                 if len(good):
                     later = good[good > k]
                     rows[k] = rows[later[0] if len(later) else good[n % len(good)]]
-        return rows, bad, not is_bad.all()
+        encoded = ([data[i] for i in rows.tolist()] if self.read is not None and not is_bad.all()
+                   else None)
+        return rows, bad, not is_bad.all(), encoded
 
     # -- serving (DALI's side) ------------------------------------------------------------------
     def lane(self, k: int) -> Callable:
         """The DALI batch callable of pipeline ``k`` of ``lanes``: it serves the epoch's batches
-        ``k, k + lanes, k + 2 * lanes, ...`` (see NOTE [lanes])."""
+        ``k, k + lanes, k + 2 * lanes, ...`` (see NOTE [bytes]
+Tar shards (``read`` given: ``Source.read``, one ``os.pread`` per sample) cannot be read by
+path, so the source feeds the encoded bytes instead: the read-ahead pool reads every batch's
+samples, in every epoch, ``readahead`` batches ahead of DALI, and the graph skips
+``fn.io.file.read`` (``build_pipeline(encoded=True)``). A read that fails marks the sample bad.
+
+NOTE [lanes])."""
         if not 0 <= k < self.lanes:
             raise ValueError(f"lane k={k!r} must be in [0, lanes={self.lanes})")
         return lambda info: self._serve(k, info)
@@ -249,7 +280,7 @@ class PlanSource:
             for q in range(pos, min(pos + 1 + self.readahead * self.lanes, len(self._batches))):
                 if q not in self._pending:
                     self._pending[q] = self._pool.submit(self._load, self._batches[q])
-            rows, bad, any_good = self._pending.pop(pos).result()
+            rows, bad, any_good, encoded = self._pending.pop(pos).result()
             self._lane_pos[k] += self.lanes
             carry.positions.append(pos)
             carry.bad += bad
@@ -259,7 +290,10 @@ class PlanSource:
         carry.rows = rows
         self._fed[k].append(carry)
         self._carry[k] = Fed.empty()
-        paths = [np.frombuffer(os.fsencode(self.paths[i]), dtype=np.uint8) for i in rows]
+        if encoded is not None:
+            paths = [np.frombuffer(d, dtype=np.uint8) for d in encoded]
+        else:
+            paths = [np.frombuffer(os.fsencode(self.paths[i]), dtype=np.uint8) for i in rows]
         meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
         out = (paths, meta)
         self.bytes_read += int(self._size[rows].sum())

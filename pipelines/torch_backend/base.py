@@ -52,7 +52,9 @@ class TorchLoaderBase(LoaderBase):
         super().__init__(config, options)
         r = self.recipe
         self.dataset = JpegDataset(self.paths, self.labels, r.full if in_workers == "full"
-                                   else r.head, config.seed, max_pixels=config.max_image_pixels)
+                                   else r.head, config.seed, max_pixels=config.max_image_pixels,
+                                   read=None if self.data_source.by_path
+                                   else self.data_source.read)
         self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
         self._stream = None  # the DataLoader iterator over epoch after epoch (NOTE)
         self._next: Optional[int] = None  # the epoch the stream reaches next, at its start

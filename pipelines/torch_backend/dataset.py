@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Iterator, List, NamedTuple, Sequence, Tuple
+from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -56,7 +56,7 @@ class Bad(NamedTuple):
 
 
 class JpegDataset(torch.utils.data.Dataset):
-    """Checks, decodes and transforms one file, seeded from (seed, epoch, index).
+    """Checks, decodes and transforms one sample, seeded from (seed, epoch, index).
 
     Items are addressed by ``(epoch, index)`` pairs (produced by :class:`PlanBatchSampler`), so
     persistent workers never hold a stale epoch and the augmentation of a sample does not depend
@@ -64,8 +64,10 @@ class JpegDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray, transform: Callable, seed: int,
-                 max_pixels: int = DEFAULT_MAX_PIXELS):
+                 max_pixels: int = DEFAULT_MAX_PIXELS,
+                 read: Optional[Callable[[int], bytes]] = None):
         self.paths = list(paths)
+        self.read = read  # ``Source.read`` (tar shards: by offset); None: open the path
         self.labels = labels
         self.transform = as_steps(transform)  # once, not per sample
         self.seed = seed
@@ -82,8 +84,11 @@ class JpegDataset(torch.utils.data.Dataset):
         epoch, index = key
         path = self.paths[index]
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            if self.read is not None:
+                data = self.read(index)
+            else:
+                with open(path, "rb") as f:
+                    data = f.read()
             reason = check_image_bytes(data, self.max_pixels)
             img = decode_rgb(data) if reason is None else None
         except Exception as e:  # an unreadable file or a decoder error

@@ -1,0 +1,446 @@
+"""WebDataset tar shards as a dataset: each shard indexed once, each sample read by its offset.
+
+A root is a shard set when it is a ``.tar`` file, a glob or brace pattern of them
+(``/data/train-*.tar``, ``/data/train-{000000..000031}.tar``), or a folder that holds ``.tar``
+files and no sub-folders. A sample is the consecutive members that share a key (the member name
+up to the first ``.`` of its base name, WebDataset's convention): one image (an extension of
+``LoaderConfig.extensions``) and its label, ``KEY.cls`` (an integer as text) or ``KEY.json``
+(an object with an integer ``"label"`` or ``"cls"``). The class names are ``"0"`` to the
+largest label.
+
+NOTE [index]
+Indexing a shard walks its tar headers and reads only the labels: every image's byte offset and
+size go into an index, so a sample is one ``os.pread`` of the shard, in any order. The index of
+each shard is cached in ``<listing cache>/shards/`` (``pipelines.listcache.cache_dir``), keyed by
+the shard's real path and checked against its size and mtime; a shard modified in the last
+``RACY_S`` seconds is not cached. The same index serves every rank, epoch and backend.
+
+NOTE [the plan for shards: what is exact]
+Every backend reads shards through ``pipelines.indexing``'s plan with ``groups`` (the samples of
+each shard), so all of them read the same samples in the same order:
+
+* **Exact**: every sample is read exactly once per epoch across the ranks (padding or dropping
+  as the last-batch policy says, as for folders); the order is a pure function of (seed, epoch,
+  rank, world size), so it is reproducible and resumes exactly (``state_dict``).
+* **Approximate**: the order is not a uniform permutation of the samples, as it is for folders.
+  Each epoch the shards are permuted and concatenated; rank ``r`` takes the ``r``-th contiguous
+  slice of that stream (whole shards, and parts of at most two at its edges); its samples are
+  then shuffled within windows of ``LoaderConfig.shuffle_window`` consecutive samples. A rank
+  thus reads few shards at once, as a streaming reader with a shuffle buffer does, and samples
+  of one shard stay near each other, as they do there. Shards must not be sorted by class
+  (``data_gen --format wds`` shuffles before it writes).
+
+NOTE [bad input]
+A shard that cannot be opened, that is not a tar, that is truncated (a member ends past the
+file's end, or the end-of-archive blocks are missing) or that holds data its headers do not
+account for, and a sample without an image or without a valid label, raise one
+``ShardError`` naming the shard and the key under ``on_bad_file="error"``. Under ``"skip"``
+they are dropped, counted and named in one warning: the samples of a truncated shard that lie
+wholly inside the file are kept. A sample whose image bytes do not decode is a bad file as in a
+folder (the backends' ``BadFilePolicy``).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import tarfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .listcache import RACY_S, cache_dir
+from .listing import IMAGE_EXTENSIONS, DatasetRootError
+
+INDEX_VERSION = 1
+INDEXED = frozenset({e[1:] for e in IMAGE_EXTENSIONS}
+                    | {"tif", "tiff", "jp2", "j2k", "jpx", "pnm", "ppm", "pgm"})
+_BLOCK = 512
+_GLOB = re.compile(r"[*?\[]")
+_BRACE = re.compile(r"\{([^{}]*)\}")
+
+
+class ShardError(DatasetRootError):
+    """A shard, or a sample in one, that cannot be read (``on_bad_file="error"``)."""
+
+
+# -- which roots are shard sets ------------------------------------------------------------------
+def _is_tar_name(s: str) -> bool:
+    return s.lower().endswith(".tar")
+
+
+def is_shard_root(root) -> bool:
+    """Whether ``root`` names tar shards (a ``.tar``, a pattern of them, or a folder of them)."""
+    if root is None or isinstance(root, bool):
+        return False
+    try:
+        s = os.fspath(root)
+    except TypeError:
+        return False
+    if not isinstance(s, str):
+        return False
+    if _is_tar_name(s):
+        return True
+    if os.path.isdir(s):
+        try:
+            entries = [e for e in os.scandir(s) if not e.name.startswith(".")]
+        except OSError:
+            return False
+        return (any(e.is_file() and _is_tar_name(e.name) for e in entries)
+                and not any(e.is_dir() for e in entries))
+    return False
+
+
+def braces(pattern: str) -> List[str]:
+    """Expand ``{a,b}`` and ``{000..031}`` (zero padding kept) as WebDataset's URLs do."""
+    m = _BRACE.search(pattern)
+    if m is None:
+        return [pattern]
+    body, out = m.group(1), []
+    r = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+    if r:
+        lo, hi = r.groups()
+        width = len(lo) if lo.startswith("0") else 0
+        items = [str(k).zfill(width) for k in range(int(lo), int(hi) + 1)]
+    else:
+        items = body.split(",")
+    for item in items:
+        out += braces(pattern[:m.start()] + item + pattern[m.end():])
+    return out
+
+
+def shard_paths(root) -> List[str]:
+    """The shards of ``root``, sorted; ``ShardError`` when none match."""
+    s = os.fspath(root)
+    if os.path.isdir(s):
+        found = sorted(os.path.join(s, n) for n in os.listdir(s)
+                       if _is_tar_name(n) and not n.startswith(".")
+                       and os.path.isfile(os.path.join(s, n)))
+    else:
+        found = []
+        for p in braces(s):
+            found += sorted(glob.glob(p)) if _GLOB.search(p) else [p]
+        missing = [p for p in found if not os.path.isfile(p)]
+        if missing:
+            raise ShardError(f"root={s!r}: shard {missing[0]!r} does not exist"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    if not found:
+        raise ShardError(f"root={s!r}: no .tar shards match")
+    return found
+
+
+# -- one shard's index ---------------------------------------------------------------------------
+@dataclass
+class ShardIndex:
+    """The samples of one shard, in member order.
+
+    Attributes:
+        keys, exts: each sample's key and image extension (``""`` when it has no image).
+        offsets, sizes: the image's byte range in the shard.
+        labels: the label, ``-1`` when missing or invalid (``problems`` says why).
+        problems: ``(key, why)`` of samples that cannot be used.
+        damage: why the shard is truncated or corrupt, ``""`` when it is whole.
+    """
+
+    keys: List[str]
+    exts: List[str]
+    offsets: np.ndarray
+    sizes: np.ndarray
+    labels: np.ndarray
+    problems: List[Tuple[str, str]]
+    damage: str
+
+
+def _split_name(name: str) -> Tuple[str, str]:
+    d, base = os.path.split(name)
+    if "." not in base:
+        return name, ""
+    stem, ext = base.split(".", 1)
+    return (f"{d}/{stem}" if d else stem), ext.lower()
+
+
+def _label(ext: str, data: bytes) -> int:
+    if ext == "cls":
+        value = int(data.decode("ascii").strip())
+    else:
+        obj = json.loads(data)
+        value = obj.get("label", obj.get("cls")) if isinstance(obj, dict) else obj
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"no integer 'label' or 'cls' in {data[:60]!r}")
+    if value < 0:
+        raise ValueError(f"label {value} < 0")
+    return value
+
+
+def index_shard(path: str) -> ShardIndex:
+    """Walk one shard's headers (module NOTE [index]); raises ``ShardError`` only when the file
+    cannot be opened or is not a tar at all. A sample's image is its first member with an
+    extension of ``INDEXED`` (the loader's ``extensions`` choose among them later, so one cached
+    index serves every choice)."""
+    image_exts = INDEXED
+    keys: List[str] = []
+    exts: List[str] = []
+    offsets: List[int] = []
+    sizes: List[int] = []
+    labels: List[int] = []
+    problems: List[Tuple[str, str]] = []
+    why: Dict[int, str] = {}
+    damage = ""
+    end = 0
+    try:
+        size = os.path.getsize(path)
+        tf = tarfile.open(path, mode="r:")
+    except (OSError, tarfile.TarError) as e:
+        raise ShardError(f"shard {path!r}: cannot be read as a tar ({type(e).__name__}: "
+                         f"{e})") from None
+    with tf:
+        cur = None
+        try:
+            for m in tf:
+                if not m.isfile():
+                    continue
+                data_end = m.offset_data + m.size
+                if data_end > size:
+                    damage = (f"truncated: member {m.name!r} ends at byte {data_end}, past the "
+                              f"file's end ({size} bytes)")
+                    break
+                end = m.offset_data + -(-m.size // _BLOCK) * _BLOCK
+                key, ext = _split_name(m.name)
+                if key != cur:
+                    cur = key
+                    keys.append(key)
+                    exts.append("")
+                    offsets.append(0)
+                    sizes.append(0)
+                    labels.append(-1)
+                k = len(keys) - 1
+                if ext in image_exts and not exts[k]:
+                    exts[k], offsets[k], sizes[k] = ext, m.offset_data, m.size
+                elif ext in ("cls", "json") and labels[k] < 0:
+                    try:
+                        labels[k] = _label(ext, tf.extractfile(m).read())
+                        why.pop(k, None)
+                    except (ValueError, UnicodeDecodeError) as e:
+                        why[k] = f"bad label in {m.name!r} ({e})"
+        except (tarfile.TarError, OSError, EOFError) as e:
+            damage = f"unreadable after byte {end} ({type(e).__name__}: {e})"
+        if not damage:
+            damage = _tail_damage(path, end, size)
+    for k, key in enumerate(keys):
+        if not exts[k]:
+            problems.append((key, "no image member"))
+        elif labels[k] < 0:
+            problems.append((key, why.get(k, "no .cls or .json label")))
+    return ShardIndex(keys, exts, np.asarray(offsets, np.int64), np.asarray(sizes, np.int64),
+                      np.asarray(labels, np.int64), problems, damage)
+
+
+def _tail_damage(path: str, end: int, size: int) -> str:
+    """Why the bytes after the last member are not a tar's end (two zero blocks, zero padding),
+    or ``""``."""
+    rest = size - end
+    if rest < 2 * _BLOCK:
+        return f"truncated: the end-of-archive blocks are missing ({rest} bytes after byte {end})"
+    if rest > 2 * tarfile.RECORDSIZE:
+        return f"{rest} bytes after byte {end} that no tar header accounts for"
+    with open(path, "rb") as f:
+        f.seek(end)
+        tail = f.read(rest)
+    if tail.strip(b"\0"):
+        return f"data after byte {end} that no tar header accounts for"
+    return ""
+
+
+# -- the index cache -----------------------------------------------------------------------------
+def _cache_file(path: str) -> Optional[Path]:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    raw = f"{INDEX_VERSION}\0{os.path.realpath(path)}".encode("utf-8", "surrogateescape")
+    return folder / "shards" / f"{hashlib.sha256(raw).hexdigest()[:32]}.npz"
+
+
+def _join(items: Sequence[str]) -> np.ndarray:
+    return np.frombuffer("\0".join(items).encode("utf-8", "surrogateescape"), dtype=np.uint8)
+
+
+def _split(blob: np.ndarray, n: int) -> List[str]:
+    text = blob.tobytes().decode("utf-8", "surrogateescape")
+    return text.split("\0") if n else []
+
+
+def cached_index(path: str) -> ShardIndex:
+    """``index_shard(path)``, from the cache while the shard's size and mtime are unchanged."""
+    file = _cache_file(path)
+    st = os.stat(path)
+    stamp = np.asarray([st.st_size, st.st_mtime_ns], np.int64)
+    if file is not None and file.exists():
+        try:
+            with np.load(file) as z:
+                if np.array_equal(z["stamp"], stamp):
+                    n = int(z["offsets"].shape[0])
+                    probs = _split(z["problems"], int(z["nproblems"]))
+                    return ShardIndex(_split(z["keys"], n), _split(z["exts"], n),
+                                      z["offsets"], z["sizes"], z["labels"],
+                                      list(zip(probs[0::2], probs[1::2])),
+                                      str(z["damage"]))
+        except (OSError, ValueError, KeyError, UnicodeDecodeError):
+            pass
+    idx = index_shard(path)
+    if file is not None and st.st_mtime_ns <= time.time_ns() - int(RACY_S * 1e9):
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp.npz")
+            np.savez(tmp, stamp=stamp, keys=_join(idx.keys), exts=_join(idx.exts),
+                     offsets=idx.offsets, sizes=idx.sizes, labels=idx.labels,
+                     problems=_join([x for p in idx.problems for x in p]),
+                     nproblems=np.int64(2 * len(idx.problems)), damage=np.str_(idx.damage))
+            os.replace(tmp, file)
+        except OSError:
+            pass  # a read-only cache: index again next time
+    return idx
+
+
+# -- the shard set -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShardSet:
+    """Every usable sample of a set of shards, in shard then member order.
+
+    Attributes:
+        shards: the shard paths.
+        names: ``<shard path>/<key>.<ext>`` of each sample (messages, the resume fingerprint).
+        labels, classes: as a folder's listing gives them.
+        shard_of, offsets, sizes: where each sample's image is.
+        groups: samples per shard (the plan's ``groups``).
+    """
+
+    shards: Tuple[str, ...]
+    names: List[str]
+    labels: np.ndarray
+    classes: List[str]
+    shard_of: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    groups: np.ndarray
+
+
+def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> ShardSet:
+    """The samples of the shards of ``root`` (module NOTEs [index] and [bad input]).
+
+    Raises:
+        ShardError: no shard matches; or, without ``skip_bad``, a bad shard or sample.
+    """
+    exts = {e[1:] for e in extensions}
+    shards = shard_paths(root)
+    names: List[str] = []
+    cols: Dict[str, List[np.ndarray]] = {"labels": [], "shard_of": [], "offsets": [], "sizes": []}
+    groups: List[int] = []
+    dropped: List[str] = []
+    other: Dict[str, int] = {}
+    for s, path in enumerate(shards):
+        try:
+            idx = cached_index(path)
+        except (ShardError, OSError) as e:
+            if not skip_bad:
+                raise ShardError(f"{e}" if isinstance(e, ShardError) else
+                                 f"shard {path!r}: {type(e).__name__}: {e}") from None
+            dropped.append(f"{path}: {e}")
+            groups.append(0)
+            continue
+        if idx.damage and not skip_bad:
+            raise ShardError(f"shard {path!r}: {idx.damage} (on_bad_file='skip' keeps its whole "
+                             "samples, counted)")
+        if idx.damage:
+            dropped.append(f"{path}: {idx.damage}")
+        bad = dict(idx.problems)
+        keep = np.asarray([bool(e) and e in exts and k not in bad
+                           for k, e in zip(idx.keys, idx.exts)], dtype=bool)
+        for k, e in zip(idx.keys, idx.exts):
+            if e and e not in exts and k not in bad:
+                other[e] = other.get(e, 0) + 1
+        for k, why in idx.problems:
+            if not skip_bad:
+                raise ShardError(f"shard {path!r}, sample {k!r}: {why} (on_bad_file='skip' "
+                                 "drops it, counted)")
+            dropped.append(f"{path}/{k}: {why}")
+        rows = np.flatnonzero(keep)
+        groups.append(len(rows))
+        names += [f"{path}/{idx.keys[i]}.{idx.exts[i]}" for i in rows.tolist()]
+        cols["labels"].append(idx.labels[rows])
+        cols["shard_of"].append(np.full(len(rows), s, np.int32))
+        cols["offsets"].append(idx.offsets[rows])
+        cols["sizes"].append(idx.sizes[rows])
+    if dropped:
+        warnings.warn(f"root={os.fspath(root)!r}: skipped {len(dropped)} bad shards or samples "
+                      f"(on_bad_file='skip'): " + "; ".join(dropped[:5])
+                      + (f"; and {len(dropped) - 5} more" if len(dropped) > 5 else ""),
+                      RuntimeWarning, stacklevel=4)
+    if other:
+        warnings.warn(f"root={os.fspath(root)!r}: skipped {sum(other.values())} samples whose "
+                      "image extension is not in extensions (" + ", ".join(
+                          f"{n} .{e}" for e, n in sorted(other.items())) + "); add them to "
+                      "LoaderConfig.extensions to read them", RuntimeWarning, stacklevel=4)
+    if not names:
+        raise ShardError(f"root={os.fspath(root)!r}: the {len(shards)} shards hold no sample "
+                         f"with an image ({', '.join(sorted(exts))}) and a label")
+    cat = {k: np.concatenate(v) for k, v in cols.items()}
+    labels = cat["labels"].astype(np.int64)
+    classes = [str(c) for c in range(int(labels.max()) + 1)]
+    return ShardSet(tuple(shards), names, labels, classes, cat["shard_of"].astype(np.int32),
+                    cat["offsets"].astype(np.int64), cat["sizes"].astype(np.int64),
+                    np.asarray(groups, np.int64))
+
+
+class ShardReader:
+    """``reader(i) -> bytes``: sample ``i``'s image, one ``os.pread`` of its shard.
+
+    Picklable for DataLoader workers: each process opens the shards it reads, once."""
+
+    def __init__(self, shards: Sequence[str], shard_of: np.ndarray, offsets: np.ndarray,
+                 sizes: np.ndarray):
+        self.shards = tuple(shards)
+        self.shard_of, self.offsets, self.sizes = shard_of, offsets, sizes
+        self._fds: Dict[int, int] = {}
+        self._pid = os.getpid()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_fds"] = {}
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._pid = os.getpid()
+
+    def __call__(self, i: int) -> bytes:
+        if self._pid != os.getpid():  # forked: the parent's descriptors are not ours to share
+            self._fds, self._pid = {}, os.getpid()
+        s = int(self.shard_of[i])
+        fd = self._fds.get(s)
+        if fd is None:  # DALI's read-ahead threads may race here: one descriptor wins
+            new = os.open(self.shards[s], os.O_RDONLY)
+            fd = self._fds.setdefault(s, new)
+            if fd != new:
+                os.close(new)
+        size = int(self.sizes[i])
+        data = os.pread(fd, size, int(self.offsets[i]))
+        if len(data) != size:
+            raise OSError(f"short read: {len(data)} of {size} bytes (the shard shrank)")
+        return data
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = {}
+
+    def __del__(self):
+        self.close()
