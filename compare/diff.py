@@ -3,7 +3,9 @@
 Refuses to compare runs whose setups differ in what decides the numbers (the GPU, the data,
 the model, the batch size, the dtype, the image size, the number of ranks: ``compare scaling``
 compares rank counts); ``--force`` compares them anyway and says
-which differ. For each variant in both runs it prints the ratio of B's median samples/s to A's
+which differ. The same generated images as a folder and as tar shards (``data_gen --format``)
+count as the same data, so ``diff FOLDER SHARDS`` gives the row of each backend for the two
+sources. For each variant in both runs it prints the ratio of B's median samples/s to A's
 and a verdict: ``faster`` or ``slower`` when the gap is larger than the larger of the two
 spreads (max - min over the repeats), else ``no significant difference``. The ceiling row shows
 whether the model step itself moved. Exit status: 0, or 2 for a usage error or incompatible runs.
@@ -24,8 +26,9 @@ METRIC = "samples_per_s"
 def _facts(r: SuiteResult) -> Dict[str, object]:
     """What has to match for two runs to be comparable."""
     s, e = r.setup, r.env
+    images = {k: v for k, v in (s.get("dataset") or {}).items() if k != "shards"}
     return {"gpu": e.get("gpu") or e.get("cuda_device") or e.get("device_name"),
-            "data": s.get("dataset") or s.get("data"), "model": s.get("model"),
+            "data": images or s.get("data"), "model": s.get("model"),
             "batch_size": s.get("batch_size"), "dtype": s.get("dtype"),
             "augment": s.get("augment"), "device": s.get("device"),
             "world_size": s.get("world_size") or 1}
@@ -98,6 +101,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cli.fail(PROG, e)
     for d in diff:
         print(f"note: differs: {d}")
+    sa, sb = a.setup.get("source", "folder"), b.setup.get("source", "folder")
+    if sa != sb:  # the same images (data_gen's statistics match) read from another source
+        print(f"note: the same images, read from a {sa} in A and from {sb} in B")
     table = rows(a, b)
     if not table:
         return cli.fail(PROG, "the runs share no variant label")

@@ -14,6 +14,8 @@ from typing import Callable, List, Optional
 
 
 from pipelines import Backend, LoaderConfig, available_backends
+from pipelines.shards import shard_paths
+from pipelines.sources import SourceKind, source_kind
 
 from . import cli, ddp
 from .args import PROG, parse_args
@@ -223,14 +225,28 @@ def _run(a, job: ddp.Job) -> int:
     return execute(a, p, root, step, log, job)
 
 
+def _manifest(root: Path, read_manifest) -> Optional[dict]:
+    """data_gen's manifest of ``root``; for a pattern of shards, the manifest of their folder
+    when the pattern names every shard it lists (its statistics describe them all)."""
+    if root.is_dir() or source_kind(root) is not SourceKind.SHARDS:
+        return read_manifest(root)
+    shards = shard_paths(root)
+    folder = Path(shards[0]).parent
+    man = read_manifest(folder)
+    listed = {f.get("path") for f in (man or {}).get("files", []) if str(f.get("path", "")).endswith(".tar")}
+    here = {os.path.relpath(s, folder) for s in shards}
+    return man if man and listed == here else None
+
+
 def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
     """Run the planned variants, rewriting the results after each one (rank 0 writes)."""
     from data_gen.generate import read_manifest
 
     base, out = p.base, p.out
-    man = read_manifest(root)
+    man = _manifest(root, read_manifest)
     setup = {
-        "data": str(root), "dataset": (man or {}).get("stats", {}), "model": a.model,
+        "data": str(root), "source": source_kind(root).value,
+        "dataset": (man or {}).get("stats", {}), "model": a.model,
         "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
         "dtype": a.dtype, "channels_last": base.channels_last, "workers": base.num_workers,
         "on_bad_file": base.on_bad_file.value,

@@ -66,6 +66,15 @@ class Source:
         return self.kind is not SourceKind.SHARDS
 
 
+def source_kind(root) -> SourceKind:
+    """Which kind of root ``root`` is (no listing is made)."""
+    if is_shard_root(root):
+        return SourceKind.SHARDS
+    if root is not None and not isinstance(root, bool) and is_file_list(root):
+        return SourceKind.LIST
+    return SourceKind.FOLDER
+
+
 def open_source(root: str | os.PathLike, *, allow_empty: bool = False,
                 extensions: Tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False
                 ) -> Source:
@@ -74,8 +83,7 @@ def open_source(root: str | os.PathLike, *, allow_empty: bool = False,
         s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad)
         return Source(SourceKind.SHARDS, s.names, s.labels, s.classes,
                       ShardReader(s.shards, s.shard_of, s.offsets, s.sizes), s.groups)
-    kind = (SourceKind.LIST if root is not None and not isinstance(root, bool)
-            and is_file_list(root) else SourceKind.FOLDER)
+    kind = source_kind(root)
     paths, labels, classes = _list_files(root, allow_empty, extensions, skip_bad)
     return Source(kind, paths, labels, classes, FileReader(paths))
 

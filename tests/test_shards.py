@@ -293,3 +293,24 @@ def test_a_corrupt_image_in_a_shard_is_a_bad_file(backend, tmp_path, wds):
         with pytest.warns(RuntimeWarning, match=r"skipped 1 bad files: .*a.tar/s5.jpg"):
             n = sum(len(y) for _, y in ld)
         assert n == 8 and ld.stats.bad_files == 1 and ld.stats.bad[0][0].endswith("a.tar/s5.jpg")
+
+
+# -- the suite -------------------------------------------------------------------------------
+def test_the_suite_reads_shards_and_diff_sets_them_beside_the_folder(wds, tiny_root, tmp_path,
+                                                                     capsys):
+    from compare.__main__ import main
+    from compare.diff import main as diff
+
+    fast = ["--model", "none", "--steps", "2", "--warmup", "0", "--repeats", "2", "--device",
+            "cpu", "--batch-size", "4", "--workers", "1", "--backends", "pageable,dali"]
+    for name, root in (("folder", tiny_root), ("shards", f"{wds}/*.tar")):
+        assert main(["--data", str(root), *fast, "--out", str(tmp_path / name)]) == 0
+    import json
+
+    setup = json.loads((tmp_path / "shards" / "results.json").read_text())["setup"]
+    assert setup["source"] == "shards" and setup["dataset"]["shards"] == 5
+    capsys.readouterr()
+    assert diff([str(tmp_path / "folder"), str(tmp_path / "shards")]) == 0
+    out = capsys.readouterr().out
+    assert "read from a folder in A and from shards in B" in out
+    assert "pageable" in out and "dali" in out and "differs" not in out
