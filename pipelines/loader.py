@@ -39,7 +39,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig
-from .distributed import check_unchanged, resolve
+from .distributed import check_unchanged, from_rank0, resolve
 from .indexing import as_epoch, check_nonempty, config_batches, config_len, unequal_steps
 from .options import Options
 from .recipe import Recipe
@@ -80,9 +80,10 @@ class LoaderBase:
         config, self.placement = resolve(config)
         self.config = config
         self.options = options
-        self.data_source = open_source(
-            config.root, allow_empty=config.allow_empty_classes, extensions=config.extensions,
-            skip_bad=config.on_bad_file is BadFilePolicy.SKIP)
+        self.data_source = from_rank0(functools.partial(  # NOTE [listing once]
+            open_source, config.root, allow_empty=config.allow_empty_classes,
+            extensions=config.extensions, skip_bad=config.on_bad_file is BadFilePolicy.SKIP),
+            self.placement)
         self.paths, self.labels, self.classes = (self.data_source.names, self.data_source.labels,
                                                  self.data_source.classes)
         check_nonempty(len(self.paths), config)

@@ -18,6 +18,11 @@ Recorded, per backend:
   ranks read different copies, so equal fingerprints mean equal random crops and flips;
 * ``resume``: whether a loader restored from the state saved after 2 batches of epoch 1
   yielded exactly (indices and pixels) the rest of an uninterrupted epoch 1 on this rank.
+
+And once (``shared``), with ``pipelines.loader.open_source`` made to fail on every rank but 0
+(``pipelines.distributed`` NOTE [listing once]): for the folder and, with ``--shards``, for tar
+shards (every backend), the listing size, len and epoch-0 indices of a loader built after
+``init_process_group``; and the error every rank gets when rank 0 cannot list the root.
 """
 from __future__ import annotations
 
@@ -81,6 +86,33 @@ def resumed_exactly(backend: str, c: LoaderConfig) -> dict:
     return {"exact": same, "batches": len(got), "len": len(want)}
 
 
+def shared_listing(a, backs, rank: int) -> dict:
+    import pipelines.loader as pl
+
+    real = pl.open_source
+
+    def refuse(*_a, **_k):
+        raise AssertionError(f"rank {rank} listed the dataset itself")
+
+    if rank != 0:
+        pl.open_source = refuse
+    try:
+        rec = {}
+        roots = [("folder", a.root)] + ([("shards", a.shards)] if a.shards else [])
+        for name, root in roots:
+            for b in backs:
+                with create_loader(b, cfg(root, a.device)) as ld:
+                    rec[f"{name}/{b}"] = {"n": len(ld.paths), "len": len(ld), **epoch(ld, 0)}
+        try:
+            create_loader(backs[0], cfg(os.path.join(a.root, "no-such-folder"), a.device))
+            rec["error"] = None
+        except ValueError as e:
+            rec["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        pl.open_source = real
+    return rec
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--root", required=True)
@@ -88,6 +120,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cpu")
     p.add_argument("--backends", default=None)
+    p.add_argument("--shards", default=None)
     a = p.parse_args()
     backs = a.backends.split(",") if a.backends else [b.value for b in available_backends()]
     rank = int(os.environ["RANK"])
@@ -129,6 +162,7 @@ def main() -> None:
         with create_loader(b, cfg(a.same, a.device, shuffle=False)) as ld:
             rec["aug"] = fingerprint(ld)
         rec["resume"] = resumed_exactly(b, cfg(a.root, a.device))
+    out["shared"] = shared_listing(a, backs, rank)
     Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()

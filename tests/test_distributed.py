@@ -53,11 +53,14 @@ def _check(procs, out: Path, ranks: int):
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
 
 
-def torchrun(nproc: int, root, same, out: Path, device: str = "cpu", backends=None):
+def torchrun(nproc: int, root, same, out: Path, device: str = "cpu", backends=None,
+             shards=None):
     """``nproc`` ranks on one node; returns each rank's record."""
     args = ["--root", str(root), "--same", str(same), "--out", str(out), "--device", device]
     if backends:
         args += ["--backends", backends]
+    if shards:
+        args += ["--shards", str(shards)]
     launch = ["--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
               "--master_port", str(_port())]
     p = subprocess.Popen(_cmd(launch, args), env=_env(), stdout=subprocess.PIPE,
@@ -89,10 +92,21 @@ def same_root(tmp_path_factory, tiny_root):
     return root
 
 
+@pytest.fixture(scope="module")
+def shard_root(tmp_path_factory):
+    """``tiny_root``'s images as 5 tar shards."""
+    from data_gen.generate import GenConfig, generate
+
+    out = tmp_path_factory.mktemp("wds")
+    generate(GenConfig(out=str(out), num_images=N, classes=3, seed=7, width_range=(48, 96),
+                       workers=1, layout="wds", shard_size=8), progress=False)
+    return out
+
+
 @pytest.fixture(scope="module", params=[2, 3], ids=["2ranks", "3ranks"])
-def ranks(request, tiny_root, same_root, tmp_path_factory):
+def ranks(request, tiny_root, same_root, shard_root, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"dist{request.param}")
-    return torchrun(request.param, tiny_root, same_root, out)
+    return torchrun(request.param, tiny_root, same_root, out, shards=shard_root)
 
 
 def _union(recs, backend, policy, epoch):
@@ -172,6 +186,20 @@ def test_each_rank_resumes_exactly_from_its_state(ranks):
         for r in ranks:
             res = r["backends"][b]["resume"]
             assert res["exact"] and res["batches"] == res["len"] - 2, (b, r["rank"], res)
+
+
+def test_rank0_lists_and_the_others_receive_its_listing(ranks):
+    w = len(ranks)
+    keys = [k for k in ranks[0]["shared"] if "/" in k]
+    assert any(k.startswith("shards/") for k in keys) and any(k.startswith("folder/") for k in keys)
+    for k in keys:  # ranks > 0 could not list: they built their loaders from rank 0's listing
+        recs = [r["shared"][k] for r in ranks]
+        assert all(r["n"] == N for r in recs), k
+        assert len({r["len"] for r in recs}) == 1, k
+        got = [i for r in recs for i in r["indices"]]
+        assert set(got) == set(range(N)) and len(got) == w * recs[0]["len"] * BATCH, k
+    errors = {r["shared"]["error"] for r in ranks}  # rank 0's error, raised on every rank
+    assert len(errors) == 1 and "no-such-folder" in errors.pop()
 
 
 def test_two_simulated_nodes_shard_and_place_correctly(tiny_root, same_root, tmp_path):
