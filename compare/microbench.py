@@ -8,6 +8,9 @@ behind design choices quoted in the README and docstrings (single thread, median
 * ``listing``: ``pipelines.list_dataset`` on a folder of ``--files`` empty ``.jpg`` files in
   ``--classes`` folders, made in a temp dir: the first listing (a walk, then cached) and the
   next (from the listing cache, ``pipelines.listcache``). One run each, not a median.
+* ``early-exit``: per backend of ``--backends``, the seconds from ``iter()`` of an epoch to its
+  first batch (on the device), after the previous epoch ran to its end and after it was left at
+  its first batch (``break``); median of ``--repeats`` pairs, and every trial.
 
 The ``pinned`` backend's pin thread against its ring is measured with the real loader:
 ``python -m compare --backends pinned --sweep pin_mode=thread,ring``.
@@ -144,16 +147,72 @@ def listing(files: int, classes: int) -> dict:
             "cache_mib": round(size / 2**20, 1)}
 
 
+def early_exit(data: str, backends, batch_size: int, trials: int, device: str) -> dict:
+    from pipelines import LoaderConfig, create_loader
+
+    out = {}
+    for b in backends:
+        cfg = LoaderConfig(root=data, batch_size=batch_size, device=device)
+        with create_loader(b, cfg) as ld:
+            def first(epoch):
+                ld.set_epoch(epoch)
+                t0 = time.perf_counter()
+                it = iter(ld)
+                x, _ = next(it)
+                if x.is_cuda:
+                    torch.cuda.synchronize(x.device)
+                return it, time.perf_counter() - t0
+
+            it, cold = first(0)
+            for _ in it:  # a whole first epoch: warm-up
+                pass
+            full, broken = [], []
+            e = 0
+            for _ in range(trials):
+                it, dt = first(e := e + 1)  # after a whole epoch
+                full.append(dt)
+                it.close()                  # left at its first batch
+                it, dt = first(e := e + 1)  # after the early exit
+                broken.append(dt)
+                for _ in it:                # to its end, so the next pair starts alike
+                    pass
+        out[b] = {"first_epoch_s": round(cold, 3),
+                  "after_whole_epoch_s": round(statistics.median(full), 3),
+                  "after_break_at_batch_1_s": round(statistics.median(broken), 3),
+                  "trials_after_whole_epoch_s": [round(t, 3) for t in full],
+                  "trials_after_break_s": [round(t, 3) for t in broken]}
+    return out
+
+
 def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__,
                    formatter_class=cli.HelpFormatter)
-    p.add_argument("what", choices=["decode", "validate", "feed", "listing"])
+    p.add_argument("what", choices=["decode", "validate", "feed", "listing", "early-exit"])
     p.add_argument("--data", help="an ImageFolder root")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--files", type=int, default=1_000_000, help="listing: files to make")
     p.add_argument("--classes", type=int, default=1000, help="listing: class folders")
+    p.add_argument("--backends", default="dali", help="early-exit: backends, comma-separated")
+    p.add_argument("--batch-size", type=int, default=256, help="early-exit: batch size")
+    p.add_argument("--device", default="cuda", help="early-exit: device")
     a = p.parse_args(argv)
+    if a.what == "early-exit":
+        try:
+            cli.at_least("--repeats", a.repeats, 1)
+            cli.at_least("--batch-size", a.batch_size, 1)
+            if not a.data:
+                raise ValueError("--data DIR is needed by early-exit")
+            backs = [b for b in a.backends.split(",") if b]
+            bad = [b for b in backs if b not in ("dali", "pinned", "pageable")]
+            if bad or not backs:
+                raise ValueError(f"--backends {a.backends!r}: choose among dali, pinned, pageable")
+        except ValueError as e:
+            return cli.fail(PROG, e)
+        res = early_exit(a.data, backs, a.batch_size, a.repeats, a.device)
+        print(json.dumps({"what": "early-exit", "data": a.data, "batch_size": a.batch_size,
+                          "repeats": a.repeats, "backends": res}, indent=1))
+        return 0
     if a.what == "listing":
         try:
             cli.at_least("--files", a.files, 1)

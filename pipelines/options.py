@@ -148,6 +148,10 @@ class DaliOptions(Options):
             one-pipeline run. Must be ``<= num_workers``.
         use_mmap: read files by mapping them (``fn.io.file.read``'s default) instead of
             ``read()``. Default off: see docs/results/h200/dali-io-probe.
+        checkpointing: DALI pipeline checkpointing, so ``state_dict`` carries the pipelines'
+            random state and a resumed loader draws the same crops and flips as the saved run.
+            Off: ``state_dict`` saves the position only (the same samples resume, with fresh
+            random draws). The cost of keeping it on: docs/results/h200/README.md.
         device_memory_padding, host_memory_padding: nvJPEG buffer padding in bytes.
         preallocate_width_hint, preallocate_height_hint: decoder preallocation hints (0: none).
     """
@@ -159,6 +163,7 @@ class DaliOptions(Options):
     hw_decoder_load: float = option(0.0, lo=0.0, hi=1.0)
     pipelines: int = option(1, lo=1)
     use_mmap: bool = option(False)
+    checkpointing: bool = option(True)
     device_memory_padding: int = option(211025920, lo=0)
     host_memory_padding: int = option(140544512, lo=0)
     preallocate_width_hint: int = option(0, lo=0)

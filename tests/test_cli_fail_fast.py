@@ -256,6 +256,8 @@ def test_memory_missing_data_and_unwritable_out(tmp_path, root, capsys):
     (["validate", "--data", "ROOT", "--repeats", "0"], "--repeats 0"),
     (["decode"], "--data DIR"),
     (["validate", "--data", "/nonexistent/x"], "--data: root="),
+    (["early-exit", "--data", "ROOT", "--backends", "ffcv"], "--backends 'ffcv'"),
+    (["early-exit"], "--data DIR"),
 ])
 def test_microbench_refuses_bad_arguments(root, capsys, args, name):
     from compare.microbench import main as mb

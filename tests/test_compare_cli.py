@@ -58,6 +58,16 @@ def test_microbench_validate_reports_a_cost(tiny_root, capsys):
     assert out["images"] == 37 and 0 < out["us_per_file"] < 1000
 
 
+def test_microbench_early_exit_times_both_epoch_starts(tiny_root, capsys):
+    from compare.microbench import main as mb
+
+    assert mb(["early-exit", "--data", str(tiny_root), "--backends", "pageable", "--device",
+               "cpu", "--batch-size", "4", "--repeats", "2"]) == 0
+    r = json.loads(capsys.readouterr().out)["backends"]["pageable"]
+    assert len(r["trials_after_break_s"]) == len(r["trials_after_whole_epoch_s"]) == 2
+    assert 0 < r["after_break_at_batch_1_s"] < 60 and 0 < r["after_whole_epoch_s"] < 60
+
+
 def test_fuzz_subcommand_is_dispatched(monkeypatch):
     import sys
     import types

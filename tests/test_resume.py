@@ -217,3 +217,24 @@ def test_resume_on_the_gpu_is_exact(backend, gpu_root):
     for (xa, ya, _), (xb, yb, _) in zip(full[k:], rest):
         assert torch.equal(ya, yb)
         assert torch.equal(xa, xb), float((xa - xb).abs().max())
+
+
+@pytest.mark.dali
+def test_dali_without_checkpointing_resumes_the_samples_with_fresh_draws(tiny_root):
+    from pipelines import DaliOptions
+
+    cfg = _cfg(tiny_root)
+    off = DaliOptions(checkpointing=False)
+    with create_loader("dali", cfg, options=off) as ref:
+        want = [(ref.last_batch_indices.tolist(), y.clone()) for _, y in ref]
+    state = _state_after("dali", cfg, 3, checkpointing=False)
+    assert "dali" not in state and state["batches"] == 3
+    with create_loader("dali", cfg, options=off) as ld:
+        ld.load_state_dict(state)
+        got = [(ld.last_batch_indices.tolist(), y.clone()) for _, y in ld]
+    assert [i for i, _ in got] == [i for i, _ in want[3:]]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got, want[3:]))
+    on = _state_after("dali", cfg, 3)
+    with create_loader("dali", cfg, options=off) as ld:
+        with pytest.raises(ValueError, match=r"checkpointing=False"):
+            ld.load_state_dict(on)

@@ -100,7 +100,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
             of the config's seed, its rank and the lane).
         checkpoint: a DALI pipeline checkpoint to start from (``DaliLoader.load_state_dict``:
             its random generators continue where the saved run's were). Checkpointing is
-            always enabled, so any state can be saved.
+            enabled unless ``DaliOptions.checkpointing`` is off.
         encoded: ``source`` gives encoded images, not paths (tar shards;
             ``pipelines.dali.source`` NOTE [bytes]).
     """
@@ -113,7 +113,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         device_id=device_id,
         prefetch_queue_depth=opt.queue_depth,
         seed=dali_seed(cfg.seed, cfg.rank, lane),
-        enable_checkpointing=True,
+        enable_checkpointing=opt.checkpointing,
     )
     def graph():
         paths, meta = fn.external_source(

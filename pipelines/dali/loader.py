@@ -105,6 +105,8 @@ class DaliLoader(LoaderBase):
         at the batch the consumer has received, so a resumed loader draws the same crops and
         flips as the saved run would have (module NOTE [resume])."""
         state = super().state_dict()
+        if not self.options.checkpointing:
+            return state  # the position only: fresh random draws on resume
         if self._resume is not None or self._its is None:
             cks = self._restored  # loaded (or fresh: None) and not yet run
         else:
@@ -127,6 +129,10 @@ class DaliLoader(LoaderBase):
         cks = state.get("dali")
         if cks is None:
             return
+        if not self.options.checkpointing:
+            raise ValueError("load_state_dict: the state holds DALI pipeline checkpoints, but "
+                             "this loader has DaliOptions(checkpointing=False); turn it on to "
+                             "resume them, or drop the state's 'dali' entry for fresh draws")
         n = self.options.pipelines
         if not isinstance(cks, list) or len(cks) != n:
             got = len(cks) if isinstance(cks, list) else cks
