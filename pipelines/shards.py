@@ -30,6 +30,17 @@ each shard), so all of them read the same samples in the same order:
   of one shard stay near each other, as they do there. Shards must not be sorted by class
   (``data_gen --format wds`` shuffles before it writes).
 
+NOTE [why DALI is fed bytes, not fn.readers.webdataset]
+DALI's ``fn.readers.webdataset`` reads shards in C++ with index files, but it cannot follow the
+shared plan: it splits the samples into ``num_shards`` contiguous ranges whose batch counts can
+differ by one between ranks (a DDP hang), shuffles with its own buffer (so its order would
+differ from the torch backends' and resume would rest on its checkpoint alone), and has its own
+rules for missing components. So the DALI backend is fed the encoded bytes of the plan's
+samples, read with ``os.pread`` in the source's read-ahead threads
+(``pipelines.dali.source`` NOTE [bytes]): the same samples, order, policies and resume as the
+other backends. What that costs against DALI reading files by path is measured on the H200
+(docs/results/h200/README.md, folder against shards).
+
 NOTE [bad input]
 A shard that cannot be opened, that is not a tar, that is truncated (a member ends past the
 file's end, or the end-of-archive blocks are missing) or that holds data its headers do not

@@ -314,3 +314,11 @@ def test_the_suite_reads_shards_and_diff_sets_them_beside_the_folder(wds, tiny_r
     out = capsys.readouterr().out
     assert "read from a folder in A and from shards in B" in out
     assert "pageable" in out and "dali" in out and "differs" not in out
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shards_on_the_gpu(backend, wds):
+    with create_loader(backend, _cfg(wds, device="cuda")) as ld:
+        devs = {str(x.device) for x, _ in ld}
+        assert devs == {"cuda:0"} and sorted(ld.last_indices.tolist()) == list(range(N))
