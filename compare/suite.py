@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 
-from pipelines import Backend, LoaderConfig, available_backends
-from pipelines.shards import shard_paths
-from pipelines.sources import SourceKind, source_kind
+from pipelines import (Backend, LoaderConfig, SourceKind, available_backends, shard_paths,
+                       source_kind)
 
 from . import cli, ddp
 from .args import PROG, parse_args

@@ -21,7 +21,8 @@ from .migrate import (InvalidTransformError, TransformError, UnsupportedTransfor
                       check_transform, from_torchvision)
 from .options import DaliOptions, Options, TorchOptions
 from .recipe import Recipe
-from .sources import list_dataset
+from .shards import ShardError, shard_paths
+from .sources import Source, SourceKind, list_dataset, open_source, source_kind
 from .torch_backend.shm import HEADROOM as SHM_HEADROOM
 from .torch_backend.shm import fit_to_shm, shm_free_bytes, shm_need
 from .types import Batch, BatchLoader
@@ -35,7 +36,8 @@ __all__ = [
     "Batch", "BatchLoader", "InvalidTransformError", "TransformError",
     "UnsupportedTransformError", "check_transform", "from_torchvision", "check_image_bytes",
     "default_workers", "usable_cores", "SHM_HEADROOM", "fit_to_shm", "shm_free_bytes",
-    "shm_need", "Placement", "placement", "local_world_size", "list_dataset",
+    "shm_need", "Placement", "placement", "local_world_size", "list_dataset", "Source",
+    "SourceKind", "open_source", "source_kind", "ShardError", "shard_paths",
 ]
 
 
