@@ -8,6 +8,11 @@ behind design choices quoted in the README and docstrings (single thread, median
 * ``listing``: ``pipelines.list_dataset`` on a folder of ``--files`` empty ``.jpg`` files in
   ``--classes`` folders, made in a temp dir: the first listing (a walk, then cached) and the
   next (from the listing cache, ``pipelines.listcache``). One run each, not a median.
+* ``shard-read``: reading every sample's image bytes of the tar shards ``--data`` once, one
+  process, no decoding: ``webdataset.WebDataset`` streaming the shards in order, against our
+  index reader (``pipelines.shards``: one ``os.pread`` per sample) in shard order and in a
+  loader's epoch-0 plan order; samples/s, median of ``--repeats``. Needs ``pip install
+  webdataset`` for its row.
 * ``early-exit``: per backend of ``--backends``, the seconds from ``iter()`` of an epoch to its
   first batch (on the device), after the previous epoch ran to its end and after it was left at
   its first batch (``break``); median of ``--repeats`` pairs, and every trial.
@@ -147,6 +152,47 @@ def listing(files: int, classes: int) -> dict:
             "cache_mib": round(size / 2**20, 1)}
 
 
+def shard_read(data: str, repeats: int) -> dict:
+    from pipelines import LoaderConfig, open_source
+    from pipelines.indexing import config_batches
+
+    src = open_source(data)
+    n = len(src.names)
+    plan = np.concatenate(config_batches(n, LoaderConfig(root=data, batch_size=256,
+                                                         rank=0, world_size=1), 0,
+                                         groups=src.groups))
+
+    def ours(order):
+        def run():
+            total = 0
+            for i in order.tolist():
+                total += len(src.read(i))
+            return total
+        return run
+
+    rows = {"index, shard order": ours(np.arange(n)), "index, plan order": ours(plan)}
+    try:
+        import webdataset as wds
+
+        from pipelines import shard_paths
+
+        urls = shard_paths(data)
+
+        def stream():
+            total = 0
+            for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
+                total += sum(len(v) for k, v in sample.items() if isinstance(v, bytes))
+            return total
+        rows["webdataset, streamed"] = stream
+    except ImportError:
+        pass
+    out = {"samples": n}
+    for name, fn in rows.items():
+        fn()  # warm the page cache and the index
+        out[name] = round(n / _median(fn, repeats))
+    return out
+
+
 def early_exit(data: str, backends, batch_size: int, trials: int, device: str) -> dict:
     from pipelines import LoaderConfig, create_loader
 
@@ -187,7 +233,8 @@ def early_exit(data: str, backends, batch_size: int, trials: int, device: str) -
 def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__,
                    formatter_class=cli.HelpFormatter)
-    p.add_argument("what", choices=["decode", "validate", "feed", "listing", "early-exit"])
+    p.add_argument("what", choices=["decode", "validate", "feed", "listing", "early-exit",
+                                           "shard-read"])
     p.add_argument("--data", help="an ImageFolder root")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
@@ -212,6 +259,17 @@ def main(argv=None) -> int:
         res = early_exit(a.data, backs, a.batch_size, a.repeats, a.device)
         print(json.dumps({"what": "early-exit", "data": a.data, "batch_size": a.batch_size,
                           "repeats": a.repeats, "backends": res}, indent=1))
+        return 0
+    if a.what == "shard-read":
+        try:
+            cli.at_least("--repeats", a.repeats, 1)
+            if not a.data:
+                raise ValueError("--data SHARDS is needed by shard-read")
+            res = shard_read(a.data, a.repeats)
+        except ValueError as e:
+            return cli.fail(PROG, e)
+        print(json.dumps({"what": "shard-read", "data": a.data, "repeats": a.repeats,
+                          "samples_per_s": res}, indent=1))
         return 0
     if a.what == "listing":
         try:

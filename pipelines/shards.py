@@ -41,6 +41,12 @@ samples, read with ``os.pread`` in the source's read-ahead threads
 other backends. What that costs against DALI reading files by path is measured on the H200
 (docs/results/h200/README.md, folder against shards).
 
+The torch backends read the shards with the same index, not with the ``webdataset`` library:
+it streams each shard as an ``IterableDataset`` (shards split over ranks and workers, a shuffle
+buffer), which cannot give every rank equal steps, exactly-once epochs and exact resume through
+the shared plan; and reading the bytes through it was the slower of the two
+(``python -m compare.microbench shard-read``, docs/results/cpu/README.md).
+
 NOTE [bad input]
 A shard that cannot be opened, that is not a tar, that is truncated (a member ends past the
 file's end, or the end-of-archive blocks are missing) or that holds data its headers do not
