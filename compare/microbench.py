@@ -153,14 +153,12 @@ def listing(files: int, classes: int) -> dict:
 
 
 def shard_read(data: str, repeats: int) -> dict:
-    from pipelines import LoaderConfig, open_source
-    from pipelines.indexing import config_batches
+    from pipelines import LastBatchPolicy, epoch_batches, open_source
 
     src = open_source(data)
     n = len(src.names)
-    plan = np.concatenate(config_batches(n, LoaderConfig(root=data, batch_size=256,
-                                                         rank=0, world_size=1), 0,
-                                         groups=src.groups))
+    plan = np.concatenate(epoch_batches(n, batch_size=256, seed=0, epoch=0, shuffle=True,
+                                        policy=LastBatchPolicy.PARTIAL, groups=src.groups))
 
     def ours(order):
         def run():
