@@ -117,6 +117,10 @@ def parse_args(argv):
     p.add_argument("--transform", metavar="MODULE:NAME",
                    help="your torchvision v2 Compose (e.g. compare.recipes:color_aug): the torch "
                         "backends run it as is, DALI runs its translation")
+    p.add_argument("--mix", metavar="SPEC",
+                   help="batch MixUp/CutMix on the device, every backend alike (pipelines.mix): "
+                        "e.g. \"mixup=0.2,cutmix=1.0\" (keys mixup, cutmix, switch, prob, "
+                        "smoothing); labels become soft targets")
     return fill_defaults(p.parse_args(argv))
 
 

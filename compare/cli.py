@@ -31,8 +31,35 @@ FLAGS = {
     "root": "--data", "batch_size": "--batch-size", "num_workers": "--workers",
     "prefetch_factor": "--prefetch", "seed": "--seed", "dtype": "--dtype", "device": "--device",
     "on_bad_file": "--on-bad-file", "transform": "--transform", "size": "--image-size",
-    "mode": "--mode",
+    "mode": "--mode", "mix": "--mix",
 }
+
+MIX_KEYS = {"mixup": "mixup_alpha", "cutmix": "cutmix_alpha", "switch": "switch_prob",
+            "prob": "prob", "smoothing": "label_smoothing"}
+
+
+def mix_spec(text: Optional[str]):
+    """``--mix "mixup=0.2,cutmix=1.0[,switch=0.5,prob=1,smoothing=0.1]"`` -> a ``MixSpec``
+    (``None`` for no text); one-line errors that name ``--mix``."""
+    if not text:
+        return None
+    from pipelines import MixSpec
+
+    kw = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in MIX_KEYS:
+            raise ValueError(f"--mix {text!r}: {part!r} is not KEY=VALUE with KEY one of "
+                             f"{', '.join(MIX_KEYS)}")
+        try:
+            kw[MIX_KEYS[key]] = float(value)
+        except ValueError:
+            raise ValueError(f"--mix {text!r}: {key}={value!r} is not a number") from None
+    try:
+        return MixSpec(**kw)
+    except ValueError as e:
+        raise ValueError(f"--mix {text!r}: {e}") from None
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

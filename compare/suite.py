@@ -131,6 +131,7 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         augment=cli.augment(mode=a.mode, size=a.image_size), num_workers=a.workers,
         dtype=a.dtype, channels_last=a.device.startswith("cuda"), device=a.device,
         last_batch="drop", seed=0, transform=transform, on_bad_file=a.on_bad_file,
+        mix=cli.mix_spec(getattr(a, "mix", None)),
     )
     configs = plan_variants(variants, base)
     if transform is not None and any(v.backend is Backend.DALI for v in variants):
@@ -250,6 +251,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         "dtype": a.dtype, "channels_last": base.channels_last, "workers": base.num_workers,
         "on_bad_file": base.on_bad_file.value,
         "augment": repr(base.transform) if base.transform is not None else repr(base.augment),
+        "mix": repr(base.mix) if base.mix is not None else None,
         "device": a.device, "variants": [v.label for v in p.variants], "notes": list(p.notes),
         "world_size": job.world, "local_world_size": job.local_world, "nodes": job.nodes,
     }

@@ -19,6 +19,7 @@ from .indexing import DatasetRootError, check_nonempty, epoch_batches, list_samp
 from .loader import LoaderBase
 from .migrate import (InvalidTransformError, TransformError, UnsupportedTransformError,
                       check_transform, from_torchvision)
+from .mix import MixSpec
 from .options import DaliOptions, Options, TorchOptions
 from .recipe import Recipe
 from .shards import ShardError, shard_paths
@@ -38,6 +39,7 @@ __all__ = [
     "default_workers", "usable_cores", "SHM_HEADROOM", "fit_to_shm", "shm_free_bytes",
     "shm_need", "Placement", "placement", "local_world_size", "list_dataset", "Source",
     "SourceKind", "open_source", "source_kind", "ShardError", "shard_paths",
+    "MixSpec",
 ]
 
 

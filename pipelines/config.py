@@ -12,6 +12,7 @@ import torch
 
 from .augment import AugmentSpec
 from .listing import IMAGE_EXTENSIONS, check_extensions
+from .mix import as_mix_spec
 from .validate import DEFAULT_MAX_PIXELS
 
 
@@ -148,6 +149,11 @@ class LoaderConfig:
             the GPU); the DALI backend runs its translation or refuses it when the loader is
             built (``pipelines.migrate``). A Compose with no float conversion gives the uint8
             values as floats (0.0..255.0) in every backend.
+        mix: batch-level MixUp / CutMix on the device, the same on every backend: a
+            ``pipelines.mix.MixSpec``, or torchvision v2's ``MixUp``, ``CutMix`` or
+            ``RandomChoice([MixUp(...), CutMix(...)])``. ``Batch.labels`` is then float32
+            ``N x C`` soft targets. MixUp/CutMix inside ``transform`` are refused (they act on
+            batches, not images): pass them here.
         shuffle_window: with tar shards, each rank's samples are shuffled within windows of
             this many consecutive samples of its shards (``pipelines.shards`` NOTE [the plan
             for shards]); folders and file lists ignore it.
@@ -178,6 +184,7 @@ class LoaderConfig:
     debug_indices: bool = False
     extensions: tuple = IMAGE_EXTENSIONS
     shuffle_window: int = 8192
+    mix: Any = None
 
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -190,6 +197,14 @@ class LoaderConfig:
             from .migrate import check_transform
 
             s("transform", check_transform(self.transform))
+            batchwise = [type(t).__name__ for t in getattr(self.transform, "transforms", ())
+                         if type(t).__name__ in ("MixUp", "CutMix")
+                         or (type(t).__name__ == "RandomChoice" and any(
+                             type(u).__name__ in ("MixUp", "CutMix") for u in t.transforms))]
+            if batchwise:
+                raise ValueError(f"transform holds {batchwise[0]}, which mixes whole batches; "
+                                 "pass it as LoaderConfig(mix=...) instead (pipelines.mix)")
+        s("mix", as_mix_spec(self.mix))
         s("extensions", check_extensions(self.extensions))
         if not isinstance(self.augment, AugmentSpec):
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")

@@ -41,6 +41,7 @@ import numpy as np
 from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig
 from .distributed import check_unchanged, from_rank0, resolve
 from .indexing import as_epoch, check_nonempty, config_batches, config_len, unequal_steps
+from .mix import mix_batch, mix_rng
 from .options import Options
 from .recipe import Recipe
 from .sources import open_source
@@ -99,6 +100,10 @@ class LoaderBase:
         self.plan_of = functools.partial(config_batches, len(self.paths), config,
                                          groups=self.data_source.groups)
         self.recipe = Recipe.of(config.augment, config.transform)
+        self.mix = config.mix  # a MixSpec or None (pipelines.mix)
+        if self.mix is not None and self.mix.num_classes not in (None, len(self.classes)):
+            raise ValueError(f"mix: num_classes={self.mix.num_classes} but the dataset has "
+                             f"{len(self.classes)} classes; leave num_classes=None to use them")
         self.stats = BadFileStats()
         self.last_indices: Optional[np.ndarray] = None
         self.epoch = 0
@@ -199,7 +204,11 @@ class LoaderBase:
         self._pos = (epoch, start)
         self.stats.start_epoch(epoch)
         seen: Optional[list] = [] if self.config.debug_indices else None
+        c = self.config
         for batch, indices in self._produce(epoch, start):
+            if self.mix is not None:  # on the device, the same for every backend
+                batch = Batch(*mix_batch(batch.images, batch.labels, self.mix, len(self.classes),
+                                         mix_rng(c.seed, epoch, c.rank, self._pos[1])))
             if seen is not None and indices is not None:
                 seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
                 self.last_batch_indices = seen[-1]

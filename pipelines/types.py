@@ -12,7 +12,9 @@ class Batch(NamedTuple):
     Attributes:
         images: ``N x 3 x H x W`` on the configured device, normalised, in the configured dtype
             (``channels_last`` strides when asked for).
-        labels: ``int64`` tensor of length ``N`` on the same device.
+        labels: ``int64`` tensor of length ``N`` on the same device; with
+            ``LoaderConfig.mix``, float32 ``N x C`` soft targets whose rows sum to 1
+            (``pipelines.mix``).
     """
 
     images: torch.Tensor
