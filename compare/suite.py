@@ -60,24 +60,39 @@ def load_transform(ref: str):
     """``"module:name"`` -> the transform it names, as the flat v2 Compose ``LoaderConfig`` keeps.
 
     The name may hold a v2 or v1 ``Compose``, a single transform, an ``nn.Sequential`` of
-    transforms, or a function of no arguments that returns one of these.
+    transforms, or a function that returns one of these, called with no arguments or with
+    the literal keyword arguments written after it: ``"pipelines.recipes:torchvision_ref(
+    auto_augment='ta_wide', random_erase=0.1)"``.
     """
+    import ast
     import importlib
     import inspect
 
     from pipelines import check_transform
 
     mod, _, name = ref.partition(":")
+    kwargs, called = {}, "(" in name
+    if called:
+        try:
+            call = ast.parse(name.strip(), mode="eval").body
+            if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
+                raise ValueError("write NAME(key=value, ...)")
+            name = call.func.id
+            kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+        except (SyntaxError, ValueError) as e:
+            raise ValueError(f"--transform {ref!r}: the call is not NAME(key=literal, ...) "
+                             f"({e})") from None
     try:
         obj = getattr(importlib.import_module(mod), name)
     except (ImportError, AttributeError, ValueError) as e:
         raise ValueError(f"--transform {ref!r} cannot be loaded ({e}); use MODULE:NAME") from None
     if inspect.isfunction(obj):
         try:
-            obj = obj()
-        except TypeError as e:
-            raise ValueError(f"--transform {ref!r} is a function that needs arguments ({e}); "
-                             "name a transform or a function of no arguments") from None
+            obj = obj(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"--transform {ref!r}: calling {name} failed ({e})") from None
+    elif called:
+        raise ValueError(f"--transform {ref!r}: {name} is not a function to call")
     try:
         return check_transform(obj)
     except (TypeError, ValueError) as e:
