@@ -192,3 +192,31 @@ def random_crop(images, op: Op):
     return fn.slice(images, start=fn.cast(fn.stack(y, x), dtype=types.INT32), shape=[ch, cw],
                     axis_names="HW", out_of_bounds_policy=mode if pad else "error",
                     fill_values=fill)
+
+
+ERASE_ATTEMPTS = 3
+
+
+def random_erase(images, op: Op):
+    """torchvision's ``RandomErasing``: with probability ``p``, a box of area ``U(scale) * H * W``
+    and aspect ratio ``exp(U(log ratio))`` (sides rounded half to even), placed uniformly over
+    every position, filled with ``value`` (already in the images' value space, see
+    ``pipelines.migrate.translate``). torchvision tries up to 10 draws for a box that fits
+    inside the image; this tries ``ERASE_ATTEMPTS`` (NOTE [RandomErasing] there), and erases
+    nothing when none fits, as torchvision does after its 10."""
+    H, W = image_hw(images)
+    lo, hi = op["ratio"]
+    h_sel = w_sel = found = 0.0
+    for _ in range(ERASE_ATTEMPTS):
+        area = H * W * uniform(op["scale"])
+        log_ar = uniform((math.log(lo), math.log(hi)))
+        ar = math.exp(log_ar) if isinstance(log_ar, float) else dmath.exp(log_ar)
+        h, w = round_half_even(dmath.sqrt(area * ar)), round_half_even(dmath.sqrt(area / ar))
+        ok = as_float((h < H) & (w < W)) * (1.0 - found)
+        h_sel, w_sel, found = h_sel + ok * h, w_sel + ok * w, found + ok
+    coin = as_float(fn.random.coin_flip(probability=op["p"]))
+    h_sel, w_sel = h_sel * coin, w_sel * coin
+    y = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * (H - h_sel + 1.0))
+    x = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * (W - w_sel + 1.0))
+    return fn.erase(images, anchor=fn.stack(y, x), shape=fn.stack(h_sel, w_sel),
+                    axis_names="HW", fill_value=list(op["value"]))

@@ -206,9 +206,11 @@ HANDLERS: Dict[str, Handler] = {
     "PILToTensor": _same, "ToTensor": _same, "Identity": _same,
     "RandomHorizontalFlip": _same, "RandomVerticalFlip": _same,
     "ColorJitter": _same, "RandomGrayscale": _same,
+    # the erased box holds the fill, a value of the same space as the other pixels
+    "RandomErasing": _same,
 }
 for _n in ("RandomRotation", "RandomAffine", "RandomPerspective", "ElasticTransform",
-           "RandomErasing", "RandomEqualize", "RandomAutocontrast", "RandomInvert",
+           "RandomEqualize", "RandomAutocontrast", "RandomInvert",
            "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "AutoAugment",
            "RandAugment", "TrivialAugmentWide", "AugMix", "RandomPhotometricDistort",
            "RandomChannelPermutation", "Grayscale", "JPEG"):

@@ -61,6 +61,11 @@ DALI_REFUSED = {
         ("fill=<non-integer or outside 0..255> before the float conversion",
          "torchvision truncates or refuses it on uint8 images"),
     ),
+    "RandomErasing": (
+        ("value='random'", "per-pixel random values are not translated; give a number or 3"),
+        ("value=<non-integer or outside 0..255> before the float conversion",
+         "torchvision truncates it on uint8 images"),
+    ),
     "ColorJitter": (_AFTER_FLOAT,),
     "RandomGrayscale": (_AFTER_FLOAT,),
     "ToDtype, ConvertImageDtype": (
@@ -72,7 +77,7 @@ DALI_REFUSED = {
          "Resize((h, w)) or a Resize(int) of a fixed-size image, so that images batch"),
     ),
     "(any other transform)": (
-        ("any value", "not supported (RandomRotation, RandomAffine, RandomErasing, Lambda, "
+        ("any value", "not supported (RandomRotation, RandomAffine, Lambda, "
          "RandomApply, ...); the torch backends run it"),
     ),
 }
@@ -178,6 +183,28 @@ def _gaussian_blur(t, s: State):
     return [Op("gaussian_blur", (("kernel", (kh, kw)), ("sigma", (sigma[0], sigma[-1]))))], None
 
 
+def _random_erasing(t, s: State):
+    """NOTE [RandomErasing]: the box is drawn as torchvision draws it, but from 3 attempts
+    where torchvision makes 10 (``pipelines.dali.geometry.random_erase``): they differ only
+    when 3 draws in a row do not fit, which for the default scale and ratio is below one in a
+    million. The fill is given in the value space of the image before the step; the op does
+    not commute with a value map, so the translator converts DALI's images to that space first
+    (an ``affine`` op) when they differ."""
+    value = getattr(t, "value", None)
+    if value is None or isinstance(value, str):
+        return [], ("value='random'", DALI_REFUSED["RandomErasing"][0][1])
+    vals = [float(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+    if len(vals) == 1:
+        vals *= 3
+    if len(vals) != 3:
+        return [], (f"value={value!r}", "needs 1 or 3 values for an RGB image")
+    if not s.is_float and any(v != int(v) or not 0 <= v <= 255 for v in vals):
+        return [], (f"value={value!r}", DALI_REFUSED["RandomErasing"][1][1])
+    return [Op("erase", (("p", float(t.p)), ("scale", tuple(float(v) for v in t.scale)),
+                         ("ratio", tuple(float(v) for v in t.ratio)),
+                         ("value", tuple(vals))))], None
+
+
 def _center_crop(t, s: State):
     return [Op("center_crop", (("size", hw(t.size)),))], None
 
@@ -241,6 +268,7 @@ register(OpDef("grayscale", dali("colour.grayscale"), ("RandomGrayscale",), _gra
                uint8_only=True))
 register(OpDef("gaussian_blur", dali("colour.gaussian_blur"), ("GaussianBlur",),
                _gaussian_blur))
+register(OpDef("erase", dali("geometry.random_erase"), ("RandomErasing",), _random_erasing))
 register(OpDef("affine", dali("colour.affine")))  # from the float conversions (_Builder)
 
 # the steps that are not ops: the float conversions and the value map, and the format steps
