@@ -97,3 +97,30 @@ def test_random_fill_values_are_refused_for_dali():
         from_torchvision(uint8)
     ops = from_torchvision(v2.Compose([v2.RandomResizedCrop(32), v2.RandomErasing(value=7)])).ops
     assert ops[-1].kind == "erase" and ops[-1]["value"] == (7.0, 7.0, 7.0)
+
+
+@pytest.mark.dali
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "symmetric"])
+@pytest.mark.parametrize("padding", [3, [1, 2], [1, 2, 3, 4]])
+def test_pad_matches_torchvision_exactly(tiny_root, mode, padding):
+    t = v2.Compose([v2.CenterCrop((20, 24)), v2.Pad(padding, fill=7, padding_mode=mode)])
+    outs = {}
+    for b in ("dali", "pageable"):
+        cfg = LoaderConfig(root=tiny_root, batch_size=8, device="cpu", num_workers=0,
+                           transform=t, shuffle=False)
+        with create_loader(b, cfg) as ld:
+            outs[b] = next(iter(ld))[0]
+    assert outs["dali"].shape == outs["pageable"].shape
+    assert torch.equal(outs["dali"], outs["pageable"])
+    if mode == "constant":
+        assert bool((outs["dali"][:, :, 0, :] == 7).all())  # the top row is fill
+
+
+def test_pad_after_normalize_fills_in_the_normalised_space():
+    t = v2.Compose([v2.CenterCrop(16), v2.ToDtype(torch.float32, scale=True),
+                    v2.Normalize([0.5] * 3, [0.25] * 3), v2.Pad(2, fill=-1.5)])
+    ops = from_torchvision(t)
+    assert [o.kind for o in ops.ops] == ["center_crop", "affine", "pad"]
+    assert ops.out_size == (20, 20)
+    with pytest.raises(Exception, match="reflect padding must be smaller"):
+        from_torchvision(v2.Compose([v2.CenterCrop(4), v2.Pad(5, padding_mode="reflect")]))

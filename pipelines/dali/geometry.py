@@ -167,6 +167,21 @@ def centre_crop(images, op: Op):
                     axis_names="HW", out_of_bounds_policy="pad", fill_values=0.0)
 
 
+def padded(images, lrtb, mode: str, fill):
+    """``images`` padded by ``(left, right, top, bottom)`` pixels (``mode``: DALI's
+    out-of-bounds policy for torchvision's padding mode, ``fill`` per channel)."""
+    l, r, t, b = lrtb
+    H, W = image_hw(images)
+    shape = fn.cast(fn.stack(H + (t + b), W + (l + r)), dtype=types.INT32)
+    return fn.slice(images, start=np.array([-t, -l], np.int32), shape=shape, axis_names="HW",
+                    out_of_bounds_policy=mode, fill_values=list(fill))
+
+
+def pad(images, op: Op):
+    """torchvision's ``Pad``."""
+    return padded(images, op["padding"], op["mode"], op["fill"])
+
+
 def random_crop(images, op: Op):
     """torchvision's ``RandomCrop``: pad by ``padding`` (and, with ``pad_if_needed``, by the
     missing size on both sides), then a crop at ``randint(0, padded - size + 1)``. Without
@@ -175,10 +190,7 @@ def random_crop(images, op: Op):
     l, r, t, b = op["padding"] or (0, 0, 0, 0)
     mode, fill = op["mode"], list(op["fill"])
     if op["padding"] is not None and not op["pad_if_needed"]:
-        H, W = image_hw(images)
-        shape = fn.cast(fn.stack(H + (t + b), W + (l + r)), dtype=types.INT32)
-        images = fn.slice(images, start=np.array([-t, -l], np.int32), shape=shape,
-                          axis_names="HW", out_of_bounds_policy=mode, fill_values=fill)
+        images = padded(images, (l, r, t, b), mode, fill)
         l = r = t = b = 0
     H, W = image_hw(images)
     Hp, Wp = H + t + b, W + l + r

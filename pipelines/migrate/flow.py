@@ -112,6 +112,15 @@ def _random_crop(t, s: State, out: List[str]) -> State:
     return replace(s, size=(ch, cw))
 
 
+def _pad(t, s: State, out: List[str]) -> State:
+    l, r, top, b = padding_lrtb(t)
+    if s.size and t.padding_mode in ("reflect", "symmetric") and (
+            max(top, b) >= s.size[0] or max(l, r) >= s.size[1]):
+        out.append(f"padding={t.padding}|torchvision raises: {t.padding_mode} padding must be "
+                   f"smaller than the {s.size} image it pads")
+    return replace(s, size=(s.size[0] + top + b, s.size[1] + l + r) if s.size else None)
+
+
 def _blur(t, s: State, out: List[str]) -> State:
     kw, kh = hw(t.kernel_size)  # torchvision's kernel_size is (x, y)
     if s.size and (kh // 2 >= s.size[0] or kw // 2 >= s.size[1]):
@@ -208,6 +217,7 @@ HANDLERS: Dict[str, Handler] = {
     "ColorJitter": _same, "RandomGrayscale": _same,
     # the erased box holds the fill, a value of the same space as the other pixels
     "RandomErasing": _same,
+    "Pad": _pad,
 }
 for _n in ("RandomRotation", "RandomAffine", "RandomPerspective", "ElasticTransform",
            "RandomEqualize", "RandomAutocontrast", "RandomInvert",
@@ -215,7 +225,7 @@ for _n in ("RandomRotation", "RandomAffine", "RandomPerspective", "ElasticTransf
            "RandAugment", "TrivialAugmentWide", "AugMix", "RandomPhotometricDistort",
            "RandomChannelPermutation", "Grayscale", "JPEG"):
     HANDLERS[_n] = _keeps_dtype(True)
-for _n in ("Pad", "RandomZoomOut", "ScaleJitter", "RandomShortestSize", "RandomResize",
+for _n in ("RandomZoomOut", "ScaleJitter", "RandomShortestSize", "RandomResize",
            "RandomIoUCrop"):
     HANDLERS[_n] = _keeps_dtype(False)
 

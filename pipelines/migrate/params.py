@@ -54,11 +54,12 @@ def resized(size_hw: Tuple[int, int], size, max_size) -> Tuple[int, int]:
 
 
 def padding_lrtb(t) -> Tuple[int, int, int, int]:
-    """``RandomCrop``'s padding as (left, right, top, bottom); v1 keeps the user's form."""
+    """``RandomCrop``'s or ``Pad``'s padding as (left, right, top, bottom); v2's RandomCrop
+    keeps it so, v1 and ``Pad`` keep the user's form (an int, ``[lr, tb]`` or ``[l, t, r, b]``)."""
     p = t.padding
     if p is None:
         return 0, 0, 0, 0
-    if not is_v1(t):
+    if not is_v1(t) and type(t).__name__ != "Pad":
         return tuple(int(v) for v in p)  # type: ignore[return-value]
     if isinstance(p, int):
         return p, p, p, p

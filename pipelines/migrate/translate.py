@@ -221,6 +221,16 @@ def _random_crop(t, s: State):
                                ("mode", PAD_MODE[t.padding_mode])))], None
 
 
+def _pad(t, s: State):
+    fill, bad = _fill(t, s)
+    if bad:
+        return [], bad
+    if t.padding_mode not in PAD_MODE:
+        return [], (f"padding_mode={t.padding_mode!r}", "unknown padding mode")
+    return [Op("pad", (("padding", padding_lrtb(t)), ("fill", fill),
+                       ("mode", PAD_MODE[t.padding_mode])))], None
+
+
 def _random_resized_crop(t, s: State):
     interp, bad = _resample(t)
     if bad:
@@ -242,6 +252,12 @@ def _resize(t, s: State):
         return [Op("resize", (("size", resized(s.size, size, max_size)), *interp))], None
     short = None if size is None else hw(size)[0]
     return [Op("resize_shorter", (("size", short), ("max_size", max_size), *interp))], None
+
+
+def _pad_commutes(op: Op) -> bool:
+    """Edge and reflection padding move pixels; constant padding writes the fill, a value of
+    the image's current space."""
+    return op["mode"] != "constant"
 
 
 def _crop_commutes(op: Op) -> bool:
@@ -268,6 +284,7 @@ register(OpDef("grayscale", dali("colour.grayscale"), ("RandomGrayscale",), _gra
                uint8_only=True))
 register(OpDef("gaussian_blur", dali("colour.gaussian_blur"), ("GaussianBlur",),
                _gaussian_blur))
+register(OpDef("pad", dali("geometry.pad"), ("Pad",), _pad, commutes=_pad_commutes))
 register(OpDef("erase", dali("geometry.random_erase"), ("RandomErasing",), _random_erasing))
 register(OpDef("affine", dali("colour.affine")))  # from the float conversions (_Builder)
 
