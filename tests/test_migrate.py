@@ -250,7 +250,8 @@ def test_normalize_matches(tmp_path, device):
 # -- errors and the torch side -------------------------------------------------------------------
 def test_unsupported_transforms_are_listed_with_positions():
     with pytest.raises(UnsupportedTransformError) as e:
-        from_torchvision(v2.Compose([v2.RandomRotation(10), v2.CenterCrop(8), v2.RandomErasing(value="random"),
+        from_torchvision(v2.Compose([v2.RandomRotation(10), v2.CenterCrop(8),
+                                     v2.RandomErasing(value="random"),
                                      v2.RandomCrop(4, padding=2, fill=0.5), *TAIL]))
     msg = str(e.value)
     assert "#0 RandomRotation" in msg and "#2 RandomErasing" in msg and "#3 RandomCrop" in msg

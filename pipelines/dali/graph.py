@@ -106,6 +106,10 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
     """
     gpu = device_id is not None
     dec_kw = decoder_kwargs(opt, gpu)
+    for op in plan.ops:  # import each builder now, outside the traced graph
+        b = entry(op).build
+        if hasattr(b, "resolve"):
+            b.resolve()
 
     @pipeline_def(
         batch_size=cfg.batch_size,
@@ -114,6 +118,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         prefetch_queue_depth=opt.queue_depth,
         seed=dali_seed(cfg.seed, cfg.rank, lane),
         enable_checkpointing=opt.checkpointing,
+        enable_conditionals=any(entry(op).conditional for op in plan.ops),
     )
     def graph():
         paths, meta = fn.external_source(

@@ -218,11 +218,13 @@ HANDLERS: Dict[str, Handler] = {
     # the erased box holds the fill, a value of the same space as the other pixels
     "RandomErasing": _same,
     "Pad": _pad,
+    # on uint8 it keeps uint8 values (on float it is not an affine map of them)
+    "TrivialAugmentWide": lambda t, s, out: s if not s.is_float else _keeps_dtype(True)(t, s, out),
 }
 for _n in ("RandomRotation", "RandomAffine", "RandomPerspective", "ElasticTransform",
            "RandomEqualize", "RandomAutocontrast", "RandomInvert",
            "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "AutoAugment",
-           "RandAugment", "TrivialAugmentWide", "AugMix", "RandomPhotometricDistort",
+           "RandAugment", "AugMix", "RandomPhotometricDistort",
            "RandomChannelPermutation", "Grayscale", "JPEG"):
     HANDLERS[_n] = _keeps_dtype(True)
 for _n in ("RandomZoomOut", "ScaleJitter", "RandomShortestSize", "RandomResize",

@@ -54,6 +54,8 @@ class OpDef:
             decoding and applying it in one operator.
         mirror: when the op comes last, ``op -> mirror`` for the output
             ``crop_mirror_normalize``.
+        conditional: the builder uses DALI's conditional execution (``if`` on per-sample
+            values), so the pipeline is built with ``enable_conditionals=True``.
     """
 
     kind: str
@@ -64,6 +66,7 @@ class OpDef:
     commutes: Callable[[Op], bool] = _never
     decode: Optional[Callable[..., Any]] = None
     mirror: Optional[Callable[[Op], Any]] = None
+    conditional: bool = False
 
 
 REGISTRY: Dict[str, OpDef] = {}
@@ -110,13 +113,18 @@ class dali:
 
     def __init__(self, path: str):
         self.path = path
+        self.fn: Optional[Callable[..., Any]] = None
 
     def resolve(self) -> Callable[..., Any]:
-        module, _, name = self.path.rpartition(".")
-        return getattr(importlib.import_module(f"..dali.{module}", __package__), name)
+        """The function, imported once (``pipelines.dali.graph`` resolves every builder before
+        DALI's conditional execution traces the graph, so the trace never meets the import)."""
+        if self.fn is None:
+            module, _, name = self.path.rpartition(".")
+            self.fn = getattr(importlib.import_module(f"..dali.{module}", __package__), name)
+        return self.fn
 
     def __call__(self, *args):
-        return self.resolve()(*args)
+        return (self.fn or self.resolve())(*args)
 
     def __repr__(self) -> str:
         return f"dali({self.path!r})"

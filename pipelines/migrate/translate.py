@@ -66,6 +66,12 @@ DALI_REFUSED = {
         ("value=<non-integer or outside 0..255> before the float conversion",
          "torchvision truncates it on uint8 images"),
     ),
+    "TrivialAugmentWide": (
+        _AFTER_FLOAT,
+        ("interpolation=<not NEAREST or BILINEAR>", "its warps are translated for these two"),
+        ("fill=<per-channel or per-type values>", "one fill value is translated"),
+        ("num_magnitude_bins < 2", "torchvision's posterize table divides by bins - 1"),
+    ),
     "ColorJitter": (_AFTER_FLOAT,),
     "RandomGrayscale": (_AFTER_FLOAT,),
     "ToDtype, ConvertImageDtype": (
@@ -205,6 +211,25 @@ def _random_erasing(t, s: State):
                          ("value", tuple(vals))))], None
 
 
+def _trivial_augment(t, s: State):
+    """TrivialAugmentWide (``pipelines.dali.autoaug``, NOTE [what matches torchvision])."""
+    why = DALI_REFUSED["TrivialAugmentWide"]
+    mode = getattr(t.interpolation, "value", t.interpolation)
+    if mode not in ("nearest", "bilinear"):
+        return [], (f"interpolation={mode!r}", why[1][1])
+    fill = getattr(t, "_fill", {"others": getattr(t, "fill", None)})
+    vals = set()
+    for v in (fill.values() if isinstance(fill, dict) else [fill]):
+        vals |= {0.0} if v is None else {float(u) for u in (v if isinstance(v, (list, tuple))
+                                                            else [v])}
+    if len(vals) != 1 or not 0 <= next(iter(vals)) <= 255:
+        return [], (f"fill={t.fill!r}", why[2][1])
+    if t.num_magnitude_bins < 2:
+        return [], (f"num_magnitude_bins={t.num_magnitude_bins}", why[3][1])
+    return [Op("trivial_augment", (("bins", int(t.num_magnitude_bins)), ("interp", mode),
+                                   ("fill", vals.pop())))], None
+
+
 def _center_crop(t, s: State):
     return [Op("center_crop", (("size", hw(t.size)),))], None
 
@@ -284,6 +309,8 @@ register(OpDef("grayscale", dali("colour.grayscale"), ("RandomGrayscale",), _gra
                uint8_only=True))
 register(OpDef("gaussian_blur", dali("colour.gaussian_blur"), ("GaussianBlur",),
                _gaussian_blur))
+register(OpDef("trivial_augment", dali("autoaug.trivial_augment"), ("TrivialAugmentWide",),
+               _trivial_augment, uint8_only=True, conditional=True))
 register(OpDef("pad", dali("geometry.pad"), ("Pad",), _pad, commutes=_pad_commutes))
 register(OpDef("erase", dali("geometry.random_erase"), ("RandomErasing",), _random_erasing))
 register(OpDef("affine", dali("colour.affine")))  # from the float conversions (_Builder)

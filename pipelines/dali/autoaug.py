@@ -1,0 +1,197 @@
+"""torchvision's ``TrivialAugmentWide`` as a DALI graph: its 14 ops, its magnitudes and its draws.
+
+NOTE [what matches torchvision]
+The op list, the magnitude of each bin (``linspace`` over torchvision's ranges; posterize's bits
+and solarize's threshold as torchvision maps them), the uniform draw of op and bin, and the
+sign flip with probability 0.5 for signed ops are torchvision's. DALI's own
+``nvidia.dali.auto_aug`` suite differs (brightness, contrast and colour from 0.01, a fill of
+128, linear warps by default, shear about the image centre, posterize 8 to 2 bits by another
+rule), so the ops here are built from DALI primitives to compute what torchvision's uint8
+kernels compute; only the selection (``apply_trivial_augment``, conditional execution) is
+DALI's.
+
+* ShearX/Y, TranslateX/Y, Rotate: ``warp_affine`` with torchvision's inverse matrices (shear
+  about the top-left corner, translation by ``int(magnitude)`` pixels, rotation about the
+  centre), the same interpolation, fill 0 by default. With nearest sampling a pixel may differ
+  where a sample point falls exactly between two pixels (torchvision rounds half to even, DALI
+  takes the pixel that holds the point).
+* Brightness, Color, Contrast: torchvision's uint8 blends (with zero, the floored grey, the
+  mean of the floored grey), clamped and truncated.
+* Sharpness: the 13-weight smoothing kernel, rounded, blended in the interior; the 1-pixel
+  border kept, as torchvision keeps it.
+* Posterize, Solarize, AutoContrast: torchvision's formulas.
+* Equalize: DALI's ``equalize`` (OpenCV's histogram equalisation), not torchvision's
+  PIL-style lookup table: the one op whose output differs beyond rounding
+  (``tests/test_autoaug.py`` measures it).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from nvidia.dali import fn, types
+from nvidia.dali import math as dmath
+from nvidia.dali.auto_aug.core import augmentation
+from nvidia.dali.auto_aug.trivial_augment import apply_trivial_augment
+
+from ..migrate import Op
+from .colour import grey
+from .geometry import round_half_even
+
+INTERP = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR}
+_filter = getattr(fn, "filter", None) or fn.experimental.filter        # DALI >= 1.35: fn.filter
+_equalize = getattr(fn, "equalize", None) or fn.experimental.equalize
+
+
+def _float(x):
+    return fn.cast(x, dtype=types.FLOAT)
+
+
+def _u8(x):
+    """A float image clamped to 0..255 and truncated, as torchvision's ``.to(torch.uint8)``."""
+    return fn.cast(dmath.floor(dmath.clamp(x, 0.0, 255.0)), dtype=types.UINT8)
+
+
+def _vec(*vals):
+    """A 1-D per-sample float vector of DataNodes and numbers."""
+    return fn.stack(*[_float(v) if not isinstance(v, float) else
+                      types.Constant(v, dtype=types.FLOAT) for v in vals])
+
+
+def _hw(data):
+    shp = data.shape()
+    return _float(shp[0]), _float(shp[1])
+
+
+def _warp(data, a, b, tx, c, d, ty, interp, fill):
+    """``warp_affine`` with the map from output to input pixel coordinates (pixel centres at
+    half-integers): ``x_in = a x + b y + tx``, ``y_in = c x + d y + ty``."""
+    m = fn.reshape(_vec(a, b, tx, c, d, ty), shape=[2, 3])
+    return fn.warp_affine(data, matrix=m, fill_value=fill, interp_type=interp, inverse_map=True)
+
+
+def tables(num_bins: int) -> dict:
+    """torchvision's own magnitude of every bin, per op (its ``_AUGMENTATION_SPACE``: float32
+    ``linspace``s, posterize's bits), so each bin's value is the one torchvision uses."""
+    from torchvision.transforms import v2
+
+    space = v2.TrivialAugmentWide._AUGMENTATION_SPACE
+    return {name: (f(num_bins, 0, 0), signed) for name, (f, signed) in space.items()}
+
+
+def suite(num_bins: int, interp, fill: float):
+    """The 14 augmentations in torchvision's order (``_AUGMENTATION_SPACE``). Each magnitude
+    op's DALI magnitude is its bin index (``mag_range=(0, bins - 1)``, negated for a negative
+    sign); its parameter is torchvision's table at that bin (``tables``)."""
+    tab = tables(num_bins)
+    top = float(num_bins - 1)
+
+    def at(name: str, then=float):
+        values = tab[name][0]
+
+        def param(m):
+            v = then(float(values[int(round(abs(float(m))))]))
+            return np.float32(-v if np.signbit(m) else v)
+        return param
+
+    def mag(name: str, then=float, device="cpu"):
+        return augmentation(mag_range=(0.0, top), randomly_negate=tab[name][1],
+                            mag_to_param=at(name, then), param_device=device)
+
+    @augmentation
+    def identity(data, _):
+        return data
+
+    @mag("ShearX")
+    def shear_x(data, m):
+        return _warp(data, 1.0, m, 0.0, 0.0, 1.0, 0.0, interp, fill)
+
+    @mag("ShearY")
+    def shear_y(data, m):
+        return _warp(data, 1.0, 0.0, 0.0, m, 1.0, 0.0, interp, fill)
+
+    @mag("TranslateX", then=math.trunc)  # torchvision's int(magnitude): towards zero
+    def translate_x(data, t):
+        return _warp(data, 1.0, 0.0, t * -1.0, 0.0, 1.0, 0.0, interp, fill)
+
+    @mag("TranslateY", then=math.trunc)
+    def translate_y(data, t):
+        return _warp(data, 1.0, 0.0, 0.0, 0.0, 1.0, t * -1.0, interp, fill)
+
+    @mag("Rotate")
+    def rotate(data, angle):
+        h, w = _hw(data)
+        r = angle * (math.pi / 180.0)
+        cos, sin = dmath.cos(r), dmath.sin(r)
+        cx, cy = w * 0.5, h * 0.5
+        return _warp(data, cos, -sin, cx - cos * cx + sin * cy,
+                     sin, cos, cy - sin * cx - cos * cy, interp, fill)
+
+    @mag("Brightness", device="auto")
+    def brightness(data, m):
+        return _u8(_float(data) * (1.0 + m))
+
+    @mag("Color", device="auto")
+    def color(data, m):
+        x = _float(data)
+        f = 1.0 + m
+        return _u8(x * f + dmath.floor(grey(x)) * (1.0 - f))
+
+    @mag("Contrast", device="auto")
+    def contrast(data, m):
+        x = _float(data)
+        f = 1.0 + m
+        return _u8(x * f + fn.reductions.mean(dmath.floor(grey(x))) * (1.0 - f))
+
+    kernel = np.ones((3, 3), np.float32)
+    kernel[1, 1] = 5.0
+    kernel /= kernel.sum()
+
+    @mag("Sharpness", device="auto")
+    def sharpness(data, m):
+        x = _float(data)
+        blur = round_half_even(_filter(data, kernel, dtype=types.FLOAT))
+        h, w = _hw(data)
+        inner = fn.erase(x * 0.0 + 1.0, axis_names="HW", fill_value=0.0,  # 0 on the border
+                         anchor=_vec(0.0, 0.0, h - 1.0, 0.0, 0.0, 0.0, 0.0, w - 1.0),
+                         shape=_vec(1.0, w, 1.0, w, h, 1.0, h, 1.0))
+        return _u8(x + (blur - x) * (m * -1.0 * inner))  # x + (1 - f) (blur - x) inside
+
+    def mask(bits: float) -> int:
+        b = int(bits)
+        return ((1 << b) - 1) << (8 - b)
+
+    @augmentation(mag_range=(0.0, top), param_device="auto",
+                  mag_to_param=lambda m: np.uint8(at("Posterize", mask)(m)))
+    def posterize(data, bitmask):
+        return data & bitmask
+
+    @mag("Solarize", then=lambda v: 255.0 * v, device="auto")
+    def solarize(data, threshold):
+        x = _float(data)
+        return fn.cast(x + (255.0 - 2.0 * x) * _float(x >= threshold), dtype=types.UINT8)
+
+    @augmentation
+    def auto_contrast(data, _):
+        x = _float(data)
+        lo = fn.reductions.min(x, axes=[0, 1], keep_dims=True)
+        hi = fn.reductions.max(x, axes=[0, 1], keep_dims=True)
+        same = _float(hi == lo)
+        lo = lo * (1.0 - same)
+        scale = (hi - lo) * (1.0 - same) * (1.0 / 255.0) + same
+        return _u8((x - lo) / scale)
+
+    @augmentation
+    def equalize(data, _):
+        return _equalize(data)
+
+    return [identity, shear_x, shear_y, translate_x, translate_y, rotate, brightness, color,
+            contrast, sharpness, posterize, solarize, auto_contrast, equalize]
+
+
+def trivial_augment(images, op: Op):
+    """``TrivialAugmentWide(num_magnitude_bins, interpolation, fill)`` on uint8 HWC images
+    (module NOTE); the pipeline runs with conditional execution (``pipelines.dali.graph``)."""
+    bins = op["bins"]
+    return apply_trivial_augment(suite(bins, INTERP[op["interp"]], float(op["fill"])), images,
+                                 num_magnitude_bins=bins)

@@ -1,0 +1,196 @@
+"""TrivialAugmentWide on DALI (``pipelines.dali.autoaug``) against torchvision: each op at fixed
+magnitudes, the magnitude tables, the draws end to end, and what is refused."""
+from __future__ import annotations
+
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from torchvision.io import ImageReadMode, decode_image
+from torchvision.transforms import v2
+
+from pipelines import LoaderConfig, UnsupportedTransformError, create_loader, from_torchvision
+
+pytestmark = pytest.mark.dali
+NAMES = ["Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
+         "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize"]
+
+
+@pytest.fixture(scope="module")
+def images(tiny_root):
+    files = sorted(tiny_root.glob("class_*/*.jpg"))[:8]
+    return [v2.functional.center_crop(decode_image(str(f), mode=ImageReadMode.RGB), [40, 48])
+            for f in files]
+
+
+def dali_op(images, k: int, param, interp="nearest"):
+    """Op ``k`` of the suite with a fixed parameter, on DALI's CPU operators."""
+    from nvidia.dali import fn, pipeline_def
+
+    from pipelines.dali.autoaug import INTERP, suite
+
+    hwc = [np.ascontiguousarray(i.permute(1, 2, 0).numpy()) for i in images]
+    arr = np.array(param, dtype=np.uint8 if isinstance(param, np.uint8) else np.float32)
+
+    @pipeline_def(batch_size=len(hwc), num_threads=1, device_id=None)
+    def pipe():
+        x = fn.external_source(source=lambda: hwc, batch=True, layout="HWC")
+        p = fn.external_source(source=lambda: [arr] * len(hwc), batch=True)
+        return suite(31, INTERP[interp], 0.0)[k].op(x, p)
+
+    p = pipe()
+    p.build()
+    return [np.array(o) for o in p.run()[0]]
+
+
+def torchvision_op(images, k: int, magnitude, interp="nearest"):
+    ta = v2.TrivialAugmentWide()
+    mode = v2.InterpolationMode(interp)
+    return [ta._apply_image_or_video_transform(i, NAMES[k], magnitude, interpolation=mode,
+                                               fill={"others": None}).permute(1, 2, 0).numpy()
+            for i in images]
+
+
+def diff(a, b) -> np.ndarray:
+    return np.concatenate([np.abs(x.astype(int) - y.astype(int)).ravel() for x, y in zip(a, b)])
+
+
+# (op, DALI's parameter, torchvision's magnitude): every op, signed both ways where it is signed
+EXACT = [(0, 0.0, 0.0), (1, 0.3, 0.3), (2, -0.45, -0.45), (3, 13.0, 13.7), (3, -7.0, -7.9),
+         (4, 21.0, 21.2), (5, 30.0, 30.0), (5, -100.5, -100.5), (6, 0.5, 0.5), (6, -0.4, -0.4),
+         (8, 0.6, 0.6), (8, -0.5, -0.5), (9, -0.66, -0.66), (10, np.uint8(0b11100000), 3.0),
+         (11, 255 * 0.4, 0.4), (12, 0.0, 0.0)]
+WITHIN_ONE = [(7, 0.7, 0.7), (7, -0.9, -0.9), (9, 0.8, 0.8)]  # a float rounding apart
+
+
+@pytest.mark.parametrize("k, param, magnitude", EXACT)
+def test_each_op_computes_what_torchvision_computes(images, k, param, magnitude):
+    d = diff(dali_op(images, k, param), torchvision_op(images, k, magnitude))
+    assert d.max() == 0, NAMES[k]
+
+
+@pytest.mark.parametrize("k, param, magnitude", WITHIN_ONE)
+def test_blends_are_within_one_level(images, k, param, magnitude):
+    d = diff(dali_op(images, k, param), torchvision_op(images, k, magnitude))
+    assert d.max() <= 1 and d.mean() < 0.05, NAMES[k]
+
+
+def test_bilinear_warps_are_close(images):
+    d = diff(dali_op(images, 5, 17.0, "bilinear"), torchvision_op(images, 5, 17.0, "bilinear"))
+    assert d.mean() < 2.0
+
+
+def test_a_wrong_magnitude_is_told_apart(images):
+    for k, param, magnitude in [(1, 0.3, 0.35), (6, 0.5, 0.45), (5, 30.0, -30.0)]:
+        assert diff(dali_op(images, k, param), torchvision_op(images, k, magnitude)).max() > 1
+
+
+def test_nearest_shear_differs_only_where_a_point_falls_between_two_pixels(images):
+    # x_in = x + 0.5 - 0.6 (y + 0.5) is a whole number (a tie) where 0.6 (y + 0.5) ends in .5
+    a, b = dali_op(images, 1, -0.6), torchvision_op(images, 1, -0.6)
+    rows = {int(y) for x, z in zip(a, b) for y in np.nonzero((x != z).any(2).any(1))[0]}
+    assert rows and all(abs((0.6 * (y + 0.5)) % 1.0 - 0.5) < 1e-6 for y in rows)
+
+
+def test_equalize_is_dalis_own_and_its_distance_is_bounded(images):
+    """The documented difference: DALI's histogram equalisation (OpenCV's rule), not
+    torchvision's; both flatten the histogram, their outputs differ by tens of levels."""
+    a, b = dali_op(images, 13, 0.0), torchvision_op(images, 13, 0.0)
+    d = diff(a, b)
+    assert 5 < d.mean() < 60
+    def from_uniform(img) -> float:  # the worst channel's KS distance to uniform levels
+        return max(float(np.max(np.abs(np.searchsorted(np.sort(img[..., c].ravel()),
+                                                       np.arange(256), side="right")
+                                       / img[..., c].size - np.arange(1, 257) / 256)))
+                   for c in range(3))
+
+    for x, y, src in zip(a, b, images):  # both bring every channel's levels near uniform
+        s = from_uniform(src.permute(1, 2, 0).numpy())
+        assert from_uniform(x) < s and from_uniform(y) < s
+
+
+def test_every_bin_has_torchvisions_magnitude():
+    from pipelines.dali.autoaug import INTERP, suite
+
+    bins = 31
+    space = v2.TrivialAugmentWide()._AUGMENTATION_SPACE
+    for aug, name in zip(suite(bins, INTERP["nearest"], 0.0), NAMES):
+        fn, signed = space[name]
+        want = fn(bins, 224, 224)
+        if want is None:
+            assert aug.mag_range is None, name
+            continue
+        assert aug.randomly_negate == signed, name
+        for b in range(bins):
+            v = float(want[b])
+            got, neg = float(aug.mag_to_param(float(b))), float(aug.mag_to_param(-float(b)))
+            if name == "Posterize":
+                assert int(got) == ((1 << int(v)) - 1) << (8 - int(v)), b
+            elif name.startswith("Translate"):
+                assert got == math.trunc(v) and (not signed or neg == -math.trunc(v)), b
+            elif name == "Solarize":
+                assert math.isclose(got, 255.0 * v, rel_tol=1e-6), b
+            else:
+                assert math.isclose(got, v, rel_tol=1e-6, abs_tol=1e-7), (name, b)
+                assert not signed or math.isclose(neg, -v, rel_tol=1e-6, abs_tol=1e-7)
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory, tiny_root):
+    root = tmp_path_factory.mktemp("ta")
+    src = sorted(tiny_root.glob("class_0000/*.jpg"))[0]
+    for k in range(64):
+        d = root / f"c{k % 2}"
+        d.mkdir(exist_ok=True)
+        shutil.copy(src, d / f"{k:02d}.jpg")
+    return root
+
+
+def _stats(backend, root, t, epochs=10):
+    """Per sample: its mean level and its left half's mean minus its right half's."""
+    cfg = LoaderConfig(root=root, batch_size=64, device="cpu", num_workers=2, transform=t,
+                       seed=5)
+    out = []
+    with create_loader(backend, cfg) as ld:
+        for e in range(epochs):
+            ld.set_epoch(e)
+            for x, _ in ld:
+                for img in x:
+                    half = img.shape[-1] // 2
+                    out.append((float(img.mean()),
+                                float(img[..., :half].mean() - img[..., half:].mean())))
+    return np.array(out)
+
+
+def ks(a, b) -> float:
+    a, b = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
+    grid = np.concatenate([a, b])
+    return float(np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a)
+                               - np.searchsorted(b, grid, side="right") / len(b))))
+
+
+def test_the_draws_match_torchvision_end_to_end(copies):
+    t = v2.Compose([v2.CenterCrop((40, 48)), v2.TrivialAugmentWide()])
+    d, tv = _stats("dali", copies, t), _stats("pageable", copies, t)
+    crit = 1.949 * math.sqrt(2 / len(d))
+    assert ks(d[:, 0], tv[:, 0]) < crit and ks(d[:, 1], tv[:, 1]) < crit
+    # a counter-example: torchvision with the magnitudes cut to 2 bins draws otherwise
+    narrow = v2.Compose([v2.CenterCrop((40, 48)), v2.TrivialAugmentWide(num_magnitude_bins=2)])
+    assert ks(_stats("pageable", copies, narrow)[:, 0], d[:, 0]) > crit
+
+
+def test_what_dali_refuses_is_named():
+    base = [v2.RandomResizedCrop(32)]
+    for t, msg in ((v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BICUBIC),
+                    "interpolation='bicubic'"),
+                   (v2.TrivialAugmentWide(fill=[1, 2, 3]), "fill="),
+                   (v2.TrivialAugmentWide(num_magnitude_bins=1), "num_magnitude_bins=1")):
+        with pytest.raises(UnsupportedTransformError, match=msg):
+            from_torchvision(v2.Compose([*base, t]))
+    after = v2.Compose([*base, v2.ToDtype(torch.float32, scale=True), v2.TrivialAugmentWide()])
+    with pytest.raises(UnsupportedTransformError, match="TrivialAugmentWide"):
+        from_torchvision(after)
+    ops = from_torchvision(v2.Compose([*base, v2.TrivialAugmentWide(fill=9)])).ops
+    assert ops[-1].kind == "trivial_augment" and ops[-1]["fill"] == 9.0
