@@ -25,8 +25,8 @@ def images(tiny_root):
             for f in files]
 
 
-def dali_op(images, k: int, param, interp="nearest"):
-    """Op ``k`` of the suite with a fixed parameter, on DALI's CPU operators."""
+def dali_op(images, k: int, param, interp="nearest", gpu: bool = False):
+    """Op ``k`` of the suite with a fixed parameter, on DALI's CPU operators (or the GPU's)."""
     from nvidia.dali import fn, pipeline_def
 
     from pipelines.dali.autoaug import INTERP, suite
@@ -34,15 +34,21 @@ def dali_op(images, k: int, param, interp="nearest"):
     hwc = [np.ascontiguousarray(i.permute(1, 2, 0).numpy()) for i in images]
     arr = np.array(param, dtype=np.uint8 if isinstance(param, np.uint8) else np.float32)
 
-    @pipeline_def(batch_size=len(hwc), num_threads=1, device_id=None)
+    @pipeline_def(batch_size=len(hwc), num_threads=1, device_id=0 if gpu else None)
     def pipe():
         x = fn.external_source(source=lambda: hwc, batch=True, layout="HWC")
         p = fn.external_source(source=lambda: [arr] * len(hwc), batch=True)
-        return suite(31, INTERP[interp], 0.0)[k].op(x, p)
+        aug = suite(31, INTERP[interp], 0.0)[k]
+        if gpu:
+            x = x.gpu()
+            if aug.param_device == "auto":
+                p = p.gpu()
+        return aug.op(x, p)
 
     p = pipe()
     p.build()
-    return [np.array(o) for o in p.run()[0]]
+    out = p.run()[0]
+    return [np.array(o) for o in (out.as_cpu() if gpu else out)]
 
 
 def torchvision_op(images, k: int, magnitude, interp="nearest"):
@@ -194,3 +200,27 @@ def test_what_dali_refuses_is_named():
         from_torchvision(after)
     ops = from_torchvision(v2.Compose([*base, v2.TrivialAugmentWide(fill=9)])).ops
     assert ops[-1].kind == "trivial_augment" and ops[-1]["fill"] == 9.0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("k, param, magnitude", EXACT + WITHIN_ONE + [(13, 0.0, 0.0)])
+def test_each_op_on_the_gpu_matches_the_cpu(images, k, param, magnitude):
+    d = diff(dali_op(images, k, param, gpu=True), dali_op(images, k, param))
+    assert d.max() <= 1, NAMES[k]
+
+
+@pytest.mark.cuda
+def test_the_reference_recipe_with_mixing_on_the_gpu(tiny_root):
+    from pipelines import MixSpec
+    from pipelines.recipes import torchvision_ref
+
+    cfg = LoaderConfig(root=tiny_root, batch_size=8, device="cuda", num_workers=2,
+                       transform=torchvision_ref(64, auto_augment="ta_wide", random_erase=0.5),
+                       mix=MixSpec(mixup_alpha=0.2, cutmix_alpha=1.0), debug_indices=True)
+    with create_loader("dali", cfg) as ld:
+        for e in range(2):
+            ld.set_epoch(e)
+            for x, y in ld:
+                assert x.is_cuda and y.is_cuda and bool(torch.isfinite(x).all())
+                assert torch.allclose(y.sum(1), torch.ones(len(y), device=y.device))
+        assert sorted(ld.last_indices.tolist()) == list(range(37))
