@@ -1,5 +1,6 @@
-"""TrivialAugmentWide on DALI (``pipelines.dali.autoaug``) against torchvision: each op at fixed
-magnitudes, the magnitude tables, the draws end to end, and what is refused."""
+"""TrivialAugmentWide, RandAugment and AutoAugment on DALI (``pipelines.dali.autoaug``) against
+torchvision: each op at fixed magnitudes, the magnitude tables, the draws end to end, and what
+is refused."""
 from __future__ import annotations
 
 import math
@@ -15,7 +16,8 @@ from pipelines import LoaderConfig, UnsupportedTransformError, create_loader, fr
 
 pytestmark = pytest.mark.dali
 NAMES = ["Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
-         "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize"]
+         "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize",
+         "Invert"]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def dali_op(images, k: int, param, interp="nearest", gpu: bool = False):
     """Op ``k`` of the suite with a fixed parameter, on DALI's CPU operators (or the GPU's)."""
     from nvidia.dali import fn, pipeline_def
 
-    from pipelines.dali.autoaug import INTERP, suite
+    from pipelines.dali.autoaug import INTERP, suite, tables
 
     hwc = [np.ascontiguousarray(i.permute(1, 2, 0).numpy()) for i in images]
     arr = np.array(param, dtype=np.uint8 if isinstance(param, np.uint8) else np.float32)
@@ -38,7 +40,9 @@ def dali_op(images, k: int, param, interp="nearest", gpu: bool = False):
     def pipe():
         x = fn.external_source(source=lambda: hwc, batch=True, layout="HWC")
         p = fn.external_source(source=lambda: [arr] * len(hwc), batch=True)
-        aug = suite(31, INTERP[interp], 0.0)[k]
+        aug = suite(tables("AutoAugment", 31, 40, 48), INTERP[interp], 0.0)[NAMES[k]] \
+            if NAMES[k] == "Invert" else \
+            suite(tables("TrivialAugmentWide", 31), INTERP[interp], 0.0)[NAMES[k]]
         if gpu:
             x = x.gpu()
             if aug.param_device == "auto":
@@ -52,7 +56,7 @@ def dali_op(images, k: int, param, interp="nearest", gpu: bool = False):
 
 
 def torchvision_op(images, k: int, magnitude, interp="nearest"):
-    ta = v2.TrivialAugmentWide()
+    ta = v2.AutoAugment() if NAMES[k] == "Invert" else v2.TrivialAugmentWide()
     mode = v2.InterpolationMode(interp)
     return [ta._apply_image_or_video_transform(i, NAMES[k], magnitude, interpolation=mode,
                                                fill={"others": None}).permute(1, 2, 0).numpy()
@@ -67,7 +71,7 @@ def diff(a, b) -> np.ndarray:
 EXACT = [(0, 0.0, 0.0), (1, 0.3, 0.3), (2, -0.45, -0.45), (3, 13.0, 13.7), (3, -7.0, -7.9),
          (4, 21.0, 21.2), (5, 30.0, 30.0), (5, -100.5, -100.5), (6, 0.5, 0.5), (6, -0.4, -0.4),
          (8, 0.6, 0.6), (8, -0.5, -0.5), (9, -0.66, -0.66), (10, np.uint8(0b11100000), 3.0),
-         (11, 255 * 0.4, 0.4), (12, 0.0, 0.0)]
+         (11, 255 * 0.4, 0.4), (12, 0.0, 0.0), (14, 0.0, 0.0)]
 WITHIN_ONE = [(7, 0.7, 0.7), (7, -0.9, -0.9), (9, 0.8, 0.8)]  # a float rounding apart
 
 
@@ -100,10 +104,27 @@ def test_nearest_shear_differs_only_where_a_point_falls_between_two_pixels(image
     assert rows and all(abs((0.6 * (y + 0.5)) % 1.0 - 0.5) < 1e-6 for y in rows)
 
 
-def test_equalize_is_dalis_own_and_its_distance_is_bounded(images):
-    """The documented difference: DALI's histogram equalisation (OpenCV's rule), not
-    torchvision's; both flatten the histogram, their outputs differ by tens of levels."""
+def cv_equalize(img: torch.Tensor) -> torch.Tensor:
+    """OpenCV's ``equalizeHist`` per channel of a uint8 CHW image: ``round((cdf - cdf_min) *
+    255 / (N - cdf_min))``."""
+    out = img.clone()
+    for c in range(img.shape[0]):
+        x = img[c].flatten().long()
+        hist = torch.bincount(x, minlength=256)
+        cdf = hist.cumsum(0)
+        low = cdf[hist.nonzero()[0, 0]]
+        if x.numel() > low:
+            lut = torch.round((cdf - low).double() * 255.0 / (x.numel() - low))
+            out[c] = lut.clamp(0, 255).to(torch.uint8)[x].view(img.shape[1:])
+    return out
+
+
+def test_equalize_is_opencvs_rule_and_its_distance_from_torchvision_is_bounded(images):
+    """The documented difference: DALI's histogram equalisation is OpenCV's rule exactly, not
+    torchvision's PIL-style table; both flatten the histogram, their outputs differ by tens of
+    levels."""
     a, b = dali_op(images, 13, 0.0), torchvision_op(images, 13, 0.0)
+    assert diff(a, [cv_equalize(i).permute(1, 2, 0).numpy() for i in images]).max() == 0
     d = diff(a, b)
     assert 5 < d.mean() < 60
     def from_uniform(img) -> float:  # the worst channel's KS distance to uniform levels
@@ -117,14 +138,18 @@ def test_equalize_is_dalis_own_and_its_distance_is_bounded(images):
         assert from_uniform(x) < s and from_uniform(y) < s
 
 
-def test_every_bin_has_torchvisions_magnitude():
-    from pipelines.dali.autoaug import INTERP, suite
+@pytest.mark.parametrize("policy, bins", [("TrivialAugmentWide", 31), ("RandAugment", 31),
+                                          ("AutoAugment", 10)])
+def test_every_bin_has_torchvisions_magnitude(policy, bins):
+    from pipelines.dali.autoaug import INTERP, suite, tables
 
-    bins = 31
-    space = v2.TrivialAugmentWide()._AUGMENTATION_SPACE
-    for aug, name in zip(suite(bins, INTERP["nearest"], 0.0), NAMES):
+    h, w = 40, 56  # RandAugment's and AutoAugment's translations scale with the size
+    space = getattr(v2, policy)()._AUGMENTATION_SPACE
+    augs = suite(tables(policy, bins, h, w), INTERP["nearest"], 0.0)
+    assert list(augs) == list(space)
+    for name, aug in augs.items():
         fn, signed = space[name]
-        want = fn(bins, 224, 224)
+        want = fn(bins, h, w)
         if want is None:
             assert aug.mag_range is None, name
             continue
@@ -177,14 +202,22 @@ def ks(a, b) -> float:
                                - np.searchsorted(b, grid, side="right") / len(b))))
 
 
-def test_the_draws_match_torchvision_end_to_end(copies):
-    t = v2.Compose([v2.CenterCrop((40, 48)), v2.TrivialAugmentWide()])
+@pytest.mark.parametrize("policy, wrong", [
+    (v2.TrivialAugmentWide(), v2.TrivialAugmentWide(num_magnitude_bins=2)),
+    (v2.RandAugment(), v2.RandAugment(num_ops=1, magnitude=2)),
+    (v2.AutoAugment(), v2.AutoAugment(v2.AutoAugmentPolicy.SVHN)),
+], ids=["ta_wide", "rand", "auto"])
+def test_the_draws_match_torchvision_end_to_end(copies, policy, wrong, monkeypatch):
+    """The draws, with the documented Equalize difference taken out: torchvision's workers
+    equalise by OpenCV's rule here, as DALI does."""
+    monkeypatch.setattr(v2.functional, "equalize", cv_equalize)
+    t = v2.Compose([v2.CenterCrop((40, 48)), policy])
     d, tv = _stats("dali", copies, t), _stats("pageable", copies, t)
     crit = 1.949 * math.sqrt(2 / len(d))
     assert ks(d[:, 0], tv[:, 0]) < crit and ks(d[:, 1], tv[:, 1]) < crit
-    # a counter-example: torchvision with the magnitudes cut to 2 bins draws otherwise
-    narrow = v2.Compose([v2.CenterCrop((40, 48)), v2.TrivialAugmentWide(num_magnitude_bins=2)])
-    assert ks(_stats("pageable", copies, narrow)[:, 0], d[:, 0]) > crit
+    # a counter-example: torchvision with other parameters draws otherwise
+    other = _stats("pageable", copies, v2.Compose([v2.CenterCrop((40, 48)), wrong]))
+    assert max(ks(other[:, 0], d[:, 0]), ks(other[:, 1], d[:, 1])) > crit
 
 
 def test_what_dali_refuses_is_named():
@@ -200,6 +233,12 @@ def test_what_dali_refuses_is_named():
         from_torchvision(after)
     ops = from_torchvision(v2.Compose([*base, v2.TrivialAugmentWide(fill=9)])).ops
     assert ops[-1].kind == "trivial_augment" and ops[-1]["fill"] == 9.0
+    for t in (v2.RandAugment(), v2.AutoAugment()):  # they need the size their shifts scale with
+        with pytest.raises(UnsupportedTransformError, match="share of the image size"):
+            from_torchvision(v2.Compose([v2.Resize(40), t, v2.CenterCrop(32)]))
+    ops = from_torchvision(v2.Compose([*base, v2.RandAugment(num_ops=3, magnitude=5)])).ops
+    assert ops[-1].kind == "rand_augment" and ops[-1]["size"] == (32, 32)
+    assert (ops[-1]["num_ops"], ops[-1]["magnitude"]) == (3, 5)
 
 
 @pytest.mark.cuda

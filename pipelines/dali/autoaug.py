@@ -1,9 +1,12 @@
-"""torchvision's ``TrivialAugmentWide`` as a DALI graph: its 14 ops, its magnitudes and its draws.
+"""torchvision's ``TrivialAugmentWide``, ``RandAugment`` and ``AutoAugment`` as DALI graphs: their
+ops, their magnitudes and their draws.
 
 NOTE [what matches torchvision]
-The op list, the magnitude of each bin (``linspace`` over torchvision's ranges; posterize's bits
-and solarize's threshold as torchvision maps them), the uniform draw of op and bin, and the
-sign flip with probability 0.5 for signed ops are torchvision's. DALI's own
+The op list, the magnitude of each bin (read from torchvision's own ``_AUGMENTATION_SPACE``, so
+translations scale with the image size as RandAugment's and AutoAugment's do), the draws (one op
+and one bin per image for TrivialAugmentWide; ``num_ops`` ops at a fixed bin for RandAugment;
+a sub-policy, then each of its ops with its probability, for AutoAugment's policies, read from
+torchvision) and the sign flip with probability 0.5 for signed ops are torchvision's. DALI's own
 ``nvidia.dali.auto_aug`` suite differs (brightness, contrast and colour from 0.01, a fill of
 128, linear warps by default, shear about the image centre, posterize 8 to 2 bits by another
 rule), so the ops here are built from DALI primitives to compute what torchvision's uint8
@@ -19,9 +22,10 @@ DALI's.
   mean of the floored grey), clamped and truncated.
 * Sharpness: the 13-weight smoothing kernel, rounded, blended in the interior; the 1-pixel
   border kept, as torchvision keeps it.
-* Posterize, Solarize, AutoContrast: torchvision's formulas.
-* Equalize: DALI's ``equalize`` (OpenCV's histogram equalisation), not torchvision's
-  PIL-style lookup table: the one op whose output differs beyond rounding
+* Posterize, Solarize, AutoContrast, Invert: torchvision's formulas.
+* Equalize: DALI's ``equalize``, which is OpenCV's ``equalizeHist`` exactly
+  (``round((cdf - cdf_min) * 255 / (N - cdf_min))`` per channel), not torchvision's PIL-style
+  lookup table: the one op whose output differs beyond rounding, by tens of levels
   (``tests/test_autoaug.py`` measures it).
 """
 from __future__ import annotations
@@ -31,7 +35,9 @@ import math
 import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
-from nvidia.dali.auto_aug.core import augmentation
+from nvidia.dali.auto_aug.auto_augment import apply_auto_augment
+from nvidia.dali.auto_aug.core import Policy, augmentation
+from nvidia.dali.auto_aug.rand_augment import apply_rand_augment
 from nvidia.dali.auto_aug.trivial_augment import apply_trivial_augment
 
 from ..migrate import Op
@@ -70,21 +76,22 @@ def _warp(data, a, b, tx, c, d, ty, interp, fill):
     return fn.warp_affine(data, matrix=m, fill_value=fill, interp_type=interp, inverse_map=True)
 
 
-def tables(num_bins: int) -> dict:
-    """torchvision's own magnitude of every bin, per op (its ``_AUGMENTATION_SPACE``: float32
-    ``linspace``s, posterize's bits), so each bin's value is the one torchvision uses."""
+def tables(policy: str, num_bins: int, height: int = 0, width: int = 0) -> dict:
+    """torchvision's own magnitude of every bin, per op, for the transform class ``policy``
+    (its ``_AUGMENTATION_SPACE``: float32 ``linspace``s, posterize's bits, translations as a
+    share of ``height`` / ``width``), so each bin's value is the one torchvision uses."""
     from torchvision.transforms import v2
 
-    space = v2.TrivialAugmentWide._AUGMENTATION_SPACE
-    return {name: (f(num_bins, 0, 0), signed) for name, (f, signed) in space.items()}
+    space = getattr(v2, policy)._AUGMENTATION_SPACE
+    return {name: (f(num_bins, height, width), signed) for name, (f, signed) in space.items()}
 
 
-def suite(num_bins: int, interp, fill: float):
-    """The 14 augmentations in torchvision's order (``_AUGMENTATION_SPACE``). Each magnitude
-    op's DALI magnitude is its bin index (``mag_range=(0, bins - 1)``, negated for a negative
-    sign); its parameter is torchvision's table at that bin (``tables``)."""
-    tab = tables(num_bins)
-    top = float(num_bins - 1)
+def suite(tab: dict, interp, fill: float) -> dict:
+    """The augmentations of ``tab`` (``tables``), by torchvision's names, in its order. Each
+    magnitude op's DALI magnitude is its bin index (``mag_range=(0, bins - 1)``, negated for a
+    negative sign); its parameter is torchvision's table at that bin."""
+    sized = [v for v, _ in tab.values() if v is not None]
+    top = float(len(sized[0]) - 1) if sized else 0.0
 
     def at(name: str, then=float):
         values = tab[name][0]
@@ -185,13 +192,45 @@ def suite(num_bins: int, interp, fill: float):
     def equalize(data, _):
         return _equalize(data)
 
-    return [identity, shear_x, shear_y, translate_x, translate_y, rotate, brightness, color,
-            contrast, sharpness, posterize, solarize, auto_contrast, equalize]
+    @augmentation
+    def invert(data, _):
+        return fn.cast(255.0 - _float(data), dtype=types.UINT8)
+
+    every = {"Identity": identity, "ShearX": shear_x, "ShearY": shear_y,
+             "TranslateX": translate_x, "TranslateY": translate_y, "Rotate": rotate,
+             "Brightness": brightness, "Color": color, "Contrast": contrast,
+             "Sharpness": sharpness, "Posterize": posterize, "Solarize": solarize,
+             "AutoContrast": auto_contrast, "Equalize": equalize, "Invert": invert}
+    return {name: every[name] for name in tab}
+
+
+def _suite(op: Op, policy: str, bins: int) -> dict:
+    h, w = op["size"] or (0, 0)
+    return suite(tables(policy, bins, h, w), INTERP[op["interp"]], float(op["fill"]))
 
 
 def trivial_augment(images, op: Op):
     """``TrivialAugmentWide(num_magnitude_bins, interpolation, fill)`` on uint8 HWC images
     (module NOTE); the pipeline runs with conditional execution (``pipelines.dali.graph``)."""
     bins = op["bins"]
-    return apply_trivial_augment(suite(bins, INTERP[op["interp"]], float(op["fill"])), images,
+    return apply_trivial_augment(list(_suite(op, "TrivialAugmentWide", bins).values()), images,
                                  num_magnitude_bins=bins)
+
+
+def rand_augment(images, op: Op):
+    """``RandAugment(num_ops, magnitude, num_magnitude_bins, interpolation, fill)`` on uint8
+    HWC images of the fixed size ``op["size"]`` (its translations scale with it)."""
+    bins = op["bins"]
+    return apply_rand_augment(list(_suite(op, "RandAugment", bins).values()), images,
+                              n=op["num_ops"], m=op["magnitude"], num_magnitude_bins=bins)
+
+
+def auto_augment(images, op: Op):
+    """``AutoAugment(policy, interpolation, fill)`` on uint8 HWC images of the fixed size
+    ``op["size"]``: torchvision's sub-policies of that policy, over its 10 magnitude bins."""
+    from torchvision.transforms import v2
+
+    augs = _suite(op, "AutoAugment", 10)
+    subs = [[(augs[name], float(p), m) for name, p, m in sub]
+            for sub in v2.AutoAugment(v2.AutoAugmentPolicy(op["policy"]))._policies]
+    return apply_auto_augment(Policy(f"torchvision-{op['policy']}", 10, subs), images)

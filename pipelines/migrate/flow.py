@@ -121,6 +121,12 @@ def _pad(t, s: State, out: List[str]) -> State:
     return replace(s, size=(s.size[0] + top + b, s.size[1] + l + r) if s.size else None)
 
 
+def _auto_family(t, s: State, out: List[str]) -> State:
+    """TrivialAugmentWide, RandAugment, AutoAugment: on uint8 they keep uint8 values; on float
+    their result is no affine map of the pixels."""
+    return s if not s.is_float else _keeps_dtype(True)(t, s, out)
+
+
 def _blur(t, s: State, out: List[str]) -> State:
     kw, kh = hw(t.kernel_size)  # torchvision's kernel_size is (x, y)
     if s.size and (kh // 2 >= s.size[0] or kw // 2 >= s.size[1]):
@@ -219,12 +225,12 @@ HANDLERS: Dict[str, Handler] = {
     "RandomErasing": _same,
     "Pad": _pad,
     # on uint8 it keeps uint8 values (on float it is not an affine map of them)
-    "TrivialAugmentWide": lambda t, s, out: s if not s.is_float else _keeps_dtype(True)(t, s, out),
+    "TrivialAugmentWide": _auto_family, "RandAugment": _auto_family,
+    "AutoAugment": _auto_family,
 }
 for _n in ("RandomRotation", "RandomAffine", "RandomPerspective", "ElasticTransform",
            "RandomEqualize", "RandomAutocontrast", "RandomInvert",
-           "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "AutoAugment",
-           "RandAugment", "AugMix", "RandomPhotometricDistort",
+           "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "AugMix", "RandomPhotometricDistort",
            "RandomChannelPermutation", "Grayscale", "JPEG"):
     HANDLERS[_n] = _keeps_dtype(True)
 for _n in ("RandomZoomOut", "ScaleJitter", "RandomShortestSize", "RandomResize",

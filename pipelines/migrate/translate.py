@@ -72,6 +72,20 @@ DALI_REFUSED = {
         ("fill=<per-channel or per-type values>", "one fill value is translated"),
         ("num_magnitude_bins < 2", "torchvision's posterize table divides by bins - 1"),
     ),
+    "RandAugment": (
+        _AFTER_FLOAT,
+        ("interpolation=<not NEAREST or BILINEAR>", "its warps are translated for these two"),
+        ("fill=<per-channel or per-type values>", "one fill value is translated"),
+        ("(no fixed size before it)", "its translations are a share of the image size: put a "
+         "crop or Resize((h, w)) before it"),
+    ),
+    "AutoAugment": (
+        _AFTER_FLOAT,
+        ("interpolation=<not NEAREST or BILINEAR>", "its warps are translated for these two"),
+        ("fill=<per-channel or per-type values>", "one fill value is translated"),
+        ("(no fixed size before it)", "its translations are a share of the image size: put a "
+         "crop or Resize((h, w)) before it"),
+    ),
     "ColorJitter": (_AFTER_FLOAT,),
     "RandomGrayscale": (_AFTER_FLOAT,),
     "ToDtype, ConvertImageDtype": (
@@ -211,23 +225,56 @@ def _random_erasing(t, s: State):
                          ("value", tuple(vals))))], None
 
 
-def _trivial_augment(t, s: State):
-    """TrivialAugmentWide (``pipelines.dali.autoaug``, NOTE [what matches torchvision])."""
-    why = DALI_REFUSED["TrivialAugmentWide"]
+def _auto_common(t, s: State, name: str):
+    """The checks every AutoAugment-family step shares: ``(fill, None)`` or ``(None, problem)``."""
+    why = DALI_REFUSED[name]
     mode = getattr(t.interpolation, "value", t.interpolation)
     if mode not in ("nearest", "bilinear"):
-        return [], (f"interpolation={mode!r}", why[1][1])
+        return None, (f"interpolation={mode!r}", why[1][1])
     fill = getattr(t, "_fill", {"others": getattr(t, "fill", None)})
     vals = set()
     for v in (fill.values() if isinstance(fill, dict) else [fill]):
         vals |= {0.0} if v is None else {float(u) for u in (v if isinstance(v, (list, tuple))
                                                             else [v])}
     if len(vals) != 1 or not 0 <= next(iter(vals)) <= 255:
-        return [], (f"fill={t.fill!r}", why[2][1])
+        return None, (f"fill={t.fill!r}", why[2][1])
+    return (mode, vals.pop()), None
+
+
+def _trivial_augment(t, s: State):
+    """TrivialAugmentWide (``pipelines.dali.autoaug``, NOTE [what matches torchvision])."""
+    got, bad = _auto_common(t, s, "TrivialAugmentWide")
+    if bad:
+        return [], bad
     if t.num_magnitude_bins < 2:
-        return [], (f"num_magnitude_bins={t.num_magnitude_bins}", why[3][1])
-    return [Op("trivial_augment", (("bins", int(t.num_magnitude_bins)), ("interp", mode),
-                                   ("fill", vals.pop())))], None
+        return [], (f"num_magnitude_bins={t.num_magnitude_bins}",
+                    DALI_REFUSED["TrivialAugmentWide"][3][1])
+    return [Op("trivial_augment", (("bins", int(t.num_magnitude_bins)), ("interp", got[0]),
+                                   ("fill", got[1]), ("size", None)))], None
+
+
+def _rand_augment(t, s: State):
+    got, bad = _auto_common(t, s, "RandAugment")
+    if bad:
+        return [], bad
+    if s.size is None:
+        return [], ("", DALI_REFUSED["RandAugment"][3][1])
+    if t.num_magnitude_bins < 2:
+        return [], (f"num_magnitude_bins={t.num_magnitude_bins}",
+                    DALI_REFUSED["TrivialAugmentWide"][3][1])
+    return [Op("rand_augment", (("num_ops", int(t.num_ops)), ("magnitude", int(t.magnitude)),
+                                ("bins", int(t.num_magnitude_bins)), ("interp", got[0]),
+                                ("fill", got[1]), ("size", tuple(s.size))))], None
+
+
+def _auto_augment(t, s: State):
+    got, bad = _auto_common(t, s, "AutoAugment")
+    if bad:
+        return [], bad
+    if s.size is None:
+        return [], ("", DALI_REFUSED["AutoAugment"][3][1])
+    return [Op("auto_augment", (("policy", t.policy.value), ("interp", got[0]),
+                                ("fill", got[1]), ("size", tuple(s.size))))], None
 
 
 def _center_crop(t, s: State):
@@ -311,6 +358,10 @@ register(OpDef("gaussian_blur", dali("colour.gaussian_blur"), ("GaussianBlur",),
                _gaussian_blur))
 register(OpDef("trivial_augment", dali("autoaug.trivial_augment"), ("TrivialAugmentWide",),
                _trivial_augment, uint8_only=True, conditional=True))
+register(OpDef("rand_augment", dali("autoaug.rand_augment"), ("RandAugment",), _rand_augment,
+               uint8_only=True, conditional=True))
+register(OpDef("auto_augment", dali("autoaug.auto_augment"), ("AutoAugment",), _auto_augment,
+               uint8_only=True, conditional=True))
 register(OpDef("pad", dali("geometry.pad"), ("Pad",), _pad, commutes=_pad_commutes))
 register(OpDef("erase", dali("geometry.random_erase"), ("RandomErasing",), _random_erasing))
 register(OpDef("affine", dali("colour.affine")))  # from the float conversions (_Builder)
