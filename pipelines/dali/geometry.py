@@ -232,3 +232,56 @@ def random_erase(images, op: Op):
     x = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * (W - w_sel + 1.0))
     return fn.erase(images, anchor=fn.stack(y, x), shape=fn.stack(h_sel, w_sel),
                     axis_names="HW", fill_value=list(op["value"]))
+
+
+def affine(images, op: Op):
+    """torchvision's ``RandomAffine`` and ``RandomRotation`` (``op["rotate"]``): per image an
+    angle ``U(degrees)``, a shift ``round(U(-f W, f W))`` / ``round(U(-f H, f H))``, a scale
+    ``U(scale)`` and shears ``U(shear)``, then ``warp_affine`` with torchvision's inverse matrix
+    (``_get_inverse_affine_matrix``; ``F.rotate`` passes it the negated angle), about the image
+    centre or ``center``, with its interpolation and fill."""
+    H, W = image_hw(images)
+    angle = uniform(op["degrees"])
+    if op["rotate"]:
+        angle = angle * -1.0
+    tx = ty = 0.0
+    if op["translate"] is not None:
+        fx, fy = op["translate"]
+        tx = round_half_even(fn.random.uniform(range=[-1.0, 1.0]) * (W * fx)) if fx else 0.0
+        ty = round_half_even(fn.random.uniform(range=[-1.0, 1.0]) * (H * fy)) if fy else 0.0
+    scale = uniform(op["scale"]) if op["scale"] is not None else 1.0
+    sx0, sx1, sy0, sy1 = op["shear"] if op["shear"] is not None else (0.0, 0.0, 0.0, 0.0)
+    shx, shy = uniform((sx0, sx1)), uniform((sy0, sy1))
+
+    def rad(v):
+        return v * (math.pi / 180.0)
+
+    def trig(f, v):
+        return getattr(math, f)(v) if isinstance(v, float) else getattr(dmath, f)(v)
+
+    rot, sx, sy = rad(angle), rad(shx), rad(shy)
+    cos_rs, sin_rs = trig("cos", rot - sy), trig("sin", rot - sy)
+    cos_sy, tan_sx = trig("cos", sy), trig("tan", sx)
+    a = cos_rs / cos_sy
+    b = cos_rs * tan_sx / cos_sy * -1.0 - trig("sin", rot)
+    c = sin_rs / cos_sy
+    d = sin_rs * tan_sx / cos_sy * -1.0 + trig("cos", rot)
+    m0, m1, m3, m4 = d / scale, b * -1.0 / scale, c * -1.0 / scale, a / scale
+    cx, cy = W * 0.5, H * 0.5
+    if op["center"] is not None:  # torchvision: relative to the image centre
+        fx_, fy_ = op["center"]
+        ccx, ccy = cx * -1.0 + fx_, cy * -1.0 + fy_
+    else:
+        ccx = ccy = 0.0
+    # relative coordinates r = p - C: src_r = M r + M (-cc - t) + cc; absolute: + C
+    ox = (ccx * -1.0 - tx) * m0 + (ccy * -1.0 - ty) * m1 + ccx
+    oy = (ccx * -1.0 - tx) * m3 + (ccy * -1.0 - ty) * m4 + ccy
+    t0 = ox + cx - (m0 * cx + m1 * cy)
+    t1 = oy + cy - (m3 * cx + m4 * cy)
+    parts = [v if not isinstance(v, float) else types.Constant(v, dtype=types.FLOAT)
+             for v in (m0, m1, t0, m3, m4, t1)]
+    matrix = fn.reshape(fn.stack(*[fn.cast(v, dtype=types.FLOAT) for v in parts]), shape=[2, 3])
+    return fn.warp_affine(images, matrix=matrix, fill_value=float(op["fill"]),
+                          interp_type={"nearest": types.INTERP_NN,
+                                       "bilinear": types.INTERP_LINEAR}[op["interp"]],
+                          inverse_map=True)

@@ -227,8 +227,12 @@ HANDLERS: Dict[str, Handler] = {
     # on uint8 it keeps uint8 values (on float it is not an affine map of them)
     "TrivialAugmentWide": _auto_family, "RandAugment": _auto_family,
     "AutoAugment": _auto_family,
+    # on uint8 the warp keeps uint8 values and, without expand, the size
+    "RandomAffine": _auto_family,
+    "RandomRotation": lambda t, s, out: (_auto_family(t, s, out) if not getattr(t, "expand", False)
+                                         else _keeps_dtype(False)(t, s, out)),
 }
-for _n in ("RandomRotation", "RandomAffine", "RandomPerspective", "ElasticTransform",
+for _n in ("RandomPerspective", "ElasticTransform",
            "RandomEqualize", "RandomAutocontrast", "RandomInvert",
            "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "AugMix", "RandomPhotometricDistort",
            "RandomChannelPermutation", "Grayscale", "JPEG"):

@@ -79,6 +79,18 @@ DALI_REFUSED = {
         ("(no fixed size before it)", "its translations are a share of the image size: put a "
          "crop or Resize((h, w)) before it"),
     ),
+    "RandomRotation": (
+        _AFTER_FLOAT,
+        ("interpolation=<not NEAREST or BILINEAR>", "its warps are translated for these two"),
+        ("fill=<per-channel or per-type values>", "one fill value is translated"),
+        ("expand=True", "the output size would vary per image"),
+    ),
+    "RandomAffine": (
+        _AFTER_FLOAT,
+        ("interpolation=<not NEAREST or BILINEAR>", "its warps are translated for these two"),
+        ("fill=<per-channel or per-type values>", "one fill value is translated"),
+        ("expand=True", "not an argument of RandomAffine"),
+    ),
     "AutoAugment": (
         _AFTER_FLOAT,
         ("interpolation=<not NEAREST or BILINEAR>", "its warps are translated for these two"),
@@ -97,7 +109,7 @@ DALI_REFUSED = {
          "Resize((h, w)) or a Resize(int) of a fixed-size image, so that images batch"),
     ),
     "(any other transform)": (
-        ("any value", "not supported (RandomRotation, RandomAffine, Lambda, "
+        ("any value", "not supported (AugMix, RandomPerspective, Lambda, "
          "RandomApply, ...); the torch backends run it"),
     ),
 }
@@ -277,6 +289,29 @@ def _auto_augment(t, s: State):
                                 ("fill", got[1]), ("size", tuple(s.size))))], None
 
 
+def _affine_family(t, s: State):
+    """RandomRotation and RandomAffine (``pipelines.dali.geometry.affine``)."""
+    name = type(t).__name__
+    got, bad = _auto_common(t, s, name)
+    if bad:
+        return [], bad
+    if getattr(t, "expand", False):
+        return [], ("expand=True", DALI_REFUSED[name][3][1])
+    rotate = name == "RandomRotation"
+    shear = None
+    if not rotate and t.shear is not None:
+        sh = [float(v) for v in t.shear]
+        shear = tuple(sh + [0.0, 0.0]) if len(sh) == 2 else tuple(sh)
+    center = tuple(float(v) for v in t.center) if t.center is not None else None
+    return [Op("warp", (("rotate", rotate), ("degrees", tuple(float(v) for v in t.degrees)),
+                        ("translate", None if rotate or t.translate is None
+                         else tuple(float(v) for v in t.translate)),
+                        ("scale", None if rotate or t.scale is None
+                         else tuple(float(v) for v in t.scale)),
+                        ("shear", shear), ("center", center), ("interp", got[0]),
+                        ("fill", got[1])))], None
+
+
 def _center_crop(t, s: State):
     return [Op("center_crop", (("size", hw(t.size)),))], None
 
@@ -362,6 +397,8 @@ register(OpDef("rand_augment", dali("autoaug.rand_augment"), ("RandAugment",), _
                uint8_only=True, conditional=True))
 register(OpDef("auto_augment", dali("autoaug.auto_augment"), ("AutoAugment",), _auto_augment,
                uint8_only=True, conditional=True))
+register(OpDef("warp", dali("geometry.affine"), ("RandomRotation", "RandomAffine"),
+               _affine_family, uint8_only=True))
 register(OpDef("pad", dali("geometry.pad"), ("Pad",), _pad, commutes=_pad_commutes))
 register(OpDef("erase", dali("geometry.random_erase"), ("RandomErasing",), _random_erasing))
 register(OpDef("affine", dali("colour.affine")))  # from the float conversions (_Builder)
