@@ -250,11 +250,11 @@ def test_normalize_matches(tmp_path, device):
 # -- errors and the torch side -------------------------------------------------------------------
 def test_unsupported_transforms_are_listed_with_positions():
     with pytest.raises(UnsupportedTransformError) as e:
-        from_torchvision(v2.Compose([v2.RandomRotation(10), v2.CenterCrop(8),
+        from_torchvision(v2.Compose([v2.RandomPerspective(p=1.0), v2.CenterCrop(8),
                                      v2.RandomErasing(value="random"),
                                      v2.RandomCrop(4, padding=2, fill=0.5), *TAIL]))
     msg = str(e.value)
-    assert "#0 RandomRotation" in msg and "#2 RandomErasing" in msg and "#3 RandomCrop" in msg
+    assert "#0 RandomPerspective" in msg and "#2 RandomErasing" in msg and "#3 RandomCrop" in msg
     assert "#1" not in msg and "Supported:" in msg
 
 
@@ -280,11 +280,11 @@ def test_compare_cli_rejects_untranslatable_transform_for_dali(tiny_root, tmp_pa
     from compare.__main__ import main
 
     mod = types.ModuleType("user_recipes")
-    mod.bad = v2.Compose([v2.RandomRotation(5), v2.CenterCrop(32), *TAIL])
+    mod.bad = v2.Compose([v2.RandomPerspective(p=1.0), v2.CenterCrop(32), *TAIL])
     monkeypatch.setitem(sys.modules, "user_recipes", mod)
     rc = main(["--data", str(tiny_root), "--device", "cpu", "--backends", "dali",
                "--transform", "user_recipes:bad", "--out", str(tmp_path)])
-    assert rc == 2 and "#0 RandomRotation" in capsys.readouterr().err
+    assert rc == 2 and "#0 RandomPerspective" in capsys.readouterr().err
 
 
 # -- the forms users pass, and v1 transforms ----------------------------------------------------

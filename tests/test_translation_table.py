@@ -248,8 +248,8 @@ VARIANTS = [
     V("nn-sequential", lambda: torch.nn.Sequential(v2.CenterCrop(16),
                                                    v2.ToDtype(torch.float32, scale=True))),
     V("nested-compose", lambda: v2.Compose([v2.Compose([v2.CenterCrop(16)]), *F32()])),
-    V("unsupported-rotation", lambda: v2.Compose([v2.RandomRotation(10), v2.CenterCrop(16), *F32()]),
-      DALI, why="RandomRotation"),
+    V("unsupported-perspective", lambda: v2.Compose([v2.RandomPerspective(p=1.0), v2.CenterCrop(16), *F32()]),
+      DALI, why="RandomPerspective"),
 ]
 
 
