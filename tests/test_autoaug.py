@@ -4,7 +4,6 @@ is refused."""
 from __future__ import annotations
 
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms import v2
 
 from pipelines import LoaderConfig, UnsupportedTransformError, create_loader, from_torchvision
+from tests.utils import ks, one_image_copies
 
 pytestmark = pytest.mark.dali
 NAMES = ["Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
@@ -170,13 +170,7 @@ def test_every_bin_has_torchvisions_magnitude(policy, bins):
 
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory, tiny_root):
-    root = tmp_path_factory.mktemp("ta")
-    src = sorted(tiny_root.glob("class_0000/*.jpg"))[0]
-    for k in range(64):
-        d = root / f"c{k % 2}"
-        d.mkdir(exist_ok=True)
-        shutil.copy(src, d / f"{k:02d}.jpg")
-    return root
+    return one_image_copies(tiny_root, tmp_path_factory.mktemp("ta"))
 
 
 def _stats(backend, root, t, epochs=10):
@@ -193,13 +187,6 @@ def _stats(backend, root, t, epochs=10):
                     out.append((float(img.mean()),
                                 float(img[..., :half].mean() - img[..., half:].mean())))
     return np.array(out)
-
-
-def ks(a, b) -> float:
-    a, b = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
-    grid = np.concatenate([a, b])
-    return float(np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a)
-                               - np.searchsorted(b, grid, side="right") / len(b))))
 
 
 @pytest.mark.parametrize("policy, wrong", [

@@ -3,7 +3,6 @@ erase rate and the box's area, aspect ratio and position, each with a failing co
 from __future__ import annotations
 
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -11,18 +10,12 @@ import torch
 from torchvision.transforms import v2
 
 from pipelines import LoaderConfig, UnsupportedTransformError, create_loader, from_torchvision
+from tests.utils import ks, one_image_copies
 
 H, W, FILL = 48, 64, 5.0  # the fill is no normalised pixel value (those lie in [-2, 2])
 EPOCHS = 12
 N = 64 * EPOCHS
 D_CRIT = 1.949 * math.sqrt(2 / N)  # two-sample KS, p = 0.001
-
-
-def ks(a, b) -> float:
-    a, b = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
-    grid = np.concatenate([a, b])
-    return float(np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a)
-                               - np.searchsorted(b, grid, side="right") / len(b))))
 
 
 def compose(p=0.6, scale=(0.02, 0.33), ratio=(0.3, 3.3)):
@@ -33,13 +26,7 @@ def compose(p=0.6, scale=(0.02, 0.33), ratio=(0.3, 3.3)):
 
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory, tiny_root):
-    root = tmp_path_factory.mktemp("erase")
-    src = sorted(tiny_root.glob("class_0000/*.jpg"))[0]
-    for k in range(64):
-        d = root / f"c{k % 2}"
-        d.mkdir(exist_ok=True)
-        shutil.copy(src, d / f"{k:02d}.jpg")
-    return root
+    return one_image_copies(tiny_root, tmp_path_factory.mktemp("erase"))
 
 
 def boxes(backend, root, t):

@@ -17,6 +17,7 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from pipelines import LoaderConfig, create_loader
+from tests.utils import ks
 from pipelines.migrate import UnsupportedTransformError, from_torchvision
 
 pytestmark = pytest.mark.dali
@@ -25,13 +26,6 @@ K, EPOCHS = 64, 4          # 64 files x 4 epochs = 256 DALI samples
 N = K * EPOCHS
 D_CRIT = 1.949 * math.sqrt(2 / N)
 TAIL = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
-
-
-def ks(a, b) -> float:
-    a, b = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
-    grid = np.concatenate([a, b])
-    return float(np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a)
-                               - np.searchsorted(b, grid, side="right") / len(b))))
 
 
 def rate_close(p1, p2, n=N) -> bool:

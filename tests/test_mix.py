@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -11,17 +10,11 @@ from torchvision.transforms import v2
 
 from pipelines import AugmentSpec, LoaderConfig, MixSpec, create_loader
 from pipelines.mix import as_mix_spec, mix_batch, mix_rng
+from tests.utils import ks, one_image_copies
 
 BACKENDS = ["dali", "pinned", "pageable"]
 DRAWS = 3000
 D_CRIT = 1.949 * math.sqrt(2 / DRAWS)  # two-sample KS at p = 0.001
-
-
-def ks(a, b) -> float:
-    a, b = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
-    grid = np.concatenate([a, b])
-    return float(np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a)
-                               - np.searchsorted(b, grid, side="right") / len(b))))
 
 
 def _batch(n=4, h=16, w=20, classes=5):
@@ -134,13 +127,7 @@ def test_num_classes_must_match_the_dataset(tiny_root):
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory, tiny_root):
     """12 copies of one JPEG in 3 classes: the backends decode the same pixels."""
-    root = tmp_path_factory.mktemp("copies")
-    src = sorted(tiny_root.glob("class_0000/*.jpg"))[0]
-    for k in range(12):
-        d = root / f"c{k % 3}"
-        d.mkdir(exist_ok=True)
-        shutil.copy(src, d / f"{k:02d}.jpg")
-    return root
+    return one_image_copies(tiny_root, tmp_path_factory.mktemp("copies"), n=12, classes=3)
 
 
 def _epoch(backend, root, mix):

@@ -3,7 +3,6 @@ torchvision: exact at fixed parameters, the same draws otherwise, and what is re
 from __future__ import annotations
 
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import torch
 from torchvision.transforms import v2
 
 from pipelines import LoaderConfig, UnsupportedTransformError, create_loader, from_torchvision
+from tests.utils import ks, one_image_copies
 
 pytestmark = pytest.mark.dali
 
@@ -53,20 +53,7 @@ def test_a_wrong_angle_is_told_apart(tiny_root):
 
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory, tiny_root):
-    root = tmp_path_factory.mktemp("warp")
-    src = sorted(tiny_root.glob("class_0000/*.jpg"))[0]
-    for k in range(64):
-        d = root / f"c{k % 2}"
-        d.mkdir(exist_ok=True)
-        shutil.copy(src, d / f"{k:02d}.jpg")
-    return root
-
-
-def ks(a, b) -> float:
-    a, b = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
-    grid = np.concatenate([a, b])
-    return float(np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a)
-                               - np.searchsorted(b, grid, side="right") / len(b))))
+    return one_image_copies(tiny_root, tmp_path_factory.mktemp("warp"))
 
 
 def _stats(backend, root, t):

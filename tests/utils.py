@@ -59,3 +59,22 @@ def make(backend, cfg, **options):
     from pipelines import create_loader, options_for
 
     return create_loader(backend, cfg, options=options_for(backend)(**options))
+
+
+def ks(a, b) -> float:
+    """The two-sample Kolmogorov-Smirnov statistic of ``a`` and ``b``."""
+    a, b = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
+    grid = np.concatenate([a, b])
+    return float(np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a)
+                               - np.searchsorted(b, grid, side="right") / len(b))))
+
+
+def one_image_copies(src_root: Path, dst: Path, n: int = 64, classes: int = 2) -> Path:
+    """``n`` copies of ``src_root``'s first JPEG in ``classes`` class folders of ``dst``: every
+    sample decodes to the same pixels, so only the augmentation tells them apart."""
+    src = sorted(Path(src_root).glob("class_0000/*.jpg"))[0]
+    for k in range(n):
+        d = Path(dst) / f"c{k % classes}"
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, d / f"{k:02d}.jpg")
+    return Path(dst)
