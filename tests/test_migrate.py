@@ -17,8 +17,8 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from pipelines import LoaderConfig, create_loader
-from tests.utils import ks
 from pipelines.migrate import UnsupportedTransformError, from_torchvision
+from tests.utils import ks
 
 pytestmark = pytest.mark.dali
 
