@@ -90,6 +90,10 @@ def load_transform(ref: str):
         try:
             obj = obj(**kwargs)
         except (TypeError, ValueError) as e:
+            if not called:
+                raise ValueError(f"--transform {ref!r} is a function that needs arguments ({e}); "
+                                 "name a transform or a function of no arguments, or call it: "
+                                 "MODULE:NAME(key=literal, ...)") from None
             raise ValueError(f"--transform {ref!r}: calling {name} failed ({e})") from None
     elif called:
         raise ValueError(f"--transform {ref!r}: {name} is not a function to call")

@@ -83,6 +83,17 @@ def _apply(images, op: Op):
     return build(images, op)
 
 
+def _resolve(ops) -> None:
+    """Import the builder of every op, those inside branches (an ``ops`` argument) too."""
+    for op in ops:
+        b = entry(op).build
+        if hasattr(b, "resolve"):
+            b.resolve()
+        inner = dict(op.args).get("ops")
+        if inner:
+            _resolve(inner)
+
+
 def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Callable,
                    device_id: Optional[int], lane: int = 0, checkpoint: Optional[bytes] = None,
                    encoded: bool = False):
@@ -106,10 +117,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
     """
     gpu = device_id is not None
     dec_kw = decoder_kwargs(opt, gpu)
-    for op in plan.ops:  # import each builder now, outside the traced graph
-        b = entry(op).build
-        if hasattr(b, "resolve"):
-            b.resolve()
+    _resolve(plan.ops)  # import each builder now, outside the traced graph
 
     @pipeline_def(
         batch_size=cfg.batch_size,

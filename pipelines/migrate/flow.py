@@ -127,6 +127,21 @@ def _auto_family(t, s: State, out: List[str]) -> State:
     return s if not s.is_float else _keeps_dtype(True)(t, s, out)
 
 
+# steps that keep a uint8 image's size and values' space, so they may sit in a random branch
+BRANCH_SAFE = ("RandomHorizontalFlip", "RandomVerticalFlip", "ColorJitter", "RandomGrayscale",
+               "GaussianBlur", "RandomErasing", "TrivialAugmentWide", "RandAugment",
+               "AutoAugment", "RandomRotation", "RandomAffine")
+
+
+def _branches(t, s: State, out: List[str]) -> State:
+    """RandomApply / RandomChoice: known when every branch keeps the size and, on uint8, the
+    values' space (``BRANCH_SAFE``); unknown otherwise."""
+    inner = list(getattr(t, "transforms", []))
+    safe = all(type(u).__name__ in BRANCH_SAFE and not getattr(u, "expand", False)
+               for u in inner)
+    return s if safe and not s.is_float else UNKNOWN
+
+
 def _blur(t, s: State, out: List[str]) -> State:
     kw, kh = hw(t.kernel_size)  # torchvision's kernel_size is (x, y)
     if s.size and (kh // 2 >= s.size[0] or kw // 2 >= s.size[1]):
@@ -227,6 +242,7 @@ HANDLERS: Dict[str, Handler] = {
     # on uint8 it keeps uint8 values (on float it is not an affine map of them)
     "TrivialAugmentWide": _auto_family, "RandAugment": _auto_family,
     "AutoAugment": _auto_family,
+    "RandomApply": _branches, "RandomChoice": _branches,
     # on uint8 the warp keeps uint8 values and, without expand, the size
     "RandomAffine": _auto_family,
     "RandomRotation": lambda t, s, out: (_auto_family(t, s, out) if not getattr(t, "expand", False)

@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from .errors import InvalidTransformError, Problem, UnsupportedTransformError, refusal
-from .flow import State, Step, antialias, check, hw, interpolation, padding_lrtb, resized
+from .flow import BRANCH_SAFE, State, Step, antialias, check, hw, interpolation, padding_lrtb, resized
 from .ops import OpDef, always, dali, entry, for_transform, names, register
 from .plan import Op, TvPlan
 
@@ -79,6 +79,12 @@ DALI_REFUSED = {
         ("(no fixed size before it)", "its translations are a share of the image size: put a "
          "crop or Resize((h, w)) before it"),
     ),
+    "RandomApply, RandomChoice": (
+        ("after the float conversion", "their branches are translated on uint8 images"),
+        ("<a step that changes the size or is not translated>", "a branch may hold flips, "
+         "ColorJitter, RandomGrayscale, GaussianBlur, RandomErasing, the AutoAugment family, "
+         "RandomRotation and RandomAffine"),
+    ),
     "RandomRotation": (
         _AFTER_FLOAT,
         ("interpolation=<not NEAREST or BILINEAR>", "its warps are translated for these two"),
@@ -109,8 +115,8 @@ DALI_REFUSED = {
          "Resize((h, w)) or a Resize(int) of a fixed-size image, so that images batch"),
     ),
     "(any other transform)": (
-        ("any value", "not supported (AugMix, RandomPerspective, Lambda, "
-         "RandomApply, ...); the torch backends run it"),
+        ("any value", "not supported (AugMix, RandomPerspective, Lambda, ...); the torch "
+         "backends run it"),
     ),
 }
 
@@ -312,6 +318,43 @@ def _affine_family(t, s: State):
                         ("fill", got[1])))], None
 
 
+def _branch_ops(t, s: State, inner) -> Tuple[List[Op], Optional[Tuple[str, str]]]:
+    """The plan ops of the steps inside a ``RandomApply`` / ``RandomChoice``."""
+    why = DALI_REFUSED["RandomApply, RandomChoice"]
+    if s.is_float:
+        return [], ("", why[0][1])
+    ops: List[Op] = []
+    for u in inner:
+        name = type(u).__name__
+        e = for_transform(name)
+        if name not in BRANCH_SAFE or e is None or getattr(u, "expand", False):
+            return [], (name, why[1][1])
+        more, bad = e.translate(u, s)
+        if bad:
+            return [], (f"{name}: {bad[0]}", bad[1])
+        ops += more
+    return ops, None
+
+
+def _random_apply(t, s: State):
+    ops, bad = _branch_ops(t, s, list(t.transforms))
+    if bad:
+        return [], bad
+    return [Op("random_apply", (("p", float(t.p)), ("ops", tuple(ops))))], None
+
+
+def _random_choice(t, s: State):
+    inner = list(t.transforms)
+    ops, bad = _branch_ops(t, s, inner)
+    if bad:
+        return [], bad
+    if len(ops) != len(inner):  # one op per branch, so the draw picks a whole step
+        return [], ("transforms", "a step that translates to several ops")
+    w = [1.0] * len(inner) if t.p is None else [float(v) for v in t.p]
+    return [Op("random_choice", (("p", tuple(v / sum(w) for v in w)), ("ops", tuple(ops))))], \
+        None
+
+
 def _center_crop(t, s: State):
     return [Op("center_crop", (("size", hw(t.size)),))], None
 
@@ -397,6 +440,10 @@ register(OpDef("rand_augment", dali("autoaug.rand_augment"), ("RandAugment",), _
                uint8_only=True, conditional=True))
 register(OpDef("auto_augment", dali("autoaug.auto_augment"), ("AutoAugment",), _auto_augment,
                uint8_only=True, conditional=True))
+register(OpDef("random_apply", dali("choice.random_apply"), ("RandomApply",), _random_apply,
+               conditional=True))
+register(OpDef("random_choice", dali("choice.random_choice"), ("RandomChoice",), _random_choice,
+               conditional=True))
 register(OpDef("warp", dali("geometry.affine"), ("RandomRotation", "RandomAffine"),
                _affine_family, uint8_only=True))
 register(OpDef("pad", dali("geometry.pad"), ("Pad",), _pad, commutes=_pad_commutes))
