@@ -72,7 +72,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .listcache import RACY_S, cache_dir
+from .listcache import RACY_S, _join, cache_dir
 from .listing import IMAGE_EXTENSIONS, DatasetRootError
 
 INDEX_VERSION = 1
@@ -283,11 +283,9 @@ def _cache_file(path: str) -> Optional[Path]:
     return folder / "shards" / f"{hashlib.sha256(raw).hexdigest()[:32]}.npz"
 
 
-def _join(items: Sequence[str]) -> np.ndarray:
-    return np.frombuffer("\0".join(items).encode("utf-8", "surrogateescape"), dtype=np.uint8)
-
-
 def _split(blob: np.ndarray, n: int) -> List[str]:
+    """``listcache._split`` for a list of ``n`` strings that may all be empty (an index's
+    ``exts`` of image-less samples)."""
     text = blob.tobytes().decode("utf-8", "surrogateescape")
     return text.split("\0") if n else []
 

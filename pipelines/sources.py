@@ -102,10 +102,8 @@ def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
             samples (counted and named in one warning) instead of raising
             (``on_bad_file="skip"``).
     """
-    if is_shard_root(root):
-        s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad)
-        return s.names, s.labels, s.classes
-    return _list_files(root, allow_empty, extensions, skip_bad)
+    s = open_source(root, allow_empty=allow_empty, extensions=extensions, skip_bad=skip_bad)
+    return s.names, s.labels, s.classes
 
 
 def _list_files(root, allow_empty: bool, extensions, skip_bad: bool

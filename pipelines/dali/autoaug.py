@@ -42,38 +42,21 @@ from nvidia.dali.auto_aug.trivial_augment import apply_trivial_augment
 
 from ..migrate import Op
 from .colour import grey
+from .geometry import WARP_INTERP as INTERP
+from .geometry import as_float as _float
+from .geometry import image_hw as _hw
 from .geometry import round_half_even
+from .geometry import vector as _vec
+from .geometry import warp as _warp
 
-INTERP = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR}
 _filter = getattr(fn, "filter", None) or fn.experimental.filter        # DALI >= 1.35: fn.filter
 _equalize = getattr(fn, "equalize", None) or fn.experimental.equalize
-
-
-def _float(x):
-    return fn.cast(x, dtype=types.FLOAT)
 
 
 def _u8(x):
     """A float image clamped to 0..255 and truncated, as torchvision's ``.to(torch.uint8)``."""
     return fn.cast(dmath.floor(dmath.clamp(x, 0.0, 255.0)), dtype=types.UINT8)
 
-
-def _vec(*vals):
-    """A 1-D per-sample float vector of DataNodes and numbers."""
-    return fn.stack(*[_float(v) if not isinstance(v, float) else
-                      types.Constant(v, dtype=types.FLOAT) for v in vals])
-
-
-def _hw(data):
-    shp = data.shape()
-    return _float(shp[0]), _float(shp[1])
-
-
-def _warp(data, a, b, tx, c, d, ty, interp, fill):
-    """``warp_affine`` with the map from output to input pixel coordinates (pixel centres at
-    half-integers): ``x_in = a x + b y + tx``, ``y_in = c x + d y + ty``."""
-    m = fn.reshape(_vec(a, b, tx, c, d, ty), shape=[2, 3])
-    return fn.warp_affine(data, matrix=m, fill_value=fill, interp_type=interp, inverse_map=True)
 
 
 def tables(policy: str, num_bins: int, height: int = 0, width: int = 0) -> dict:

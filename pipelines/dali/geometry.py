@@ -234,6 +234,22 @@ def random_erase(images, op: Op):
                     axis_names="HW", fill_value=list(op["value"]))
 
 
+WARP_INTERP = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR}  # torchvision's names
+
+
+def vector(*vals):
+    """A 1-D per-sample float vector of DataNodes and numbers."""
+    return fn.stack(*[as_float(v) if not isinstance(v, float) else
+                      types.Constant(v, dtype=types.FLOAT) for v in vals])
+
+
+def warp(images, a, b, tx, c, d, ty, interp, fill):
+    """``warp_affine`` with the map from output to input pixel coordinates (pixel centres at
+    half-integers): ``x_in = a x + b y + tx``, ``y_in = c x + d y + ty``."""
+    m = fn.reshape(vector(a, b, tx, c, d, ty), shape=[2, 3])
+    return fn.warp_affine(images, matrix=m, fill_value=fill, interp_type=interp, inverse_map=True)
+
+
 def affine(images, op: Op):
     """torchvision's ``RandomAffine`` and ``RandomRotation`` (``op["rotate"]``): per image an
     angle ``U(degrees)``, a shift ``round(U(-f W, f W))`` / ``round(U(-f H, f H))``, a scale
@@ -278,10 +294,4 @@ def affine(images, op: Op):
     oy = (ccx * -1.0 - tx) * m3 + (ccy * -1.0 - ty) * m4 + ccy
     t0 = ox + cx - (m0 * cx + m1 * cy)
     t1 = oy + cy - (m3 * cx + m4 * cy)
-    parts = [v if not isinstance(v, float) else types.Constant(v, dtype=types.FLOAT)
-             for v in (m0, m1, t0, m3, m4, t1)]
-    matrix = fn.reshape(fn.stack(*[fn.cast(v, dtype=types.FLOAT) for v in parts]), shape=[2, 3])
-    return fn.warp_affine(images, matrix=matrix, fill_value=float(op["fill"]),
-                          interp_type={"nearest": types.INTERP_NN,
-                                       "bilinear": types.INTERP_LINEAR}[op["interp"]],
-                          inverse_map=True)
+    return warp(images, m0, m1, t0, m3, m4, t1, WARP_INTERP[op["interp"]], float(op["fill"]))

@@ -224,10 +224,9 @@ def _gaussian_blur(t, s: State):
 def _random_erasing(t, s: State):
     """NOTE [RandomErasing]: the box is drawn as torchvision draws it, but from 3 attempts
     where torchvision makes 10 (``pipelines.dali.geometry.random_erase``): they differ only
-    when 3 draws in a row do not fit, which for the default scale and ratio is below one in a
-    million. The fill is given in the value space of the image before the step; the op does
-    not commute with a value map, so the translator converts DALI's images to that space first
-    (an ``affine`` op) when they differ."""
+    when 3 draws in a row do not fit inside the image. The fill is given in the value space of
+    the image before the step; the op does not commute with a value map, so the translator
+    converts DALI's images to that space first (an ``affine`` op) when they differ."""
     value = getattr(t, "value", None)
     if value is None or isinstance(value, str):
         return [], ("value='random'", DALI_REFUSED["RandomErasing"][0][1])
@@ -243,9 +242,12 @@ def _random_erasing(t, s: State):
                          ("value", tuple(vals))))], None
 
 
-def _auto_common(t, s: State, name: str):
-    """The checks every AutoAugment-family step shares: ``(fill, None)`` or ``(None, problem)``."""
+def _auto_common(t, s: State, name: str, sized: bool = False):
+    """The checks every warping step shares: ``((interpolation, fill), None)`` or ``(None,
+    problem)``; ``sized``: the step's magnitudes scale with a size fixed before it."""
     why = DALI_REFUSED[name]
+    if sized and s.size is None:
+        return None, ("", why[3][1])
     mode = getattr(t.interpolation, "value", t.interpolation)
     if mode not in ("nearest", "bilinear"):
         return None, (f"interpolation={mode!r}", why[1][1])
@@ -272,11 +274,9 @@ def _trivial_augment(t, s: State):
 
 
 def _rand_augment(t, s: State):
-    got, bad = _auto_common(t, s, "RandAugment")
+    got, bad = _auto_common(t, s, "RandAugment", sized=True)
     if bad:
         return [], bad
-    if s.size is None:
-        return [], ("", DALI_REFUSED["RandAugment"][3][1])
     if t.num_magnitude_bins < 2:
         return [], (f"num_magnitude_bins={t.num_magnitude_bins}",
                     DALI_REFUSED["TrivialAugmentWide"][3][1])
@@ -286,11 +286,9 @@ def _rand_augment(t, s: State):
 
 
 def _auto_augment(t, s: State):
-    got, bad = _auto_common(t, s, "AutoAugment")
+    got, bad = _auto_common(t, s, "AutoAugment", sized=True)
     if bad:
         return [], bad
-    if s.size is None:
-        return [], ("", DALI_REFUSED["AutoAugment"][3][1])
     return [Op("auto_augment", (("policy", t.policy.value), ("interp", got[0]),
                                 ("fill", got[1]), ("size", tuple(s.size))))], None
 
