@@ -166,7 +166,7 @@ def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
 
     Keys: ``num_workers`` (every backend) and the fields of each backend's options class
     (``TorchOptions``: ``prefetch_factor``, ``persistent_workers``, and for ``pinned`` only
-    ``queue_depth``, ``streams``, ``pin_mode``; ``DaliOptions``: ``queue_depth``,
+    ``queue_depth``, ``streams``, ``pin_mode``, ``cpu_binding``; ``DaliOptions``: ``queue_depth``,
     ``hw_decoder_load``, ``pipelines``, ``use_mmap``, ...). Booleans are ``on``/``off``.
     ``pin=on`` picks the ``pinned`` backend, ``pin=off`` the ``pageable`` one.
 

@@ -59,6 +59,20 @@ class PinMode(str, enum.Enum):
     RING = "ring"
 
 
+class CpuBinding(str, enum.Enum):
+    """Which cores a ``pinned`` loader's DataLoader workers may run on
+    (``TorchOptions.cpu_binding``; ``pipelines.torch_backend.affinity``).
+
+    * ``NONE``: the process's own affinity, as inherited (every rank's workers share the host).
+    * ``RANK``: this local rank's slice of the usable cores: they are split into
+      ``LOCAL_WORLD_SIZE`` contiguous slices and rank ``LOCAL_RANK`` takes its own, so the ranks
+      of a host do not compete for each other's cores. One local rank: no change.
+    """
+
+    NONE = "none"
+    RANK = "rank"
+
+
 class OutputDType(str, enum.Enum):
     """The dtype of ``Batch.images``."""
 

@@ -14,15 +14,16 @@ not depend on when it was made.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..config import LoaderConfig
+from ..config import CpuBinding, LoaderConfig
 from ..loader import LoaderBase
 from ..options import TorchOptions
-from . import shm
+from . import affinity, shm
 from .dataset import Bad, JpegDataset, PlanBatchSampler, collate_skipping
 
 
@@ -62,6 +63,7 @@ class TorchLoaderBase(LoaderBase):
         nw, prefetch = shm.fitted(config.num_workers, options.prefetch_factor,
                                   config.batch_size * self.sample_bytes)
         self.num_workers, self.prefetch_factor = nw, prefetch
+        self.worker_cores = self._worker_cores(options)  # None: as inherited
         self.loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_sampler=self.plan_sampler,
@@ -72,7 +74,23 @@ class TorchLoaderBase(LoaderBase):
             # restarts (an epoch left early, set_epoch to another epoch)
             persistent_workers=options.persistent_workers and nw > 0,
             prefetch_factor=prefetch if nw > 0 else None,
+            worker_init_fn=(functools.partial(affinity.bind_worker, cores=self.worker_cores)
+                            if self.worker_cores is not None and nw > 0 else None),
         )
+
+    def _worker_cores(self, options: TorchOptions):
+        """The cores the workers are bound to (``TorchOptions.cpu_binding``), ``None`` for the
+        inherited affinity (no binding asked, or one local rank)."""
+        p = self.placement
+        if options.cpu_binding is not CpuBinding.RANK or p.local_world_size <= 1:
+            return None
+        if not affinity.can_bind():
+            raise ValueError("cpu_binding='rank' needs os.sched_setaffinity (Linux); use "
+                             "cpu_binding='none'")
+        if p.local_rank is None:
+            raise ValueError(f"cpu_binding='rank' needs LOCAL_RANK in the environment (torchrun "
+                             f"sets it) with LOCAL_WORLD_SIZE={p.local_world_size}")
+        return affinity.rank_cores(p.local_rank, p.local_world_size)
 
     def _measured_bytes(self, probes: int = 3) -> int:
         """Bytes of one worker output, measured on the first good samples, when the recipe
