@@ -13,6 +13,13 @@ behind design choices quoted in the README and docstrings (single thread, median
   index reader (``pipelines.shards``: one ``os.pread`` per sample) in shard order and in a
   loader's epoch-0 plan order; samples/s, median of ``--repeats``. Needs ``pip install
   webdataset`` for its row.
+* ``cpu-scaling``: the host's decode capacity against the cores used: for each count P of
+  ``--processes``, P processes, each bound to one of the first P usable cores, decode +
+  RandomResizedCrop + flip (``torchvision.io``, as a ``pinned`` worker does) the first
+  ``--images`` files in a loop for ``--seconds``; total img/s, per process, and the per-process
+  rate against the smallest P's. Per-process rates that fall as P grows mean the cores are not
+  independent (SMT siblings on the host, shared caches or memory bandwidth), so half of the
+  cores is more than half of the host.
 * ``early-exit``: per backend of ``--backends``, the seconds from ``iter()`` of an epoch to its
   first batch (on the device), after the previous epoch ran to its end and after it was left at
   its first batch (``break``); median of ``--repeats`` pairs, and every trial.
@@ -191,6 +198,58 @@ def shard_read(data: str, repeats: int) -> dict:
     return out
 
 
+def _decode_for(cpu: int, paths, seconds: float, start, out) -> None:
+    import os
+
+    from torchvision.transforms import v2
+
+    from pipelines import decode_rgb
+
+    os.sched_setaffinity(0, {cpu})
+    torch.set_num_threads(1)
+    rrc = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
+    blobs = []
+    for p in paths:
+        with open(p, "rb") as f:
+            blobs.append(f.read())
+    start.wait()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        rrc(decode_rgb(blobs[n % len(blobs)]))
+        n += 1
+    out.put(n / (time.perf_counter() - t0))
+
+
+def cpu_scaling(paths, processes, seconds: float) -> dict:
+    import multiprocessing as mp
+    import os
+
+    cores = sorted(os.sched_getaffinity(0))
+    too_many = [p for p in processes if p > len(cores)]
+    if too_many:
+        raise ValueError(f"--processes {too_many} exceed the {len(cores)} usable cores")
+    ctx = mp.get_context("spawn")
+    rows = []
+    for count in processes:
+        start, out = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_decode_for, args=(cores[i], paths, seconds, start, out))
+                 for i in range(count)]
+        for pr in procs:
+            pr.start()
+        time.sleep(2.0)  # every process has read its files
+        start.set()
+        rates = [out.get(timeout=seconds + 120) for _ in procs]
+        for pr in procs:
+            pr.join()
+        rows.append({"processes": count, "img_per_s": round(sum(rates), 1),
+                     "per_process": round(statistics.fmean(rates), 1),
+                     "per_process_min_max": [round(min(rates), 1), round(max(rates), 1)]})
+    base = rows[0]["per_process"]
+    for r in rows:
+        r["per_process_vs_first"] = round(r["per_process"] / base, 3)
+    return {"cores": cores, "rows": rows}
+
+
 def early_exit(data: str, backends, batch_size: int, trials: int, device: str) -> dict:
     from pipelines import LoaderConfig, create_loader
 
@@ -232,7 +291,7 @@ def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__,
                    formatter_class=cli.HelpFormatter)
     p.add_argument("what", choices=["decode", "validate", "feed", "listing", "early-exit",
-                                           "shard-read"])
+                                           "shard-read", "cpu-scaling"])
     p.add_argument("--data", help="an ImageFolder root")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
@@ -241,7 +300,25 @@ def main(argv=None) -> int:
     p.add_argument("--backends", default="dali", help="early-exit: backends, comma-separated")
     p.add_argument("--batch-size", type=int, default=256, help="early-exit: batch size")
     p.add_argument("--device", default="cuda", help="early-exit: device")
+    p.add_argument("--processes", default="1,2", help="cpu-scaling: process counts, e.g. 8,16,32")
+    p.add_argument("--seconds", type=float, default=5.0, help="cpu-scaling: seconds per count")
     a = p.parse_args(argv)
+    if a.what == "cpu-scaling":
+        try:
+            procs = [int(x) for x in a.processes.split(",") if x.strip()]
+            if not procs or min(procs) < 1:
+                raise ValueError(f"--processes {a.processes!r} must be counts >= 1, e.g. 8,16,32")
+            if not a.seconds > 0:
+                raise ValueError(f"--seconds {a.seconds} must be > 0")
+            if not a.data:
+                raise ValueError("--data DIR is needed by cpu-scaling")
+            paths = cli.list_dataset(a.data)[0][: a.images]
+            res = cpu_scaling(paths, procs, a.seconds)
+        except ValueError as e:
+            return cli.fail(PROG, e)
+        print(json.dumps({"what": "cpu-scaling", "images": len(paths), "seconds": a.seconds,
+                          **res}, indent=1))
+        return 0
     if a.what == "early-exit":
         try:
             cli.at_least("--repeats", a.repeats, 1)
