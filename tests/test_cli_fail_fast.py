@@ -258,6 +258,9 @@ def test_memory_missing_data_and_unwritable_out(tmp_path, root, capsys):
     (["validate", "--data", "/nonexistent/x"], "--data: root="),
     (["early-exit", "--data", "ROOT", "--backends", "ffcv"], "--backends 'ffcv'"),
     (["early-exit"], "--data DIR"),
+    (["cpu-scaling", "--data", "ROOT", "--processes", "0"], "--processes '0'"),
+    (["cpu-scaling", "--data", "ROOT", "--processes", "100000"], "exceed the"),
+    (["cpu-scaling"], "--data DIR"),
 ])
 def test_microbench_refuses_bad_arguments(root, capsys, args, name):
     from compare.microbench import main as mb
