@@ -149,7 +149,10 @@ class DaliOptions(Options):
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
             order. Each has its own augmentation seed, so the random crops differ from a
-            one-pipeline run. Must be ``<= num_workers``.
+            one-pipeline run. Must be ``<= num_workers``. ``None`` (default): 2 when the
+            augmentation runs with conditional execution (the AutoAugment family,
+            ``RandomApply``, ``RandomChoice``) and there are 2 threads or more, else 1: one
+            pipeline's executor caps such a graph (docs/results/h200/README.md, ta-wide-mix).
         use_mmap: read files by mapping them (``fn.io.file.read``'s default) instead of
             ``read()``. Default off: see docs/results/h200/dali-io-probe.
         checkpointing: DALI pipeline checkpointing, so ``state_dict`` carries the pipelines'
@@ -165,7 +168,7 @@ class DaliOptions(Options):
     queue_depth: int = option(2, lo=1)
     reader_threads: Optional[int] = option(None, lo=1)
     hw_decoder_load: float = option(0.0, lo=0.0, hi=1.0)
-    pipelines: int = option(1, lo=1)
+    pipelines: Optional[int] = option(None, lo=1)
     use_mmap: bool = option(False)
     checkpointing: bool = option(True)
     device_memory_padding: int = option(211025920, lo=0)
@@ -179,9 +182,15 @@ class DaliOptions(Options):
             return self.reader_threads
         return min(8, max(2, num_workers // 2))
 
+    def lanes_for(self, conditional: bool, num_workers: int) -> int:
+        """``pipelines``, or its default for a graph that is (or is not) ``conditional``."""
+        if self.pipelines is not None:
+            return self.pipelines
+        return 2 if conditional and num_workers >= 2 else 1
+
     def check(self, num_workers: int) -> None:
         """The rules that involve the ``LoaderConfig`` (raised when the loader is built)."""
-        if num_workers and self.pipelines > num_workers:
+        if num_workers and self.pipelines is not None and self.pipelines > num_workers:
             raise ValueError(f"pipelines={self.pipelines!r} must be <= num_workers={num_workers} "
                              "(each DALI pipeline needs a decoder thread)")
 

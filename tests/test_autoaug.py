@@ -207,6 +207,24 @@ def test_the_draws_match_torchvision_end_to_end(copies, policy, wrong, monkeypat
     assert max(ks(other[:, 0], d[:, 0]), ks(other[:, 1], d[:, 1])) > crit
 
 
+@pytest.mark.parametrize("policy, workers, given, want", [
+    (v2.TrivialAugmentWide(), 2, None, 2),   # a conditional graph: two pipelines by default
+    (v2.TrivialAugmentWide(), 1, None, 1),   # one thread cannot be split
+    (v2.TrivialAugmentWide(), 2, 1, 1),      # an explicit choice stands
+    (v2.RandomHorizontalFlip(), 2, None, 1),  # no conditional execution: one pipeline
+])
+def test_the_default_pipelines_follow_the_graph(tiny_root, policy, workers, given, want):
+    from pipelines import DaliOptions
+
+    t = v2.Compose([v2.RandomResizedCrop(32), policy])
+    cfg = LoaderConfig(root=tiny_root, batch_size=8, device="cpu", num_workers=workers,
+                       transform=t, debug_indices=True)
+    with create_loader("dali", cfg, options=DaliOptions(pipelines=given)) as ld:
+        assert ld.options.pipelines == want and len(ld.pipes) == want
+        seen = [i for _ in ld for i in ld.last_batch_indices.tolist()]
+    assert sorted(seen) == list(range(37))  # every sample once, in either case
+
+
 def test_what_dali_refuses_is_named():
     base = [v2.RandomResizedCrop(32)]
     for t, msg in ((v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BICUBIC),

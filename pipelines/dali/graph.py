@@ -77,6 +77,11 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool):
         mean=list(plan.mean), std=list(plan.std), **kw)
 
 
+def conditional(plan: TvPlan) -> bool:
+    """Whether ``plan`` needs DALI's conditional execution (a per-sample branch)."""
+    return any(entry(op).conditional for op in plan.ops)
+
+
 def _apply(images, op: Op):
     """One translated torchvision op on decoded HWC images (uint8, or float after ``affine``):
     its op registry entry's builder (``pipelines.migrate.ops``)."""
@@ -126,7 +131,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         prefetch_queue_depth=opt.queue_depth,
         seed=dali_seed(cfg.seed, cfg.rank, lane),
         enable_checkpointing=opt.checkpointing,
-        enable_conditionals=any(entry(op).conditional for op in plan.ops),
+        enable_conditionals=conditional(plan),
     )
     def graph():
         paths, meta = fn.external_source(

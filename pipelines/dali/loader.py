@@ -51,7 +51,7 @@ from ..device import resolve_device
 from ..loader import LoaderBase
 from ..options import DaliOptions
 from ..types import Batch
-from .graph import OUTPUTS, build_pipeline
+from .graph import OUTPUTS, build_pipeline, conditional
 from .probe import DecodeProbe
 from .source import PlanSource
 
@@ -68,6 +68,9 @@ class DaliLoader(LoaderBase):
         self.device_id = (self.device.index if self.device.index is not None
                           else torch.cuda.current_device()) if self.gpu else None
         self.plan_dali = self.recipe.dali_plan()  # UnsupportedTransformError here, at build
+        if options.pipelines is None:  # the default follows the graph (DaliOptions)
+            options = self.options = options.replace(
+                pipelines=options.lanes_for(conditional(self.plan_dali), config.num_workers))
         depth = options.queue_depth
         self.source = PlanSource(self.paths, self.labels, self.plan_of,
                                  readahead=depth + 1, threads=options.threads(config.num_workers),
