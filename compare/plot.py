@@ -44,11 +44,15 @@ def plots(res: SuiteResult, out: Path) -> List[Path]:
     step) for ``res`` into the existing folder ``out``; return their paths."""
     plt = _pyplot()
     out = Path(out)
-    labels = [v.label for v in res.variants]
+    labels = [res.row_label(v) for v in res.variants]
     med = [v.median("samples_per_s") for v in res.variants]
     err = [v.spread("samples_per_s") / 2 for v in res.variants]
     idle = [v.median("idle_pct") for v in res.variants]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+    if res.on_gpu:
+        fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+    else:  # no GPU timed: no idle panel (report.CPU_ONLY)
+        fig, a = plt.subplots(1, 1, figsize=(7, 4.2))
+        b = None
     a.bar(labels, med, yerr=err, color="#4878d0", capsize=4)
     if res.ceiling is not None:
         c = res.ceiling.median("samples_per_s")
@@ -56,13 +60,16 @@ def plots(res: SuiteResult, out: Path) -> List[Path]:
         a.text(max(len(labels), 1) - 0.5, c, f"ceiling {c:.0f}", ha="right", va="bottom", fontsize=8)
     a.set_ylabel("samples/s (median, ± half range)")
     a.set_title(f"Training throughput: {res.setup.get('model')}, batch {res.setup.get('batch_size')}")
-    b.bar(labels, idle, color="#ee854a")
-    b.set_ylim(0, 100)
-    b.set_ylabel("GPU idle % (compute stream)")
-    b.set_title("GPU idle (lower is better)")
-    for ax in (a, b):
+    if b is not None:
+        b.bar(labels, idle, color="#ee854a")
+        b.set_ylim(0, 100)
+        b.set_ylabel("GPU idle % (compute stream)")
+        b.set_title("GPU idle (lower is better)")
+    for ax in (a, b) if b is not None else (a,):
         ax.tick_params(axis="x", rotation=20)
-    fig.suptitle(f"{res.env.get('gpu') or 'CPU'} · {res.env.get('cpu_count')} CPU cores", fontsize=9)
+    where = (res.env.get("gpu") or "GPU") if res.on_gpu else (
+        "CPU only: these numbers do not predict GPU ones")
+    fig.suptitle(f"{where} · {res.env.get('cpu_count')} CPU cores", fontsize=9)
     fig.tight_layout()
     p1 = out / FILES[0]
     fig.savefig(p1, dpi=110)

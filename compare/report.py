@@ -8,7 +8,7 @@ import math
 from typing import List
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
-from .results import SPREAD_WARN, SuiteResult, VariantResult
+from .results import OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
 
 COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
            "% ceiling", "speed-up", "H2D KiB/sample", "CPU %", "NVML idle %")
@@ -25,26 +25,33 @@ def _pm(v: VariantResult, metric: str, fmt="{:.1f}") -> str:
     return f"{_f(m, fmt)} ±{_f(s / 2, fmt)}"
 
 
+CPU_ONLY = ("no GPU was timed: these are CPU numbers (DALI ran its CPU operators, GPU idle % is "
+            "not measured), and they do not predict GPU ones")
+
+
 def rows(res: SuiteResult) -> List[List[str]]:
     out = []
+    gpu = res.on_gpu
     for v in res.variants:
         nv = v.median("nvml_util_pct")
         out.append([
-            v.label, _pm(v, "samples_per_s"), _pm(v, "loader_only_per_s", "{:.0f}"),
+            res.row_label(v), _pm(v, "samples_per_s"), _pm(v, "loader_only_per_s", "{:.0f}"),
             _pm(v, "wait_p50_ms", "{:.2f}"), _pm(v, "wait_p95_ms", "{:.2f}"),
-            _pm(v, "idle_pct"), _f(res.pct_of_ceiling(v)), _f(res.speedup(v), "{:.2f}x"),
+            _pm(v, "idle_pct") if gpu else "-", _f(res.pct_of_ceiling(v)),
+            _f(res.speedup(v), "{:.2f}x"),
             _f(None if v.h2d_bytes_per_sample is None else v.h2d_bytes_per_sample / 1024),
             _f(v.median("cpu_util_pct"), "{:.0f}"), _f(None if math.isnan(nv) else 100 - nv),
         ])
     if res.ceiling is not None:
         c = res.ceiling
-        out.append(["ceiling (on device)", _pm(c, "samples_per_s"), "-", "-", "-", _pm(c, "idle_pct"),
+        out.append(["ceiling (on device)", _pm(c, "samples_per_s"), "-", "-", "-",
+                    _pm(c, "idle_pct") if gpu else "-",
                     "100.0", _f(res.speedup(c), "{:.2f}x"), "0.0", "-", "-"])
     return out
 
 
 def warnings_for(res: SuiteResult) -> List[str]:
-    w = []
+    w = [] if res.on_gpu or not res.variants else [CPU_ONLY]
     for v in res.variants + ((res.ceiling,) if res.ceiling else ()):
         if v.noisy():
             w.append(f"{v.label}: samples/s spread {v.spread('samples_per_s'):.1f} is >= "
@@ -60,6 +67,19 @@ def warnings_for(res: SuiteResult) -> List[str]:
             w.append(f"{v.label}: {steps} timed steps are fewer than the DataLoader's queue of "
                      f"{queue} batches (workers x prefetch); its numbers count batches decoded "
                      f"before the clock started. Use --steps >= {queue}")
+    for v in res.variants:
+        pct = res.pct_of_ceiling(v)
+        if pct is not None and pct > OVER_CEILING:
+            c = res.ceiling
+            why = [f"the ceiling run varied by {c.spread('samples_per_s'):.1f} samples/s"
+                   if c.noisy() else "the ceiling run itself was steady"]
+            if not res.on_gpu:
+                why.append("on the CPU the loader's workers and the model step share the cores, "
+                           "so the ceiling (model alone) is not an upper bound")
+            if steps and any("DataLoader's queue" in x and x.startswith(v.label) for x in w):
+                why.append("the loader's queue was already full when the clock started")
+            w.append(f"{v.label}: {pct:.1f}% of the ceiling is above {OVER_CEILING:.0f}%, which "
+                     f"a loader cannot reach; treat this row as unmeasured ({'; '.join(why)})")
     b = res.baseline()
     if b is not None:
         for v in res.variants:

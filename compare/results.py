@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -10,6 +11,18 @@ from typing import Dict, List, Optional, Tuple
 
 SCHEMA = "gpu-feed.compare/1"
 SPREAD_WARN = 0.10  # warn when (max - min) >= 10% of the median, as pyperf does with std/mean
+OVER_CEILING = 105.0  # % of the ceiling above which a row is flagged (report.warnings_for)
+
+
+def strict(obj):
+    """``obj`` with every NaN or infinite float replaced by ``None`` (JSON's ``null``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    return obj
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,20 @@ class SuiteResult:
                 return v
         raise KeyError(label)
 
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the run timed a GPU (CUDA there and ``--device cuda``): GPU idle % and the
+        DALI GPU operators mean something only then."""
+        cuda = self.env.get("cuda_available")
+        if cuda is None:  # an environment recorded without the flag: a named GPU says it
+            cuda = bool(self.env.get("gpu"))
+        return bool(cuda) and str(self.setup.get("device") or "cuda").startswith("cuda")
+
+    def row_label(self, v: VariantResult) -> str:
+        """``v``'s name in tables and plots: a DALI row timed without a GPU says that it ran
+        DALI's CPU operators."""
+        return f"{v.label} (CPU operators)" if v.backend == "dali" and not self.on_gpu else v.label
+
     def baseline(self) -> Optional[VariantResult]:
         for v in self.variants:
             if v.backend == "pageable" and not v.overrides.get("pin"):
@@ -105,11 +132,12 @@ class SuiteResult:
         return v.median("samples_per_s") / b.median("samples_per_s")
 
     def dump(self, path: str | Path) -> None:
-        """Write JSON atomically (a sibling file renamed over ``path``): a reader or a crash
-        mid-write never sees half a file."""
+        """Write strict JSON (a metric that is not a number, NaN or infinite, is ``null``)
+        atomically (a sibling file renamed over ``path``): a reader or a crash mid-write
+        never sees half a file."""
         path = Path(path)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1, default=str))
+        tmp.write_text(json.dumps(strict(asdict(self)), indent=1, default=str, allow_nan=False))
         os.replace(tmp, path)
 
     @classmethod

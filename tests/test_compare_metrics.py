@@ -70,6 +70,54 @@ def test_results_roundtrip_and_derived_numbers(tmp_path):
         SuiteResult.from_dict({**json.loads((tmp_path / "r.json").read_text()), "schema": "x"})
 
 
+def _no_constants(name):
+    raise AssertionError(f"results.json holds the non-JSON constant {name}")
+
+
+def test_results_json_is_strict(tmp_path):
+    """NaN (the ceiling's loader-only rate) and infinities are written as null."""
+    ceiling = VariantResult("ceiling", "none", {}, 0.0,
+                            (Repeat(1000.0, float("nan"), 0.0, 0.0, 0.0),))
+    res = SuiteResult({"gpu": "X"}, {"model": "m", "odd": float("inf")}, ceiling,
+                      (_var("pinned", "pinned", [100, 110, 90]),))
+    res.dump(tmp_path / "r.json")
+    text = (tmp_path / "r.json").read_text()
+    d = json.loads(text, parse_constant=_no_constants)
+    assert d["ceiling"]["repeats"][0]["loader_only_per_s"] is None and d["setup"]["odd"] is None
+    back = SuiteResult.load(tmp_path / "r.json")
+    assert back.ceiling.values("loader_only_per_s") == [] and back.ceiling.median(
+        "samples_per_s") == 1000.0
+
+
+def test_over_the_ceiling_is_flagged_with_the_reasons():
+    on_cpu = SuiteResult({"gpu": None, "cuda_available": False}, {"device": "cpu", "steps": 100},
+                         _var("ceiling", "none", [100, 100, 100]),
+                         (_var("pinned", "pinned", [419, 420, 421]),
+                          _var("pageable", "pageable", [104, 104, 104])))
+    w = [x for x in warnings_for(on_cpu) if "above 105%" in x]
+    assert len(w) == 1 and w[0].startswith("pinned: 420.0% of the ceiling")
+    assert "share the cores" in w[0] and "ceiling run itself was steady" in w[0]
+    on_gpu = SuiteResult({"gpu": "H200", "cuda_available": True}, {"device": "cuda"},
+                         _var("ceiling", "none", [80, 100, 120]),
+                         (_var("pinned", "pinned", [119, 120, 121]),))
+    (w,) = [x for x in warnings_for(on_gpu) if "above 105%" in x]
+    assert "ceiling run varied by 40.0" in w and "share the cores" not in w
+
+
+def test_cpu_runs_say_so_and_drop_the_gpu_idle_column(tmp_path):
+    from compare.report import rows
+
+    idle = lambda res: {r[0]: r[5] for r in rows(res)}  # noqa: E731 - column "GPU idle %"
+    variants = (_var("dali", "dali", [50, 50, 50]), _var("pageable", "pageable", [10, 10, 10]))
+    cpu = SuiteResult({"gpu": None, "cuda_available": False}, {"device": "cpu"}, None, variants)
+    gpu = SuiteResult({"gpu": "H200", "cuda_available": True}, {"device": "cuda"}, None, variants)
+    assert "dali (CPU operators)" in table(cpu) and "(CPU operators)" not in table(gpu)
+    assert idle(cpu)["pageable"] == "-" and idle(gpu)["pageable"] == "10.0 ±0.0"
+    assert any("do not predict GPU ones" in x for x in warnings_for(cpu))
+    assert not any("predict" in x for x in warnings_for(gpu))
+    assert "do not predict GPU ones" in markdown(cpu)
+
+
 def test_difference_within_spread_is_called_noise():
     res = SuiteResult({}, {}, None, (_var("pageable", "pageable", [100, 120, 80]),
                                      _var("pinned", "pinned", [105, 106, 104])))
