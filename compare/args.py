@@ -117,6 +117,23 @@ def parse_args(argv):
     p.add_argument("--transform", metavar="MODULE:NAME",
                    help="your torchvision v2 Compose (e.g. compare.recipes:color_aug): the torch "
                         "backends run it as is, DALI runs its translation")
+    p.add_argument("--step", metavar="MODULE:NAME",
+                   help="your own training step, a callable step(images, labels), or a factory "
+                        "written as a call: e.g. \"compare.steps:compiled(model='resnet50')\" "
+                        "(compare.userstep); --model then only names it in the report")
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                   help="run each (variant, repeat) and each ceiling repeat in a fresh process, "
+                        "in a seeded interleaved order (compare.isolate; default: on with CUDA, "
+                        "off without; always off under torchrun)")
+    p.add_argument("--order-seed", type=int, default=0,
+                   help="the seed of the interleaved order of --isolate (recorded)")
+    p.add_argument("--long", action="store_true",
+                   help="time a window of at least 10x each loader's queue, across an epoch "
+                        "boundary (the steady-state check)")
+    p.add_argument("--cold", action="store_true",
+                   help="evict the dataset's files from the page cache before each timed run "
+                        "(posix_fadvise, no root) and check with mincore that it took "
+                        "(compare.pagecache); the report marks the run cold")
     p.add_argument("--mix", metavar="SPEC",
                    help="batch MixUp/CutMix on the device, every backend alike (pipelines.mix): "
                         "e.g. \"mixup=0.2,cutmix=1.0\" (keys mixup, cutmix, switch, prob, "

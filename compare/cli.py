@@ -38,6 +38,32 @@ MIX_KEYS = {"mixup": "mixup_alpha", "cutmix": "cutmix_alpha", "switch": "switch_
             "prob": "prob", "smoothing": "label_smoothing"}
 
 
+def load_ref(ref: str, option: str):
+    """``"module:name"`` or ``"module:name(key=literal, ...)"`` -> ``(object, kwargs, called,
+    name)``: the object the name holds and the literal keyword arguments written after it
+    (a ``ValueError`` naming ``option`` when it cannot be parsed or loaded)."""
+    import ast
+    import importlib
+
+    mod, _, name = ref.partition(":")
+    kwargs, called = {}, "(" in name
+    if called:
+        try:
+            call = ast.parse(name.strip(), mode="eval").body
+            if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
+                raise ValueError("write NAME(key=value, ...)")
+            name = call.func.id
+            kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+        except (SyntaxError, ValueError) as e:
+            raise ValueError(f"{option} {ref!r}: the call is not NAME(key=literal, ...) "
+                             f"({e})") from None
+    try:
+        obj = getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"{option} {ref!r} cannot be loaded ({e}); use MODULE:NAME") from None
+    return obj, kwargs, called, name
+
+
 def mix_spec(text: Optional[str]):
     """``--mix "mixup=0.2,cutmix=1.0[,switch=0.5,prob=1,smoothing=0.1]"`` -> a ``MixSpec``
     (``None`` for no text); one-line errors that name ``--mix``."""

@@ -5,22 +5,57 @@ the model, the batch size, the dtype, the image size, the number of ranks: ``com
 compares rank counts); ``--force`` compares them anyway and says
 which differ. The same generated images as a folder and as tar shards (``data_gen --format``)
 count as the same data, so ``diff FOLDER SHARDS`` gives the row of each backend for the two
-sources. For each variant in both runs it prints the ratio of B's median samples/s to A's
-and a verdict: ``faster`` or ``slower`` when the gap is larger than the larger of the two
-spreads (max - min over the repeats), else ``no significant difference``. The ceiling row shows
-whether the model step itself moved. Exit status: 0, or 2 for a usage error or incompatible runs.
+sources. Runs of different commits compare like any others: only the setup has to match.
+The ceiling row shows whether the model step itself moved.
+
+For each variant in both runs it prints A's and B's median samples/s, their ratio B/A, a 95%
+bootstrap confidence interval of that ratio and a verdict, ``faster``, ``slower`` or
+``no significant difference``. The interval resamples each run's repeats with replacement
+(10 000 times, a fixed seed, so the same files give the same interval) and takes the 2.5th and
+97.5th percentiles of median(B*) / median(A*). The verdict rule:
+
+* ``faster`` / ``slower`` only when all three hold: (1) the change ``|B/A - 1|`` is at least
+  ``MIN_EFFECT`` (2%); (2) the interval excludes 1.0; (3) the gap between the medians exceeds
+  the noise floor, the larger of the two runs' spreads (max - min over the repeats: the spread
+  across processes when the repeats ran in fresh processes, within one process otherwise).
+* otherwise ``no significant difference``, with the reason on a ``note:`` line under the table;
+  a row with fewer than 2 repeats in either run is always ``no significant difference``
+  (``too few repeats``): one value has no spread and no interval.
+
+Why both (2) and (3): with the 3 to 10 repeats a run has, the bootstrap is coarse (with 3
+repeats the interval is about [min B / max A, max B / min A]) and a single outlier moves a
+median, so neither test alone is trusted. Why ``MIN_EFFECT``: a run's own spread understates
+how much the same command moves from run to run. The ceiling (the model step alone, spread
+about 1 samples/s in each run) went from 4707.5 to 4714.8 between the folder and shards runs
+of ``docs/results/h200/shards-vs-folder/``, which the gap-versus-spread rule alone called
+``faster``; DALI's % of ceiling moved between 90 and 97.7 across runs on one VM with each
+run's spread under 1.5 (``docs/results/h200/README.md``). Smaller changes than 2% are not
+called; the CPU-bound torch backends swing 10-20% between runs (``refactor-ab/``), which only
+repeats in fresh processes (a wider spread) or repeated, interleaved runs can show.
+
+``--json`` prints the rows as strict JSON (a number that is not finite is ``null``).
+Exit status: 0, or 2 for a usage error or incompatible runs.
 """
 from __future__ import annotations
 
+import json
+import math
+import statistics
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import cli
-from .results import SuiteResult
+from .results import SuiteResult, strict
 
 PROG = "python -m compare diff"
 METRIC = "samples_per_s"
+NO_DIFF = "no significant difference"
+MIN_EFFECT = 0.02   # a change of B/A smaller than 2% is never called (module docstring: why)
+MIN_REPEATS = 2     # fewer repeats than this in either run: no verdict but NO_DIFF
+LEVEL = 0.95        # the confidence level of the interval
+RESAMPLES = 10_000  # bootstrap resamples per row
+SEED = 0            # the bootstrap's seed: the same two files always give the same interval
 
 
 def _facts(r: SuiteResult) -> Dict[str, object]:
@@ -53,26 +88,126 @@ def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: Tuple[str, .
     return diff
 
 
-def verdict(va, vb) -> Tuple[float, str]:
-    """``(ratio, verdict)`` of B against A for one row."""
+def ratio_ci(a_values: Sequence[float], b_values: Sequence[float], level: float = LEVEL,
+             resamples: int = RESAMPLES, seed: int = SEED) -> Tuple[float, float, float]:
+    """``(ratio, lo, hi)``: median(B) / median(A) and its percentile-bootstrap interval.
+
+    Each side is resampled with replacement ``resamples`` times (a ``numpy`` Generator seeded
+    with ``seed``, so the result is reproducible); ``lo`` and ``hi`` are the ``(1 - level) / 2``
+    and ``(1 + level) / 2`` quantiles of median(B*) / median(A*). NaN for all three when a side
+    is empty or A's median is not positive.
+    """
+    import numpy as np  # here, so that ``compare diff --help`` stays fast
+
+    nan = float("nan")
+    a = np.asarray(a_values, dtype=float)
+    b = np.asarray(b_values, dtype=float)
+    if a.size == 0 or b.size == 0 or not 0 < level < 1 or resamples < 1:
+        return nan, nan, nan
+    ma = statistics.median(a.tolist())
+    if not ma > 0:
+        return nan, nan, nan
+    ratio = statistics.median(b.tolist()) / ma
+    rng = np.random.default_rng(seed)
+    med_a = np.median(a[rng.integers(0, a.size, size=(resamples, a.size))], axis=1)
+    med_b = np.median(b[rng.integers(0, b.size, size=(resamples, b.size))], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = med_b / med_a
+    r = r[np.isfinite(r)]
+    if r.size == 0:
+        return ratio, nan, nan
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(r, [tail, 100 - tail])
+    return ratio, float(lo), float(hi)
+
+
+class Judgement(NamedTuple):
+    """B against A for one row: the ratio of medians, its interval, the verdict and why."""
+
+    ratio: float
+    lo: float
+    hi: float
+    verdict: str
+    note: str  # why the verdict is NO_DIFF ("" for faster / slower)
+
+
+def judge(va, vb) -> Judgement:
+    """The verdict of B's ``VariantResult`` against A's (the rule in the module docstring)."""
+    a, b = va.values(METRIC), vb.values(METRIC)
     ma, mb = va.median(METRIC), vb.median(METRIC)
+    nan = float("nan")
+    if len(a) < MIN_REPEATS or len(b) < MIN_REPEATS:
+        ratio = mb / ma if a and b and ma > 0 else nan
+        return Judgement(ratio, nan, nan, NO_DIFF,
+                         f"too few repeats (A {len(a)}, B {len(b)}; a verdict needs "
+                         f"{MIN_REPEATS} or more in each)")
+    ratio, lo, hi = ratio_ci(a, b)
+    if not math.isfinite(ratio):
+        return Judgement(ratio, lo, hi, NO_DIFF, f"A's median is {ma:g}: no ratio")
     noise = max(va.spread(METRIC), vb.spread(METRIC))
-    ratio = mb / ma if ma else float("nan")
+    change = ratio - 1
+    if abs(change) < MIN_EFFECT:
+        return Judgement(ratio, lo, hi, NO_DIFF,
+                         f"the change ({change:+.1%}) is under the {MIN_EFFECT:.0%} minimum "
+                         f"effect")
+    if not (hi < 1 or lo > 1):
+        return Judgement(ratio, lo, hi, NO_DIFF,
+                         f"the {LEVEL:.0%} interval [{lo:.3f}, {hi:.3f}] includes 1")
     if abs(mb - ma) <= noise:
-        return ratio, "no significant difference"
-    return ratio, "faster" if mb > ma else "slower"
+        return Judgement(ratio, lo, hi, NO_DIFF,
+                         f"the gap of the medians ({abs(mb - ma):.1f}) is within the larger "
+                         f"spread ({noise:.1f})")
+    return Judgement(ratio, lo, hi, "faster" if mb > ma else "slower", "")
 
 
-def rows(a: SuiteResult, b: SuiteResult) -> List[Tuple[str, float, float, float, str]]:
-    """``(label, A median, B median, ratio, verdict)`` for the ceiling and each shared variant."""
+def verdict(va, vb) -> Tuple[float, str]:
+    """``(ratio, verdict)`` of B against A for one row (``judge`` has the interval and why)."""
+    j = judge(va, vb)
+    return j.ratio, j.verdict
+
+
+class Row(NamedTuple):
+    """One row of the table: a variant (or the ceiling) in both runs."""
+
+    label: str
+    a: float       # A's median samples/s
+    b: float       # B's median samples/s
+    ratio: float   # b / a
+    lo: float      # the interval of the ratio
+    hi: float
+    verdict: str
+    note: str      # why NO_DIFF ("" for faster / slower)
+    n_a: int       # repeats in A
+    n_b: int       # repeats in B
+
+
+def table_rows(a: SuiteResult, b: SuiteResult) -> List[Row]:
+    """A ``Row`` for the ceiling (when both runs have one) and each variant in both runs."""
     out = []
     pairs = [("ceiling", a.ceiling, b.ceiling)] if a.ceiling and b.ceiling else []
     labels_b = {v.label: v for v in b.variants}
     pairs += [(v.label, v, labels_b[v.label]) for v in a.variants if v.label in labels_b]
     for label, va, vb in pairs:
-        ratio, word = verdict(va, vb)
-        out.append((label, va.median(METRIC), vb.median(METRIC), ratio, word))
+        j = judge(va, vb)
+        out.append(Row(label, va.median(METRIC), vb.median(METRIC), j.ratio, j.lo, j.hi,
+                       j.verdict, j.note, len(va.values(METRIC)), len(vb.values(METRIC))))
     return out
+
+
+def rows(a: SuiteResult, b: SuiteResult) -> List[Tuple[str, float, float, float, str]]:
+    """``(label, A median, B median, ratio, verdict)`` for the ceiling and each shared variant
+    (``table_rows`` has the interval and the reason too)."""
+    return [(r.label, r.a, r.b, r.ratio, r.verdict) for r in table_rows(a, b)]
+
+
+def _one_process(r: SuiteResult) -> bool:
+    """Whether the run recorded its repeats' processes and some variant ran them all in one
+    (its spread is then within one process, and understates the noise between runs)."""
+    for v in ([r.ceiling] if r.ceiling else []) + list(r.variants):
+        pids = [getattr(x, "pid", None) for x in v.repeats]
+        if len(pids) >= 2 and None not in pids and len(set(pids)) == 1:
+            return True
+    return False
 
 
 def _load(path: str, option: str) -> SuiteResult:
@@ -87,30 +222,53 @@ def _load(path: str, option: str) -> SuiteResult:
         raise ValueError(f"{option} {path!r} is not a compare results.json ({e})") from None
 
 
+def _ci(r: Row) -> str:
+    if not (math.isfinite(r.lo) and math.isfinite(r.hi)):
+        return "-"
+    return f"[{r.lo:.3f}, {r.hi:.3f}]"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__, formatter_class=cli.HelpFormatter)
     p.add_argument("a", metavar="A", help="the earlier results.json (or its folder)")
     p.add_argument("b", metavar="B", help="the later results.json (or its folder)")
     p.add_argument("--force", action="store_true",
                    help="compare runs whose setups differ, saying which facts differ")
+    p.add_argument("--json", action="store_true",
+                   help="print the rows (and the notes) as strict JSON instead of a table")
     args = p.parse_args(argv)
     try:
         a, b = _load(args.a, "A"), _load(args.b, "B")
         diff = comparable(a, b, args.force)
     except ValueError as e:
         return cli.fail(PROG, e)
-    for d in diff:
-        print(f"note: differs: {d}")
+    notes = [f"differs: {d}" for d in diff]
     sa, sb = a.setup.get("source", "folder"), b.setup.get("source", "folder")
     if sa != sb:  # the same images (data_gen's statistics match) read from another source
-        print(f"note: the same images, read from a {sa} in A and from {sb} in B")
-    table = rows(a, b)
+        notes.append(f"the same images, read from a {sa} in A and from {sb} in B")
+    table = table_rows(a, b)
     if not table:
         return cli.fail(PROG, "the runs share no variant label")
-    print(f"{'variant':28s} {'A samples/s':>12s} {'B samples/s':>12s} {'B/A':>7s}  verdict")
-    for label, ma, mb, ratio, word in table:
-        print(f"{label:28s} {ma:12.1f} {mb:12.1f} {ratio:7.3f}  {word}")
     only = sorted({v.label for v in a.variants} ^ {v.label for v in b.variants})
+    for name, run in (("A", a), ("B", b)):
+        if _one_process(run):
+            notes.append(f"{name} ran each variant's repeats in one process: its spread is "
+                         f"within one process and understates the noise between runs")
+    if args.json:
+        doc = {"level": LEVEL, "min_effect": MIN_EFFECT, "metric": METRIC, "notes": notes,
+               "rows": [r._asdict() for r in table], "not_in_both": only}
+        print(json.dumps(strict(doc), indent=1, allow_nan=False))
+        return 0
+    for n in notes:
+        print(f"note: {n}")
+    ci = f"{LEVEL:.0%} CI"
+    print(f"{'variant':28s} {'A samples/s':>12s} {'B samples/s':>12s} {'B/A':>7s}  "
+          f"{ci:16s}  verdict")
+    for r in table:
+        print(f"{r.label:28s} {r.a:12.1f} {r.b:12.1f} {r.ratio:7.3f}  {_ci(r):16s}  {r.verdict}")
+    for r in table:
+        if r.note:
+            print(f"note: {r.label}: {r.note}")
     if only:
         print(f"not in both runs: {', '.join(only)}")
     return 0

@@ -3,7 +3,13 @@
 Checks /dev/shm against workers x prefetch x batch bytes, workers against CPU cores, the pinned
 memory the ``pinned`` backend will hold, CUDA and its driver, DALI, and whether the GPU has a
 hardware JPEG decoder. A setting that no loader accepts (a negative worker count, a batch size
-of 0) is a ``[FAIL]`` line naming the option, and the exit status is 2.
+of 0) is a ``[FAIL]`` line naming the option. ``[WARN]`` lines are advice (no GPU, no DALI, more
+workers than cores, a small /dev/shm); ``[OK]`` and ``[INFO]`` lines are facts.
+
+Exit status:
+  0  nothing failed ([WARN] lines do not count, unless --strict)
+  1  a failure: a [FAIL] line, or a malformed LOCAL_WORLD_SIZE; with --strict, any [WARN] too
+  2  a usage error from the parser (an unknown option, a value that is not an int)
 """
 from __future__ import annotations
 
@@ -144,7 +150,8 @@ def facts() -> Tuple[int, dict, str | None]:
 
 
 def main(argv=None) -> int:
-    """Print the report. Exit status: 2 when a setting is invalid (``FAIL``), 1 on a ``WARN``."""
+    """Print the report. Exit status: 1 on a ``FAIL`` (or, with ``--strict``, a ``WARN``), else 0;
+    2 is left to the parser's usage errors."""
     p = cli.Parser(prog="python -m compare doctor", description=__doc__)
     p.add_argument("--batch-size", type=int, default=256, help="samples per batch")
     p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
@@ -154,6 +161,8 @@ def main(argv=None) -> int:
     p.add_argument("--local-ranks", type=int, default=None,
                    help="ranks per host, as torchrun's --nproc_per_node (default: "
                         "LOCAL_WORLD_SIZE when run under torchrun, else 1)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 on any [WARN] line too, not only on a [FAIL]")
     a = p.parse_args(argv)
     cores, cuda, dali = facts()
     from pipelines import default_workers, local_world_size, shm_free_bytes
@@ -161,7 +170,7 @@ def main(argv=None) -> int:
     try:
         lr = max(a.local_ranks or 0, 0) or local_world_size()
     except ValueError as e:  # a malformed LOCAL_WORLD_SIZE
-        return cli.fail("python -m compare doctor", e)
+        return cli.fail("python -m compare doctor", e, code=1)
     workers = a.workers if a.workers is not None else default_workers(cores, lr)
     lines = check(a.batch_size, workers, a.prefetch, a.image_size, shm_free_bytes(), cores, cuda,
                   dali, local_ranks=lr)
@@ -171,7 +180,7 @@ def main(argv=None) -> int:
     for status, topic, msg in lines:
         print(f"[{status:4s}] {topic:22s} {msg}")
     statuses = {s for s, _, _ in lines}
-    return 2 if "FAIL" in statuses else 1 if "WARN" in statuses else 0
+    return 1 if "FAIL" in statuses or (a.strict and "WARN" in statuses) else 0
 
 
 if __name__ == "__main__":

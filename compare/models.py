@@ -8,10 +8,20 @@ import torch
 import torch.nn as nn
 
 MODELS = ("none", "tinycnn", "resnet18", "resnet50", "vit_b_16", "vit_l_16", "synthetic:<ms>")
+TIMM = "timm:"  # --model timm:<name> builds a timm model (when timm is installed)
+
+
+def torchvision_models() -> list:
+    """Every torchvision classification model name (``torchvision.models.list_models``)."""
+    import torchvision.models as tvm
+
+    return sorted(tvm.list_models(module=tvm))
 
 
 def parse_model(name: str) -> str:
-    """Validate a ``--model`` value; raises ``ValueError`` listing the valid ones."""
+    """Validate a ``--model`` value: one of ``MODELS``, any torchvision classification model
+    (e.g. ``efficientnet_b0``), or ``timm:<name>`` with timm installed; raises ``ValueError``
+    saying what is valid."""
     if name in MODELS[:-1]:
         return name
     if name.startswith("synthetic:"):
@@ -20,7 +30,20 @@ def parse_model(name: str) -> str:
                 return name
         except ValueError:
             pass
-    raise ValueError(f"model={name!r} is not valid; choose one of {', '.join(MODELS)}")
+    if name.startswith(TIMM):
+        try:
+            import timm
+        except ImportError:
+            raise ValueError(f"model={name!r} needs timm: pip install timm") from None
+        if not timm.is_model(name[len(TIMM):]):
+            raise ValueError(f"model={name!r}: timm has no model {name[len(TIMM):]!r} "
+                             "(timm.list_models() lists them)")
+        return name
+    if name in torchvision_models():
+        return name
+    raise ValueError(f"model={name!r} is not valid; choose one of {', '.join(MODELS)}, any "
+                     "torchvision classification model (torchvision.models.list_models()), or "
+                     "timm:<name> with timm installed")
 
 
 def _tinycnn(num_classes: int) -> nn.Module:
@@ -84,6 +107,11 @@ class TrainStep:
         else:
             if self.name == "tinycnn":
                 m = _tinycnn(num_classes)
+            elif self.name.startswith(TIMM):
+                import timm
+
+                m = timm.create_model(self.name[len(TIMM):], pretrained=False,
+                                      num_classes=num_classes)
             else:
                 import torchvision.models as tvm
 

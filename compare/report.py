@@ -10,6 +10,8 @@ from typing import List
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .results import OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
 
+COLD_TOOK = 0.05  # compare.pagecache.TOOK_THRESHOLD (not imported: that module loads ctypes)
+
 COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
            "% ceiling", "speed-up", "H2D KiB/sample", "CPU %", "NVML idle %")
 
@@ -32,10 +34,11 @@ CPU_ONLY = ("no GPU was timed: these are CPU numbers (DALI ran its CPU operators
 def rows(res: SuiteResult) -> List[List[str]]:
     out = []
     gpu = res.on_gpu
+    cold = " (cold)" if res.setup.get("cold") else ""
     for v in res.variants:
         nv = v.median("nvml_util_pct")
         out.append([
-            res.row_label(v), _pm(v, "samples_per_s"), _pm(v, "loader_only_per_s", "{:.0f}"),
+            res.row_label(v) + cold, _pm(v, "samples_per_s"), _pm(v, "loader_only_per_s", "{:.0f}"),
             _pm(v, "wait_p50_ms", "{:.2f}"), _pm(v, "wait_p95_ms", "{:.2f}"),
             _pm(v, "idle_pct") if gpu else "-", _f(res.pct_of_ceiling(v)),
             _f(res.speedup(v), "{:.2f}x"),
@@ -59,14 +62,20 @@ def warnings_for(res: SuiteResult) -> List[str]:
                      "differences of that size are noise")
     steps, s = res.setup.get("steps"), res.setup
     for v in res.variants:
-        if v.backend not in ("pinned", "pageable") or not steps:
-            continue
-        queue = (v.overrides.get("num_workers", s.get("workers") or 0)
-                 * v.overrides.get("prefetch_factor", s.get("prefetch", 2)))
-        if steps < queue:
-            w.append(f"{v.label}: {steps} timed steps are fewer than the DataLoader's queue of "
+        timed = max((r.steps or 0 for r in v.repeats), default=0) or steps
+        queue = v.queue_batches
+        if queue is None and v.backend in ("pinned", "pageable"):  # results from before
+            queue = (v.overrides.get("num_workers", s.get("workers") or 0)
+                     * v.overrides.get("prefetch_factor", s.get("prefetch", 2)))
+        if timed and queue and timed < queue:
+            w.append(f"{v.label}: {timed} timed steps are fewer than the DataLoader's queue of "
                      f"{queue} batches (workers x prefetch); its numbers count batches decoded "
-                     f"before the clock started. Use --steps >= {queue}")
+                     f"before the clock started. Use --steps >= {queue}, or --long")
+        stale = [r.cold_resident for r in v.repeats
+                 if r.cold_resident is not None and r.cold_resident > COLD_TOOK]
+        if stale:
+            w.append(f"{v.label}: the page-cache eviction did not take ({100 * max(stale):.1f}% "
+                     "of the dataset still cached after it): this row is not a cold run")
     for v in res.variants:
         pct = res.pct_of_ceiling(v)
         if pct is not None and pct > OVER_CEILING:
@@ -121,6 +130,21 @@ def table(res: SuiteResult, columns=COLUMNS, body=None) -> str:
     return text
 
 
+def window_lines(res: SuiteResult) -> List[str]:
+    """Per variant: the timed window in batches and seconds against the loader's queue
+    (compare.isolate NOTE [steady state])."""
+    out = []
+    for v in res.variants:
+        steps = [r.steps for r in v.repeats if r.steps]
+        secs = [r.window_s for r in v.repeats if r.window_s]
+        if not steps:
+            continue
+        q = v.queue_batches
+        rel = f", {max(steps) / q:.1f}x its queue of {q} batches" if q else ""
+        out.append(f"{v.label}: {max(steps)} batches, {min(secs):.1f}-{max(secs):.1f} s{rel}")
+    return out
+
+
 def _md(columns, body) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "|".join("---" for _ in columns) + "|\n"
     return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
@@ -153,6 +177,14 @@ def markdown(res: SuiteResult) -> str:
         "on a batch already on the device.",
         "",
     ]
+    if s.get("isolate"):
+        lines += [f"Each repeat ran in a fresh process, in a seeded interleaved order (seed "
+                  f"{s.get('order_seed')}: {', '.join(s.get('order') or [])}), so the ± is the "
+                  "spread across processes.", ""]
+    if s.get("cold"):
+        lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "
+                  "(`--cold`; compare.pagecache); the batches already queued were read before.",
+                  ""]
     if not res.complete:
         planned = len(s.get("variants") or ()) or "?"
         why = f" Stopped by: {s['error']}" if s.get("error") else ""
@@ -161,6 +193,10 @@ def markdown(res: SuiteResult) -> str:
     lines += [_md(COLUMNS, rows(res))]
     if world > 1:
         lines += ["**Per rank** (medians over repeats)", "", _md(RANK_COLUMNS, rank_rows(res))]
+    windows = window_lines(res)
+    if windows:
+        lines += ["**Timed windows** (training run; `--long` makes them at least 10x the "
+                  "queue)", ""] + [f"- {x}" for x in windows] + [""]
     if s.get("notes"):
         lines += ["**Notes**", ""] + [f"- {x}" for x in s["notes"]] + [""]
     if w:

@@ -40,6 +40,12 @@ class Repeat:
     # under torchrun: each rank's own samples/s, loader-only img/s, waits and idle % (rank
     # order); the fields above are then the job's (compare.ddp.merge)
     ranks: Tuple[Dict[str, float], ...] = ()
+    steps: Optional[int] = None       # the timed window, in batches (training run)
+    window_s: Optional[float] = None  # the timed window, in seconds (training run)
+    pid: Optional[int] = None         # the process that ran this repeat (compare.isolate)
+    # --cold: the share of the dataset's pages still cached after the eviction that preceded
+    # the training run (compare.pagecache); None in a warm run
+    cold_resident: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class VariantResult:
     overrides: Dict[str, object]
     h2d_bytes_per_sample: Optional[float]
     repeats: Tuple[Repeat, ...]
+    queue_batches: Optional[int] = None  # batches the loader holds ahead (runner.queue_depth)
 
     def values(self, metric: str) -> List[float]:
         return [getattr(r, metric) for r in self.repeats if getattr(r, metric) is not None]
@@ -152,7 +159,7 @@ class SuiteResult:
                                    "ranks": tuple(r.get("ranks", ()))})
                          for r in v["repeats"])
             return VariantResult(v["label"], v["backend"], dict(v["overrides"]),
-                                 v["h2d_bytes_per_sample"], reps)
+                                 v["h2d_bytes_per_sample"], reps, v.get("queue_batches"))
 
         return cls(d["env"], d["setup"], var(d["ceiling"]),
                    tuple(var(v) for v in d["variants"]), d["schema"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 import gc
 import itertools
+import os
 import typing
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -234,62 +235,117 @@ def _nothing() -> None:
     return None
 
 
+def queue_depth(loader) -> Optional[int]:
+    """Batches ``loader`` holds ahead of the consumer once it is full: the DataLoader's
+    ``workers x prefetch_factor`` (plus the CUDA prefetch of ``pinned``), or DALI's
+    ``queue_depth`` per pipeline; ``None`` for a loader of another kind."""
+    opt = getattr(loader, "options", None)
+    if hasattr(loader, "prefetch_factor"):  # the torch backends
+        q = max(1, loader.num_workers) * (loader.prefetch_factor or 1)
+        if getattr(loader, "_prefetcher", None) is not None:
+            q += opt.queue_depth
+        return q
+    if opt is not None and hasattr(opt, "pipelines") and opt.pipelines:
+        return opt.queue_depth * opt.pipelines
+    return None
+
+
+def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int) -> int:
+    """The timed window in batches: ``steps``, or with ``long`` at least 10x the queue and
+    past an epoch boundary (NOTE [steady state] in compare.isolate)."""
+    if not long:
+        return steps
+    return max(steps, 10 * (queue or 0), epoch_batches + 1)
+
+
+def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
+                device: torch.device, sync: Callable[[], None] = _nothing,
+                cold: Optional[Callable[[], object]] = None) -> Repeat:
+    """One repeat on a running loader: loader-only, then the model step, both ``steps``
+    batches after ``warmup``. ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs
+    before each of the two; the batches already queued were read before it."""
+    sync()
+    if cold is not None:
+        cold()
+    lo = loader_only(it, steps, warmup, device)
+    sync()
+    evicted = cold() if cold is not None else None
+    cpu = CpuUtil()
+    cpu.start()
+    with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
+        m = measure(it, step, steps, warmup, device)
+    return Repeat(
+        samples_per_s=m.samples_per_s, loader_only_per_s=lo,
+        wait_p50_ms=m.wait_pct(50), wait_p95_ms=m.wait_pct(95), idle_pct=m.idle_pct,
+        cpu_util_pct=cpu.stop(), nvml_util_pct=getattr(nv, "mean_util", lambda: None)(),
+        waits_ms=tuple(round(w, 3) for w in m.waits_ms), steps=steps,
+        window_s=round(m.wall_s, 4), pid=os.getpid(),
+        cold_resident=None if evicted is None else round(evicted.after, 4),
+    )
+
+
+def say_repeat(log: Callable[[str], None], label: str, r: Repeat, where: str) -> None:
+    loader = (f"loader-only {r.loader_only_per_s:9.1f} img/s, wait p50 {r.wait_p50_ms:7.2f} ms, "
+              if r.loader_only_per_s == r.loader_only_per_s else "")  # NaN: the ceiling
+    cold = ("" if r.cold_resident is None
+            else f", cold ({100 * r.cold_resident:.1f}% still cached)")
+    log(f"  {label:28s} {where}: {r.samples_per_s:9.1f} samples/s, {loader}"
+        f"idle {r.idle_pct:5.1f}%{cold}")
+
+
 def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, warmup: int,
                 repeats: int, log: Callable[[str], None] = print,
                 capture: Optional[list] = None,
-                sync: Callable[[], None] = _nothing) -> VariantResult:
-    """Loader-only and model runs of one variant, ``repeats`` times each.
+                sync: Callable[[], None] = _nothing, long: bool = False,
+                cold: Optional[Callable[[], object]] = None) -> VariantResult:
+    """Loader-only and model runs of one variant, ``repeats`` times each, in this process.
 
     Args:
         capture: when given, one more batch (cloned) is appended to it, for the ceiling run.
         sync: called before each timed run (``Job.barrier`` under torchrun: ranks start
             together).
+        long: time at least 10x the loader's queue, across an epoch boundary (``window``).
+        cold: evicts the dataset from the page cache (``--cold``; ``time_repeat``).
     """
     cfg = v.config_of(base)
     device = cfg.resolved().torch_device if torch.cuda.is_available() else torch.device("cpu")
     reps: List[Repeat] = []
     with create_loader(v.backend, cfg, options=v.options_of()) as loader:
+        queue = queue_depth(loader)
+        n = window(steps, long, queue, len(loader))
         it = endless(loader)
         for r in range(repeats):
-            sync()
-            lo = loader_only(it, steps, warmup, device)
-            sync()
-            cpu = CpuUtil()
-            cpu.start()
-            with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
-                m = measure(it, step, steps, warmup, device)
-            reps.append(Repeat(
-                samples_per_s=m.samples_per_s, loader_only_per_s=lo,
-                wait_p50_ms=m.wait_pct(50), wait_p95_ms=m.wait_pct(95), idle_pct=m.idle_pct,
-                cpu_util_pct=cpu.stop(), nvml_util_pct=getattr(nv, "mean_util", lambda: None)(),
-                waits_ms=tuple(round(w, 3) for w in m.waits_ms),
-            ))
-            log(f"  {v.label:28s} repeat {r + 1}/{repeats}: {m.samples_per_s:9.1f} samples/s, "
-                f"loader-only {lo:9.1f} img/s, wait p50 {m.wait_pct(50):7.2f} ms, "
-                f"idle {m.idle_pct:5.1f}%")
+            reps.append(time_repeat(it, step, steps=n, warmup=warmup, device=device, sync=sync,
+                                    cold=cold))
+            say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}")
         h2d = loader.h2d_bytes_per_sample()
         if capture is not None:
             x, y = next(it)
             capture.append((x.clone(), y.clone()))
         it.close()
     gc.collect()
-    return VariantResult(v.label, v.backend.value, dict(v.overrides), h2d, tuple(reps))
+    return VariantResult(v.label, v.backend.value, dict(v.overrides), h2d, tuple(reps), queue)
+
+
+def ceiling_repeat(batch, step: Callable, *, steps: int, warmup: int,
+                   device: torch.device, sync: Callable[[], None] = _nothing) -> Repeat:
+    """One repeat of the same step on one batch already on the device."""
+    sync()
+    m = measure(itertools.repeat(batch), step, steps, warmup, device)
+    return Repeat(m.samples_per_s, float("nan"), m.wait_pct(50), m.wait_pct(95), m.idle_pct,
+                  steps=steps, window_s=round(m.wall_s, 4), pid=os.getpid())
 
 
 def run_ceiling(batch, step: Callable, *, steps: int, warmup: int, repeats: int,
                 device: torch.device, log: Callable[[str], None] = print,
                 sync: Callable[[], None] = _nothing) -> VariantResult:
     """The same step on one batch already on the device: the model-only ceiling."""
-    x, y = batch
-    same = itertools.repeat((x, y))
     reps = []
     for r in range(repeats):
-        sync()
-        m = measure(same, step, steps, warmup, device)
-        reps.append(Repeat(m.samples_per_s, float("nan"), m.wait_pct(50), m.wait_pct(95),
-                           m.idle_pct))
+        reps.append(ceiling_repeat(batch, step, steps=steps, warmup=warmup, device=device,
+                                   sync=sync))
         log(f"  {'ceiling (batch on device)':28s} repeat {r + 1}/{repeats}: "
-            f"{m.samples_per_s:9.1f} samples/s, idle {m.idle_pct:5.1f}%")
+            f"{reps[-1].samples_per_s:9.1f} samples/s, idle {reps[-1].idle_pct:5.1f}%")
     return VariantResult("ceiling", "none", {}, 0.0, tuple(reps))
 
 

@@ -64,28 +64,11 @@ def load_transform(ref: str):
     the literal keyword arguments written after it: ``"pipelines.recipes:torchvision_ref(
     auto_augment='ta_wide', random_erase=0.1)"``.
     """
-    import ast
-    import importlib
     import inspect
 
     from pipelines import check_transform
 
-    mod, _, name = ref.partition(":")
-    kwargs, called = {}, "(" in name
-    if called:
-        try:
-            call = ast.parse(name.strip(), mode="eval").body
-            if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
-                raise ValueError("write NAME(key=value, ...)")
-            name = call.func.id
-            kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
-        except (SyntaxError, ValueError) as e:
-            raise ValueError(f"--transform {ref!r}: the call is not NAME(key=literal, ...) "
-                             f"({e})") from None
-    try:
-        obj = getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"--transform {ref!r} cannot be loaded ({e}); use MODULE:NAME") from None
+    obj, kwargs, called, name = cli.load_ref(ref, "--transform")
     if inspect.isfunction(obj):
         try:
             obj = obj(**kwargs)
@@ -142,6 +125,8 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         parse_model(a.model)
     except ValueError as e:
         raise ValueError(f"--model: {e}") from None
+    if getattr(a, "step", None):
+        cli.load_ref(a.step, "--step")  # imports now: a bad --step fails before any dataset
     variants = _variants(a, note)
     transform = load_transform(a.transform) if a.transform else None
     gen = None if a.data else default_gen_config(a.num_images)
@@ -193,9 +178,10 @@ def check_dataset(n: int, variants: List[Variant], configs: List[LoaderConfig]) 
         cli.check_batches(n, cfg, {**cli.FLAGS, **v.sources}, _where(v))
 
 
-def prepare(p: Plan, a, log, job: ddp.Job = ddp.Job()):
+def prepare(p: Plan, a, log, job: ddp.Job = ddp.Job(), build_step: bool = True):
     """Make (or reuse) the default dataset and check it as ``--data`` is; build the model step
-    (in DDP under torchrun: rank 0 makes the dataset while the others wait)."""
+    (in DDP under torchrun: rank 0 makes the dataset while the others wait), unless
+    ``build_step`` is False (isolated runs build it in each unit's process): then ``None``."""
     root, classes = p.base.root, p.classes
     if p.gen is not None:
         if job.main:
@@ -206,6 +192,13 @@ def prepare(p: Plan, a, log, job: ddp.Job = ddp.Job()):
         paths, names = cli.list_dataset(root, allow_empty=p.base.allow_empty_classes)
         check_dataset(len(paths), p.variants, p.configs)
         classes = len(names)
+    p.classes = classes
+    if not build_step:
+        return Path(root), None
+    if getattr(a, "step", None):
+        from .userstep import load_step
+
+        return Path(root), load_step(a.step)
     wrap = (lambda m: ddp.wrap(m, job)) if job.group else None
     return Path(root), make_step(a.model, p.base, classes, wrap=wrap)
 
@@ -238,10 +231,25 @@ def _run(a, job: ddp.Job) -> int:
     try:
         p = plan(a, note)
         p.notes = notes
-        root, step = prepare(p, a, log, job)
+        a.isolate = isolated(a, job, note)
+        root, step = prepare(p, a, log, job, build_step=not a.isolate)
     except (ValueError, TypeError, ImportError) as e:
         return cli.fail(PROG, e if job.main else f"rank {job.rank}: {e}")
     return execute(a, p, root, step, log, job)
+
+
+def isolated(a, job: ddp.Job, note: Callable[[str], None]) -> bool:
+    """Whether each repeat runs in a fresh process (``--isolate``; compare.isolate)."""
+    want = getattr(a, "isolate", None)
+    if job.group:
+        if want:
+            note("--isolate: off under torchrun (the ranks are the job's processes)")
+        return False
+    if want is None:
+        import torch
+
+        return torch.cuda.is_available() and str(a.device).startswith("cuda")
+    return bool(want)
 
 
 def _manifest(root: Path, read_manifest) -> Optional[dict]:
@@ -273,6 +281,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         "mix": repr(base.mix) if base.mix is not None else None,
         "device": a.device, "variants": [v.label for v in p.variants], "notes": list(p.notes),
         "world_size": job.world, "local_world_size": job.local_world, "nodes": job.nodes,
+        "step": getattr(a, "step", None), "long": bool(getattr(a, "long", False)),
+        "isolate": bool(getattr(a, "isolate", False)), "cold": bool(getattr(a, "cold", False)),
     }
     env = environment()
     results: list = []
@@ -314,24 +324,57 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         f"{base.num_workers}{ranks}")
     t0 = time.perf_counter()
     stage = "setup"
+    long = bool(getattr(a, "long", False))
+    cold = None
+    if getattr(a, "cold", False):
+        from .pagecache import evictor
+
+        try:
+            cold = evictor(base.root)
+        except RuntimeError as e:
+            return late(2, str(e))
     try:
-        for v in p.variants:
-            stage = _where(v)
-            want = None if (captured or a.no_ceiling or a.model == "none") else captured
-            mine = run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
-                               repeats=a.repeats, log=log, capture=want, sync=job.barrier)
-            results.append(ddp.merge(job.gather(mine)))
-            save(False)
-        if captured:
-            stage = "the ceiling run"
-            mine = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
-                               repeats=a.repeats, device=captured[0][0].device, log=log,
-                               sync=job.barrier)
-            ceiling = ddp.merge(job.gather(mine))
+        if getattr(a, "isolate", False):
+            from . import isolate
+
+            want_ceiling = not (a.no_ceiling or a.model == "none")
+            units = isolate.order(len(p.variants), a.repeats, want_ceiling, getattr(a, "order_seed", 0))
+            labels = [v.label for v in p.variants]
+            setup["order_seed"] = getattr(a, "order_seed", 0)
+            setup["order"] = [u.name(labels) for u in units]
+            work = isolate.Job(tuple(p.variants), base, a.model, p.classes, a.steps, a.warmup,
+                               long, getattr(a, "step", None), cold is not None)
+
+            def done(got, c):
+                nonlocal ceiling
+                results[:] = [got[i] for i in sorted(got)]
+                ceiling = c
+                save(False)
+
+            stage = "the isolated repeats"
+            isolate.run_all(work, units, log=log, done=done)
+        else:
+            setup["order"] = [f"{v.label} #{r + 1}" for v in p.variants
+                              for r in range(a.repeats)]
+            for v in p.variants:
+                stage = _where(v)
+                want = None if (captured or a.no_ceiling or a.model == "none") else captured
+                mine = run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
+                                   repeats=a.repeats, log=log, capture=want, sync=job.barrier,
+                                   long=long, cold=cold)
+                results.append(ddp.merge(job.gather(mine)))
+                save(False)
+            if captured:
+                stage = "the ceiling run"
+                mine = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
+                                   repeats=a.repeats, device=captured[0][0].device, log=log,
+                                   sync=job.barrier)
+                ceiling = ddp.merge(job.gather(mine))
     except KeyboardInterrupt:
         return late(130, f"interrupted during {stage}")
     except Exception as e:  # noqa: BLE001 - reported in one line, traceback kept in error.log
-        return late(1, f"{stage} failed: {type(e).__name__}: {e}", traceback.format_exc())
+        tb = traceback.format_exc() + getattr(e, "child_traceback", "")
+        return late(1, f"{stage} failed: {type(e).__name__}: {e}", tb)
     suite = save(True)
     if not job.main:
         return 0

@@ -26,7 +26,7 @@ def test_compare_writes_table_json_png_and_summary(tiny_root, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, msg", [
-    (["--model", "alexnet"], "model='alexnet'"),
+    (["--model", "no_such_net"], "model='no_such_net'"),
     (["--backends", "ffcv"], "valid backends"),
     (["--steps", "0"], "--steps"),
 ])

@@ -164,5 +164,12 @@ def test_window_shorter_than_the_dataloader_queue_is_flagged():
     w = warnings_for(res(8, 14))
     assert [x for x in w if "queue" in x] == [
         "pinned: 8 timed steps are fewer than the DataLoader's queue of 28 batches (workers x "
-        "prefetch); its numbers count batches decoded before the clock started. Use --steps >= 28"]
+        "prefetch); its numbers count batches decoded before the clock started. Use --steps >= 28, "
+        "or --long"]
     assert not any("queue" in x for x in warnings_for(res(40, 14)))   # long enough window
+    # a recorded queue (any backend) and window win over the setup's guess
+    rec = SuiteResult({}, {"steps": 8, "workers": 14, "prefetch": 2}, None, (
+        VariantResult("dali", "dali", {}, 1.0, (Repeat(1.0, 1.0, 1.0, 1.0, 1.0, steps=40),), 6),
+        VariantResult("pinned", "pinned", {}, 1.0, (Repeat(1.0, 1.0, 1.0, 1.0, 1.0, steps=8),), 30)))
+    (w,) = [x for x in warnings_for(rec) if "queue" in x]
+    assert w.startswith("pinned: 8 timed steps are fewer than the DataLoader's queue of 30")

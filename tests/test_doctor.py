@@ -1,3 +1,6 @@
+import pytest
+
+from compare import doctor
 from compare.doctor import check, main
 
 GiB = 2**30
@@ -30,7 +33,7 @@ def test_oversubscribed_workers_and_missing_dali_and_gpu():
 def test_doctor_cli_prints_a_report(capsys):
     rc = main(["--batch-size", "8", "--workers", "1"])
     out = capsys.readouterr().out
-    assert "/dev/shm" in out and "pinned memory" in out and rc in (0, 1)
+    assert "/dev/shm" in out and "pinned memory" in out and rc == 0
 
 
 def test_settings_no_loader_accepts_fail_and_name_the_option():
@@ -42,7 +45,90 @@ def test_settings_no_loader_accepts_fail_and_name_the_option():
                     "--prefetch: prefetch_factor=0 must be an int >= 1"]
 
 
-def test_doctor_cli_exits_2_on_a_fail(capsys):
-    assert main(["--workers", "-1"]) == 2
+def test_doctor_cli_exits_1_on_a_fail(capsys):
+    assert main(["--workers", "-1"]) == 1
     out = capsys.readouterr().out
     assert "[FAIL] workers" in out and "--workers" in out and "/dev/shm" not in out
+
+
+def test_doctor_cli_exits_1_on_a_fail_with_strict_too(capsys):
+    assert main(["--batch-size", "0", "--strict"]) == 1
+    assert "[FAIL] batch size" in capsys.readouterr().out
+
+
+def _machine(monkeypatch, cuda, dali, shm_free=128 * GiB, cores=16):
+    """Pin the facts ``main`` reads, so its exit status does not depend on this host."""
+    import pipelines
+
+    monkeypatch.setattr(doctor, "facts", lambda: (cores, cuda, dali))
+    monkeypatch.setattr(pipelines, "shm_free_bytes", lambda: shm_free)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+
+
+def test_doctor_cli_exits_0_here_with_default_settings(capsys, monkeypatch):
+    """This host as it is (no GPU in CI): whatever it warns about, nothing fails."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpu-feed doctor:") and "[OK  ] workers" in out
+    assert "[FAIL]" not in out
+
+
+def test_no_cuda_and_no_dali_warn_but_exit_0(capsys, monkeypatch):
+    _machine(monkeypatch, cuda={"available": False}, dali=None)
+    assert main(["--workers", "14", "--local-ranks", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "[WARN] CUDA" in out and "[WARN] DALI" in out and "[FAIL]" not in out
+
+
+@pytest.mark.parametrize("machine", [
+    {"cuda": {"available": False}, "dali": "2.4"},  # only the CUDA warning
+    {"cuda": H200, "dali": None},  # only the DALI warning
+    {"cuda": H200, "dali": "2.4", "cores": 4},  # only the workers warning
+])
+def test_strict_exits_1_on_any_warn(capsys, monkeypatch, machine):
+    _machine(monkeypatch, **machine)
+    args = ["--workers", "14", "--local-ranks", "1"]
+    assert main(args) == 0
+    warns = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[WARN]")]
+    assert len(warns) == 1
+    assert main([*args, "--strict"]) == 1
+
+
+def test_strict_exits_1_on_oversubscribed_workers_here(capsys, monkeypatch):
+    """10000 workers outnumber any host's cores: a WARN, not a FAIL."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert main(["--workers", "10000"]) == 0
+    out = capsys.readouterr().out
+    assert "[WARN] workers" in out and "[FAIL]" not in out
+    assert main(["--workers", "10000", "--strict"]) == 1
+
+
+def test_strict_exits_0_without_a_warn(capsys, monkeypatch):
+    _machine(monkeypatch, cuda=H200, dali="2.4")
+    assert main(["--workers", "14", "--local-ranks", "1", "--strict"]) == 0
+    out = capsys.readouterr().out
+    assert "[OK  ] CUDA" in out and "[INFO]" in out and "[WARN]" not in out
+
+
+def test_malformed_local_world_size_exits_1_naming_it(capsys, monkeypatch):
+    _machine(monkeypatch, cuda=H200, dali="2.4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
+    assert main(["--workers", "14"]) == 1
+    assert "LOCAL_WORLD_SIZE='two'" in capsys.readouterr().err
+
+
+def test_help_documents_the_exit_codes(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Exit status:" in out and "--strict" in out
+    assert "0 nothing failed" in out and "1 a failure: a [FAIL] line" in out
+    assert "2 a usage error" in out
+
+
+def test_usage_errors_keep_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--workers", "many"])
+    assert e.value.code == 2 and "--workers" in capsys.readouterr().err

@@ -1,0 +1,198 @@
+"""Each timed repeat in a fresh process, in a seeded interleaved order (pyperf's way).
+
+NOTE [isolation and order]
+Run in one process, every repeat of a variant shares that process's warm state: its CUDA
+context and allocator, its DataLoader workers and their queues, DALI's pipeline and its
+buffers. Run in a fixed order, a variant always follows the same other one, and anything that
+drifts over a run (clocks, the page cache, another tenant on the host) lands on the same
+variant every time. Either way the repeats agree with each other more than two runs agree,
+and the spread understates the real uncertainty. Here every (variant, repeat) and every
+ceiling repeat is one *unit*; the units are shuffled with ``random.Random(seed)`` and each one
+runs in a new process (``multiprocessing`` spawn: nothing inherited), which builds the model
+step and the loader from nothing, warms up, and times one repeat. The order, the seed and
+each repeat's process id are kept in ``results.json`` (``setup["order"]``,
+``setup["order_seed"]``, ``Repeat.pid``), so the spread over repeats is the spread across
+processes. A unit's error is raised in the suite with the unit's name; a unit whose process
+dies is reported with its exit code. Under torchrun the ranks are the job's processes, and
+the suite runs in them (isolation is off there).
+
+NOTE [steady state]
+A timed window starts with the loader's queue full: ``queue_depth`` batches (DataLoader
+workers x prefetch factor, plus the CUDA prefetch of ``pinned``; DALI's queue per pipeline)
+were made before the clock started, and a window not much longer than that counts them as if
+they were made at the steady rate. Each repeat records its window in batches and seconds
+(``Repeat.steps``, ``Repeat.window_s``) and each variant its queue (``VariantResult.
+queue_batches``); ``--long`` times at least 10x the queue, across an epoch boundary
+(``runner.window``).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+import traceback
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .results import Repeat, VariantResult
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One timed repeat: of variant ``index`` (``ceiling`` False) or of the ceiling."""
+
+    index: int
+    repeat: int
+    ceiling: bool = False
+
+    def name(self, labels: List[str]) -> str:
+        return f"{'ceiling' if self.ceiling else labels[self.index]} #{self.repeat + 1}"
+
+
+def order(variants: int, repeats: int, ceiling: bool, seed: int) -> List[Unit]:
+    """Every unit, shuffled with ``seed`` (the same seed gives the same order)."""
+    units = [Unit(i, r) for i in range(variants) for r in range(repeats)]
+    units += [Unit(0, r, True) for r in range(repeats)] if ceiling else []
+    random.Random(seed).shuffle(units)
+    return units
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a unit's process needs to rebuild the suite's setup (all picklable)."""
+
+    variants: tuple          # runner.Variant
+    base: object             # LoaderConfig
+    model: str
+    classes: int
+    steps: int
+    warmup: int
+    long: bool = False
+    user_step: Optional[str] = None  # --step MODULE:FUNCTION
+    cold: bool = False               # --cold: evict the dataset before each timed run
+
+
+def _device(cfg):
+    import torch
+
+    return cfg.resolved().torch_device if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _step(job: Job):
+    from .runner import make_step
+
+    if job.user_step:
+        from .userstep import load_step
+
+        return load_step(job.user_step)
+    return make_step(job.model, job.base, job.classes)
+
+
+def run_unit(job: Job, unit: Unit) -> Tuple[Repeat, Optional[float], Optional[int]]:
+    """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches)``."""
+    from pipelines import create_loader
+
+    from .runner import ceiling_repeat, endless, queue_depth, time_repeat, window
+
+    v = job.variants[unit.index]
+    cfg = v.config_of(job.base)
+    device = _device(cfg)
+    step = _step(job)
+    with create_loader(v.backend, cfg, options=v.options_of()) as loader:
+        queue = queue_depth(loader)
+        it = endless(loader)
+        if unit.ceiling:
+            x, y = next(it)
+            batch = (x.clone(), y.clone())
+            it.close()
+            return ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup,
+                                  device=device), 0.0, None
+        n = window(job.steps, job.long, queue, len(loader))
+        cold = None
+        if job.cold:
+            from .pagecache import evictor
+
+            cold = evictor(cfg.root)
+        rep = time_repeat(it, step, steps=n, warmup=job.warmup, device=device, cold=cold)
+        h2d = loader.h2d_bytes_per_sample()
+        it.close()
+    return rep, h2d, queue
+
+
+def _child(conn, job: Job, unit: Unit) -> None:
+    try:
+        conn.send(("ok", run_unit(job, unit)))
+    except BaseException as e:  # noqa: BLE001 - sent to the parent, which raises it
+        conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+class UnitError(RuntimeError):
+    """A unit failed in its process; ``child_traceback`` holds the child's traceback."""
+
+    def __init__(self, msg: str, child_traceback: str = ""):
+        super().__init__(msg)
+        self.child_traceback = child_traceback
+
+
+def spawn(job: Job, unit: Unit, name: str) -> Tuple[Repeat, Optional[float], Optional[int]]:
+    """``run_unit`` in a fresh spawned process; its error is raised here as ``UnitError``."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child, args=(child, job, unit), name=f"compare-unit-{name}")
+    p.start()
+    child.close()
+    try:
+        while not parent.poll(0.5):
+            if not p.is_alive() and not parent.poll(0.1):
+                raise UnitError(f"{name}: its process exited with code {p.exitcode} "
+                                "before sending a result")
+        msg = parent.recv()
+    except EOFError:
+        p.join()
+        raise UnitError(f"{name}: its process exited with code {p.exitcode} "
+                        "before sending a result") from None
+    except BaseException:
+        p.terminate()
+        p.join()
+        raise
+    p.join()
+    if msg[0] == "error":
+        raise UnitError(f"{name}: {msg[1]}", msg[2])
+    return msg[1]
+
+
+def run_all(job: Job, units: List[Unit], log: Callable[[str], None] = print,
+            done: Callable[[Dict[int, VariantResult], Optional[VariantResult]], None]
+            = lambda v, c: None) -> Tuple[Dict[int, VariantResult], Optional[VariantResult]]:
+    """Every unit in ``units``' order, each in its own process; ``({variant index: result},
+    ceiling or None)``, repeats in repeat order. ``done`` sees the results after each unit."""
+    from .runner import say_repeat
+
+    labels = [v.label for v in job.variants]
+    reps: Dict[Tuple[int, bool], Dict[int, Repeat]] = {}
+    meta: Dict[int, Tuple[Optional[float], Optional[int]]] = {}
+
+    def results():
+        out = {}
+        for i, v in enumerate(job.variants):
+            got = reps.get((i, False))
+            if got:
+                h2d, queue = meta[i]
+                out[i] = VariantResult(v.label, v.backend.value, dict(v.overrides), h2d,
+                                       tuple(got[r] for r in sorted(got)), queue)
+        c = reps.get((0, True))
+        ceiling = (VariantResult("ceiling", "none", {}, 0.0, tuple(c[r] for r in sorted(c)))
+                   if c else None)
+        return out, ceiling
+
+    for k, u in enumerate(units):
+        name = u.name(labels)
+        rep, h2d, queue = spawn(job, u, name)
+        reps.setdefault((u.index, u.ceiling), {})[u.repeat] = rep
+        if not u.ceiling:
+            meta[u.index] = (h2d, queue)
+        say_repeat(log, "ceiling (batch on device)" if u.ceiling else labels[u.index], rep,
+                   f"[{k + 1}/{len(units)}] repeat {u.repeat + 1}, pid {rep.pid}")
+        done(*results())
+    return results()

@@ -1,0 +1,146 @@
+"""``compare diff``: the ratio's bootstrap interval and the verdict rule (issue 19), on
+``SuiteResult``s built here with known repeats."""
+import json
+import math
+
+import pytest
+
+from compare import diff
+from compare.diff import MIN_EFFECT, NO_DIFF, judge, ratio_ci, rows, verdict
+from compare.results import Repeat, SuiteResult, VariantResult
+
+SAME_A = [1000, 1012, 991, 1005, 996]
+
+
+def _var(label, sps, pids=None):
+    pids = pids or [None] * len(sps)
+    return VariantResult(label, label.split()[0], {}, 1.0,
+                         tuple(Repeat(s, 1.0, 1.0, 1.0, 1.0, pid=p) for s, p in zip(sps, pids)))
+
+
+def _run(rows_, ceiling=(4700.0, 4700.5, 4699.5)):
+    return SuiteResult({"gpu": "H200"}, {"model": "resnet50", "batch_size": 256,
+                                         "dtype": "bfloat16", "dataset": {"num_images": 8000},
+                                         "device": "cuda"},
+                       _var("ceiling", list(ceiling)) if ceiling else None,
+                       tuple(_var(label, s) for label, s in rows_.items()))
+
+
+def _diff(tmp_path, capsys, a, b, *extra):
+    a.dump(tmp_path / "a.json")
+    b.dump(tmp_path / "b.json")
+    capsys.readouterr()
+    assert diff.main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), *extra]) == 0
+    return capsys.readouterr().out
+
+
+def _table(out):
+    """label -> the row's line, for the rows of the table."""
+    lines = out.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("variant"))
+    assert lines[head].split()[-1] == "verdict" and "95% CI" in lines[head]
+    return {ln.split()[0]: ln for ln in lines[head + 1:]
+            if ln.strip() and not ln.startswith(("note:", "not in both runs:"))}
+
+
+def _ci(line):
+    lo, hi = line.split("[", 1)[1].split("]", 1)[0].split(",")
+    return float(lo), float(hi)
+
+
+def test_the_same_distribution_is_no_significant_difference(tmp_path, capsys):
+    out = _diff(tmp_path, capsys, _run({"dali": SAME_A}),
+                _run({"dali": [1003, 994, 1009, 999, 990]}))
+    row = _table(out)["dali"]
+    assert row.endswith(NO_DIFF)
+    lo, hi = _ci(row)
+    assert lo < 1 < hi
+    assert _table(out)["ceiling"].endswith(NO_DIFF)
+
+
+def test_twenty_percent_slower_is_slower_with_the_interval_below_one(tmp_path, capsys):
+    out = _diff(tmp_path, capsys, _run({"dali": SAME_A}),
+                _run({"dali": [800, 810, 795, 805, 798]}))
+    row = _table(out)["dali"]
+    assert row.endswith("slower") and " 0.800 " in row
+    lo, hi = _ci(row)
+    assert lo <= 0.8 <= hi < 1
+    assert "note: dali:" not in out  # a reason is given only for no significant difference
+
+
+def test_twenty_percent_faster_is_faster(tmp_path, capsys):
+    out = _diff(tmp_path, capsys, _run({"dali": SAME_A}),
+                _run({"dali": [1200, 1210, 1195, 1205, 1190]}))
+    row = _table(out)["dali"]
+    assert row.endswith("faster")
+    assert _ci(row)[0] > 1
+
+
+def test_a_consistent_change_under_the_minimum_effect_is_not_called(tmp_path, capsys):
+    a = [1000, 1000.2, 999.9, 1000.1, 999.8]
+    b = [1010, 1010.1, 1009.9, 1010.2, 1009.8]  # +1%, spread 0.4: interval and gap both say so
+    out = _diff(tmp_path, capsys, _run({"dali": a}), _run({"dali": b}))
+    row = _table(out)["dali"]
+    assert row.endswith(NO_DIFF) and _ci(row)[0] > 1
+    assert "note: dali: the change (+1.0%) is under the 2% minimum effect" in out
+    assert MIN_EFFECT == 0.02
+
+
+def test_the_interval_guard_catches_overlapping_runs_whose_gap_exceeds_the_spread():
+    # medians 100 -> 160, a gap of 60 over spreads of 50, but B's low repeat is under A's high
+    j = judge(_var("x", [100, 100, 150]), _var("x", [110, 160, 160]))
+    assert j.verdict == NO_DIFF and j.lo < 1 and "interval" in j.note
+
+
+def test_the_spread_guard_catches_an_outlier_the_interval_misses():
+    # 10 repeats: the medians' interval excludes 1, but one outlier per run makes the
+    # spread (about 150) larger than the gap of the medians (50)
+    a = [1000, 1001, 999, 1002, 998, 1000, 1001, 999, 1000, 1150]
+    b = [1050, 1051, 1049, 1052, 1048, 1050, 1051, 1049, 1050, 900]
+    j = judge(_var("x", a), _var("x", b))
+    assert j.lo > 1 and j.verdict == NO_DIFF and "spread" in j.note
+
+
+def test_too_few_repeats_keeps_the_verdict_and_says_why(tmp_path, capsys):
+    out = _diff(tmp_path, capsys, _run({"dali": [1000]}), _run({"dali": [2000, 2010, 1990]}))
+    row = _table(out)["dali"]
+    assert row.endswith(NO_DIFF) and " 2.000 " in row and "[" not in row
+    assert "note: dali: too few repeats (A 1, B 3" in out
+
+
+def test_ratio_ci_known_inputs():
+    assert ratio_ci([5.0, 5.0, 5.0], [5.0, 5.0, 5.0]) == (1.0, 1.0, 1.0)
+    assert ratio_ci([100.0] * 4, [50.0] * 3) == (0.5, 0.5, 0.5)
+    r, lo, hi = ratio_ci([100, 110, 90], [200, 220, 180])
+    assert r == 2.0 and 180 / 110 <= lo < 2 < hi <= 220 / 90
+    assert ratio_ci([100, 110, 90], [200, 220, 180]) == (r, lo, hi)  # seeded: reproducible
+    assert all(math.isnan(x) for x in ratio_ci([], [1.0]))
+    assert all(math.isnan(x) for x in ratio_ci([0.0, 0.0], [1.0, 2.0]))
+
+
+def test_rows_and_verdict_keep_their_shapes():
+    a, b = _run({"dali": SAME_A}), _run({"dali": [800, 810, 795, 805, 798]})
+    (ceiling, dali) = rows(a, b)
+    assert dali == ("dali", 1000, 800, 0.8, "slower") and ceiling[-1] == NO_DIFF
+    assert verdict(a.variant("dali"), b.variant("dali")) == (0.8, "slower")
+
+
+def test_json_is_strict_and_holds_the_rows(tmp_path, capsys):
+    out = _diff(tmp_path, capsys, _run({"dali": SAME_A, "pinned": [1]}, ceiling=None),
+                _run({"dali": [800, 810, 795, 805, 798], "pinned": [2], "pageable": [1, 1]},
+                     ceiling=None), "--json")
+    doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    by = {r["label"]: r for r in doc["rows"]}
+    assert set(by) == {"dali", "pinned"} and doc["not_in_both"] == ["pageable"]
+    assert by["dali"]["verdict"] == "slower" and by["dali"]["hi"] < 1 and by["dali"]["n_a"] == 5
+    assert by["pinned"]["verdict"] == NO_DIFF and by["pinned"]["lo"] is None
+    assert "too few repeats" in by["pinned"]["note"]
+
+
+def test_repeats_in_one_process_are_noted(tmp_path, capsys):
+    def run(pids):
+        return SuiteResult({"gpu": "H200"}, {"model": "m"}, None,
+                           (_var("dali", SAME_A, pids),))
+    out = _diff(tmp_path, capsys, run([7] * 5), run([1, 2, 3, 4, 5]))
+    assert "note: A ran each variant's repeats in one process" in out
+    assert "note: B ran" not in out
