@@ -1,0 +1,117 @@
+"""The suite measured the pyperf way (issue 19): fresh processes in a seeded order, the user's
+own step, ``diff`` verdicts from real runs, ``--cold`` and ``--long``."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from compare import isolate
+from compare.diff import main as diff
+from compare.suite import main as suite
+
+FAST = ["--model", "tinycnn", "--batch-size", "8", "--warmup", "1", "--device", "cpu",
+        "--workers", "1"]
+
+
+def _run(root, out, *extra):
+    assert suite(["--data", str(root), "--out", str(out), *FAST, *extra]) == 0
+    return json.loads((out / "results.json").read_text())
+
+
+def test_the_order_is_seeded_and_covers_every_unit():
+    a, b = isolate.order(3, 2, True, seed=1), isolate.order(3, 2, True, seed=1)
+    assert a == b and isolate.order(3, 2, True, seed=2) != a
+    assert sorted((u.index, u.repeat, u.ceiling) for u in a) == sorted(
+        [(i, r, False) for i in range(3) for r in range(2)] + [(0, r, True) for r in range(2)])
+    assert [(u.index, u.repeat) for u in a] != [(i, r) for i in range(3) for r in range(2)] + [
+        (0, 0), (0, 1)]  # interleaved, not variant after variant
+
+
+def test_isolated_repeats_run_in_fresh_processes_in_the_recorded_order(tiny_root, tmp_path):
+    r = _run(tiny_root, tmp_path / "iso", "--isolate", "--order-seed", "7", "--backends",
+             "pageable,pinned", "--steps", "2", "--repeats", "2")
+    pids = [rep["pid"] for v in r["variants"] for rep in v["repeats"]]
+    pids += [rep["pid"] for rep in r["ceiling"]["repeats"]]
+    assert len(pids) == 6 and len(set(pids)) == 6 and os.getpid() not in pids
+    s = r["setup"]
+    assert s["isolate"] is True and s["order_seed"] == 7
+    labels = ["pageable", "pinned"]
+    assert s["order"] == [u.name(labels) for u in isolate.order(2, 2, True, 7)]
+    assert all(rep["steps"] == 2 and rep["window_s"] > 0 for v in r["variants"]
+               for rep in v["repeats"])
+
+
+def test_without_isolation_one_process_runs_every_repeat(tiny_root, tmp_path):
+    r = _run(tiny_root, tmp_path / "one", "--no-isolate", "--backends", "pageable", "--steps",
+             "2", "--repeats", "2")
+    assert {rep["pid"] for rep in r["variants"][0]["repeats"]} == {os.getpid()}
+    assert r["setup"]["isolate"] is False
+
+
+def test_an_error_in_an_isolated_repeat_is_raised_with_its_name(tiny_root, tmp_path, capsys):
+    out = tmp_path / "bad"
+    code = suite(["--data", str(tiny_root), "--out", str(out), *FAST, "--isolate",
+                  "--backends", "pageable", "--steps", "2", "--repeats", "1",
+                  "--step", "tests.steps:sleepy(ms=-5)"])  # time.sleep refuses a negative
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "pageable #1: ValueError" in err and "error.log" in err
+    assert "sleep length must be non-negative" in (out / "error.log").read_text()
+
+
+def test_diff_of_two_runs_of_one_command_and_of_a_20_percent_slower_step(tiny_root, tmp_path,
+                                                                          capsys):
+    run = lambda name, ms: _run(  # noqa: E731
+        tiny_root, tmp_path / name, "--no-isolate", "--backends", "pageable", "--steps", "12",
+        "--repeats", "5", "--step", f"tests.steps:sleepy(ms={ms})")
+    run("a", 40), run("b", 40), run("slow", 48)
+    capsys.readouterr()
+    assert diff([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()}
+    assert rows["pageable"].endswith("no significant difference")
+    assert diff([str(tmp_path / "a"), str(tmp_path / "slow")]) == 0
+    rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()}
+    assert rows["pageable"].endswith("slower")
+
+
+def test_the_step_example_runs_and_a_bad_step_is_named(tiny_root, tmp_path, capsys):
+    r = _run(tiny_root, tmp_path / "ex", "--no-isolate", "--backends", "pageable", "--steps",
+             "2", "--repeats", "1", "--step", "compare.steps:compiled(model='tinycnn', "
+             "compile=False, num_classes=3)")
+    assert r["setup"]["step"].startswith("compare.steps:compiled")
+    assert r["variants"][0]["repeats"][0]["samples_per_s"] > 0 and r["ceiling"] is not None
+    for ref, msg in (("tests.steps:takes_one", "must take (images, labels)"),
+                     ("tests.steps:nothing", "cannot be loaded"),
+                     ("tests.steps:sleepy(ms=", "is not NAME(key=literal")):
+        assert suite(["--data", str(tiny_root), "--out", str(tmp_path / "x"), *FAST,
+                      "--step", ref]) in (1, 2)
+        assert msg in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not __import__("compare.pagecache").pagecache.available(),
+                    reason="needs Linux posix_fadvise and mincore")
+def test_cold_runs_evict_check_and_say_so(tiny_root, tmp_path):
+    from compare.report import rows
+
+    r = _run(tiny_root, tmp_path / "cold", "--no-isolate", "--backends", "pageable",
+             "--steps", "2", "--repeats", "2", "--cold")
+    reps = r["variants"][0]["repeats"]
+    assert r["setup"]["cold"] is True and all(x["cold_resident"] is not None for x in reps)
+    assert max(x["cold_resident"] for x in reps) <= 0.05
+    from compare.results import SuiteResult
+
+    res = SuiteResult.load(tmp_path / "cold" / "results.json")
+    assert rows(res)[0][0] == "pageable (cold)"
+    assert "Cold page cache" in (tmp_path / "cold" / "summary.md").read_text()
+
+
+def test_long_windows_are_ten_queues_and_cross_an_epoch(tiny_root, tmp_path):
+    r = _run(tiny_root, tmp_path / "long", "--no-isolate", "--backends", "pageable",
+             "--steps", "2", "--repeats", "1", "--long")
+    v = r["variants"][0]
+    q = v["queue_batches"]
+    assert q == 2  # 1 worker x prefetch 2
+    epoch = 37 // 8  # last_batch="drop"
+    assert v["repeats"][0]["steps"] == max(2, 10 * q, epoch + 1)
