@@ -186,13 +186,18 @@ def run_all(job: Job, units: List[Unit], log: Callable[[str], None] = print,
                    if c else None)
         return out, ceiling
 
+    from .progress import bar
+
+    progress = bar(len(units), "compare (isolated repeats)", "repeat")
     for k, u in enumerate(units):
         name = u.name(labels)
         rep, h2d, queue = spawn(job, u, name)
+        progress.update(1)
         reps.setdefault((u.index, u.ceiling), {})[u.repeat] = rep
         if not u.ceiling:
             meta[u.index] = (h2d, queue)
         say_repeat(log, "ceiling (batch on device)" if u.ceiling else labels[u.index], rep,
                    f"[{k + 1}/{len(units)}] repeat {u.repeat + 1}, pid {rep.pid}")
         done(*results())
+    progress.close()
     return results()

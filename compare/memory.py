@@ -59,13 +59,18 @@ def track(backend: str, cfg: "LoaderConfig", epochs: int) -> list[dict]:
 
     rows = []
     cuda = torch.cuda.is_available() and cfg.wants_cuda
+    from .progress import bar
+
     with create_loader(backend, cfg) as loader:
         for e in range(epochs):
             loader.set_epoch(e)
             t = time.perf_counter()
             n = 0
+            progress = bar(len(loader), f"{backend} epoch {e}", "batch")
             for _, y in loader:
                 n += len(y)
+                progress.update(1)
+            progress.close()
             if cuda:
                 torch.cuda.synchronize()
             row = {"epoch": e, "images": n, "seconds": round(time.perf_counter() - t, 3),

@@ -181,6 +181,10 @@ def markdown(res: SuiteResult) -> str:
         lines += [f"Each repeat ran in a fresh process, in a seeded interleaved order (seed "
                   f"{s.get('order_seed')}: {', '.join(s.get('order') or [])}), so the ± is the "
                   "spread across processes.", ""]
+    elif res.variants and (s.get("world_size") or 1) == 1:
+        lines += ["Every repeat of a variant ran in one process, so the ± is the spread within "
+                  "a process; it understates the difference between two runs (`--isolate` "
+                  "measures across processes).", ""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "
                   "(`--cold`; compare.pagecache); the batches already queued were read before.",

@@ -17,6 +17,7 @@ from pipelines import Backend, LoaderConfig, Options, create_loader, options_for
 from .cli import PRESETS
 from .metrics import CpuUtil, NvmlSampler, loader_only, measure
 from .models import TrainStep
+from .progress import bar
 from .results import Repeat, VariantResult
 
 
@@ -314,10 +315,13 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
         queue = queue_depth(loader)
         n = window(steps, long, queue, len(loader))
         it = endless(loader)
+        progress = bar(repeats, f"compare {v.label}", "repeat")
         for r in range(repeats):
             reps.append(time_repeat(it, step, steps=n, warmup=warmup, device=device, sync=sync,
                                     cold=cold))
+            progress.update(1)
             say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}")
+        progress.close()
         h2d = loader.h2d_bytes_per_sample()
         if capture is not None:
             x, y = next(it)

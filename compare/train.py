@@ -24,6 +24,7 @@ import sys
 import time
 
 from . import cli
+from .progress import bar
 
 
 PROG = "python -m compare train"
@@ -140,8 +141,10 @@ def _train(a, job, cuda: bool) -> int:
             loader.set_epoch(epoch)  # keeps a resumed position within this epoch
             t0 = time.perf_counter()
             total, n, seen = 0.0, 0, 0
+            progress = bar(len(loader), f"epoch {epoch}", "step") if job.main else None
             try:
                 for images, labels in loader:
+                    progress and progress.update(1)
                     loss = step(images, labels)
                     if loss is not None:
                         total += loss.float()  # stays on the device: no sync per step
@@ -158,6 +161,8 @@ def _train(a, job, cuda: bool) -> int:
                         save()
             except BadFileError as e:  # the data, not a bug: one line
                 return cli.fail(PROG, f"epoch {epoch}: {e}", 1)
+            finally:
+                progress and progress.close()
             if cuda:
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
