@@ -246,6 +246,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     sa, sb = a.setup.get("source", "folder"), b.setup.get("source", "folder")
     if sa != sb:  # the same images (data_gen's statistics match) read from another source
         notes.append(f"the same images, read from a {sa} in A and from {sb} in B")
+    ca, cb = bool(a.setup.get("cold")), bool(b.setup.get("cold"))
+    if ca != cb:  # a --cold run against a warm one: the point of the comparison
+        word = lambda c: "cold (--cold)" if c else "warm"  # noqa: E731
+        notes.append(f"page cache: {word(ca)} in A, {word(cb)} in B")
     table = table_rows(a, b)
     if not table:
         return cli.fail(PROG, "the runs share no variant label")

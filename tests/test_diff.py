@@ -144,3 +144,13 @@ def test_repeats_in_one_process_are_noted(tmp_path, capsys):
     out = _diff(tmp_path, capsys, run([7] * 5), run([1, 2, 3, 4, 5]))
     assert "note: A ran each variant's repeats in one process" in out
     assert "note: B ran" not in out
+
+
+def test_a_cold_run_against_a_warm_one_is_compared_and_noted(tmp_path, capsys):
+    warm = _run({"pageable": SAME_A})
+    cold = SuiteResult(warm.env, {**warm.setup, "cold": True}, warm.ceiling,
+                       (_var("pageable", [700, 705, 698, 702, 699]),))
+    out = _diff(tmp_path, capsys, warm, cold)
+    assert "note: page cache: warm in A, cold (--cold) in B" in out
+    assert _table(out)["pageable"].endswith("slower")
+    assert "page cache" not in _diff(tmp_path, capsys, warm, warm)
