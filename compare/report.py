@@ -167,7 +167,8 @@ def markdown(res: SuiteResult) -> str:
         f"- torch {e.get('torch')}, torchvision {e.get('torchvision')}, DALI {e.get('dali')}",
         f"- data: {s.get('data')} ({s.get('dataset', {}).get('num_images', '?')} images, "
         f"mean {s.get('dataset', {}).get('mean_kib', '?')} KiB)",
-        f"- model {s.get('model')}, batch {s.get('batch_size')}, {s.get('steps')} timed steps after "
+        (f"- step {s['step']}" if s.get("step") else f"- model {s.get('model')}")
+        + f", batch {s.get('batch_size')}, {s.get('steps')} timed steps after "
         f"{s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
         f"channels_last {s.get('channels_last')}, workers {s.get('workers')}",
         f"- augmentation: {s.get('augment')}",

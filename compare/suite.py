@@ -319,7 +319,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
 
     ranks = (f" on each of {job.world} rank{'s' if job.world > 1 else ''} (DDP)" if job.group
              else "")
-    log(f"running {len(p.variants)} variants x {a.repeats} repeats, model {a.model}, "
+    what = f"step {a.step}" if getattr(a, "step", None) else f"model {a.model}"
+    log(f"running {len(p.variants)} variants x {a.repeats} repeats, {what}, "
         f"batch {a.batch_size}, {a.steps} steps (+{a.warmup} warm-up), workers "
         f"{base.num_workers}{ranks}")
     t0 = time.perf_counter()
