@@ -73,6 +73,27 @@ class CpuBinding(str, enum.Enum):
     RANK = "rank"
 
 
+class Decoder(str, enum.Enum):
+    """How a torch backend's workers decode JPEGs (``TorchOptions.decoder``;
+    ``pipelines.torch_backend.decode``).
+
+    * ``PIL``: ``PIL.Image.open(...).convert("RGB")``, as ``torchvision.datasets.ImageFolder``'s
+      default loader, and the transforms get the PIL image (the default recipe; ``pageable``'s
+      default).
+    * ``TORCHVISION``: ``torchvision.io.decode_image`` (libjpeg-turbo) to a uint8 tensor
+      (``pinned``'s default).
+    * ``SCALED``: when the recipe starts with ``RandomResizedCrop``, the crop is drawn in
+      full-image coordinates from the JPEG header first, then the JPEG is decoded at the largest
+      1/2, 1/4 or 1/8 scale at which the crop still covers the output size (libjpeg's DCT
+      scaling through PIL's ``draft``), and cropped and resized from that. The draws are
+      torchvision's; only the interpolation source changes. Other recipes decode as ``PIL``.
+    """
+
+    PIL = "pil"
+    TORCHVISION = "torchvision"
+    SCALED = "scaled"
+
+
 class OutputDType(str, enum.Enum):
     """The dtype of ``Batch.images``."""
 

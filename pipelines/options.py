@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from .config import CpuBinding, PinMode, enum_option, int_option
+from .config import CpuBinding, Decoder, PinMode, enum_option, int_option
 
 
 def option(default: Any, *, lo: float | None = None, hi: float | None = None,
@@ -118,6 +118,9 @@ class TorchOptions(Options):
             reusable pinned ring filled on the consumer's thread (``"ring"``). The default is
             chosen from docs/results/h200/pin-ring.
         persistent_workers: keep the DataLoader workers alive between epochs.
+        decoder: a ``Decoder``: how the workers decode (``"pil"``, ``"torchvision"``,
+            ``"scaled"``). ``None``: ``"pil"`` on ``pageable`` (the default recipe, as
+            ``ImageFolder`` decodes) and ``"torchvision"`` on ``pinned``.
         cpu_binding: ``pinned`` only; a ``CpuBinding``: ``"rank"`` restricts the workers to this
             local rank's slice of the cores under torchrun (``"none"``: the inherited
             affinity). Evidence for the default: docs/results/h200x2/README.md.
@@ -131,6 +134,7 @@ class TorchOptions(Options):
     pin_mode: PinMode = option(PinMode.THREAD, only=("pinned",))
     persistent_workers: bool = option(True)
     cpu_binding: CpuBinding = option(CpuBinding.NONE, only=("pinned",))
+    decoder: Optional[Decoder] = option(None)
 
 
 @dataclass(frozen=True)

@@ -56,13 +56,23 @@ def test_train_augmentation_changes_between_epochs(tiny_root):
     assert not torch.equal(a, b)
 
 
-def test_eval_pinned_equals_pageable_bit_for_bit_on_cpu(tiny_root):
+@pytest.mark.parametrize("decoder", ["pil", "torchvision"])
+def test_eval_pinned_equals_pageable_bit_for_bit_on_cpu(tiny_root, decoder):
+    """With the same decoder the two torch backends compute the same pixels."""
     spec = AugmentSpec(mode="eval", size=32, resize_size=40)
     outs = {}
     for b in ("pageable", "pinned"):
-        with create_loader(b, _cfg(tiny_root, augment=spec, shuffle=False)) as loader:
+        with make(b, _cfg(tiny_root, augment=spec, shuffle=False), decoder=decoder) as loader:
             outs[b] = torch.cat([x for x, _ in loader])
     assert torch.equal(outs["pageable"], outs["pinned"])
+
+
+def test_the_baseline_decodes_as_imagefolder_and_pinned_with_torchvision(tiny_root):
+    from pipelines import Decoder
+
+    with create_loader("pageable", _cfg(tiny_root)) as a, create_loader("pinned",
+                                                                         _cfg(tiny_root)) as b:
+        assert a.dataset.decoder is Decoder.PIL and b.dataset.decoder is Decoder.TORCHVISION
 
 
 def test_close_shuts_persistent_workers_down(tiny_root):

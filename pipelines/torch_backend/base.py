@@ -20,7 +20,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..config import CpuBinding, LoaderConfig
+from ..config import CpuBinding, Decoder, LoaderConfig
 from ..loader import LoaderBase
 from ..options import TorchOptions
 from . import affinity, shm
@@ -55,7 +55,8 @@ class TorchLoaderBase(LoaderBase):
         self.dataset = JpegDataset(self.paths, self.labels, r.full if in_workers == "full"
                                    else r.head, config.seed, max_pixels=config.max_image_pixels,
                                    read=None if self.data_source.by_path
-                                   else self.data_source.read)
+                                   else self.data_source.read,
+                                   decoder=self._decoder(options, in_workers))
         self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
         self._stream = None  # the DataLoader iterator over epoch after epoch (NOTE)
         self._next: Optional[int] = None  # the epoch the stream reaches next, at its start
@@ -77,6 +78,14 @@ class TorchLoaderBase(LoaderBase):
             worker_init_fn=(functools.partial(affinity.bind_worker, cores=self.worker_cores)
                             if self.worker_cores is not None and nw > 0 else None),
         )
+
+    @staticmethod
+    def _decoder(options: TorchOptions, in_workers: str) -> Decoder:
+        """``TorchOptions.decoder``, or the backend's default: PIL for the baseline (``full``
+        recipe in the workers), torchvision's decoder for ``pinned``."""
+        if options.decoder is not None:
+            return options.decoder
+        return Decoder.PIL if in_workers == "full" else Decoder.TORCHVISION
 
     def _worker_cores(self, options: TorchOptions):
         """The cores the workers are bound to (``TorchOptions.cpu_binding``), ``None`` for the

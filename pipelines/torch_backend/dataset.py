@@ -14,8 +14,9 @@ try:  # deprecated in torchvision 0.29 in favour of TorchCodec, still the fastes
 except ImportError:  # pragma: no cover - a torchvision that has dropped it
     decode_image = None
 
+from ..config import Decoder
 from ..indexing import sample_seed
-from ..migrate.run import as_steps
+from ..migrate.run import Steps, as_steps
 from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes
 
 warnings.filterwarnings(
@@ -48,6 +49,10 @@ def decode_rgb(data: bytes) -> torch.Tensor:
     return decode_image(t, mode=ImageReadMode.RGB, apply_exif_orientation=True)
 
 
+from .decode import (as_tensor, first_crop, pil_image, pil_tensor,  # noqa: E402
+                     scaled_crop, takes_pil)
+
+
 class Bad(NamedTuple):
     """A sample that could not be loaded (``on_bad_file='skip'``)."""
 
@@ -65,13 +70,33 @@ class JpegDataset(torch.utils.data.Dataset):
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray, transform: Callable, seed: int,
                  max_pixels: int = DEFAULT_MAX_PIXELS,
-                 read: Optional[Callable[[int], bytes]] = None):
+                 read: Optional[Callable[[int], bytes]] = None,
+                 decoder: Decoder = Decoder.TORCHVISION):
         self.paths = list(paths)
         self.read = read  # ``Source.read`` (tar shards: by offset); None: open the path
         self.labels = labels
         self.transform = as_steps(transform)  # once, not per sample
         self.seed = seed
         self.max_pixels = max_pixels
+        self.decoder = Decoder(decoder)
+        # Decoder.SCALED: the recipe's RandomResizedCrop runs in the decoder, the rest after it
+        crop = first_crop(self.transform) if self.decoder is Decoder.SCALED else None
+        self._crop = crop
+        self._pil = takes_pil(self.transform)  # hand the PIL image over, else a tensor of it
+        self._rest = (Steps(self.transform.transforms[1:], self.transform.offset + 1,
+                            self.transform.kind) if crop is not None else None)
+
+    def _decode(self, data: bytes, seed: int):
+        """``(image, the steps still to run)``; with the scaled path the crop is done (and its
+        random numbers drawn from ``seed``)."""
+        if self._crop is not None and data.startswith(b"\xff\xd8"):
+            torch.manual_seed(seed)
+            img = scaled_crop(data, self._crop)
+            if img is not None:
+                return (img if self._pil else as_tensor(img)), self._rest
+        if self.decoder is Decoder.TORCHVISION:
+            return decode_rgb(data), self.transform
+        return (pil_image(data) if self._pil else pil_tensor(data)), self.transform
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -90,13 +115,15 @@ class JpegDataset(torch.utils.data.Dataset):
                 with open(path, "rb") as f:
                     data = f.read()
             reason = check_image_bytes(data, self.max_pixels)
-            img = decode_rgb(data) if reason is None else None
+            seed = sample_seed(self.seed, epoch, index)
+            img, steps = self._decode(data, seed) if reason is None else (None, None)
         except Exception as e:  # an unreadable file or a decoder error
             reason = f"{type(e).__name__}: {e}".strip()
         if reason is not None:
             return Bad(path, reason)  # the main process raises or skips, per on_bad_file
-        torch.manual_seed(sample_seed(self.seed, epoch, index))
-        return self.transform(img, where=path), int(self.labels[index]), index
+        if steps is self.transform:  # the scaled path has drawn its crop already
+            torch.manual_seed(seed)
+        return as_tensor(steps(img, where=path)), int(self.labels[index]), index
 
 
 def collate_skipping(batch: list):

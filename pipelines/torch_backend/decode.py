@@ -1,0 +1,110 @@
+"""The torch backends' JPEG decoders (``TorchOptions.decoder``; ``pipelines.config.Decoder``).
+
+NOTE [scaled decode]
+A JPEG is stored as 8x8 DCT blocks, and libjpeg can decode it at 1/2, 1/4 or 1/8 of its size
+for a fraction of the work (it drops the high frequencies instead of computing them; PIL exposes
+this as ``Image.draft``). ``RandomResizedCrop`` then throws most of the pixels away: a 0.3 MP
+photo cropped to 224x224 from a crop of a quarter of its area needs no more than a half-size
+decode. ``scaled_crop`` draws the crop exactly as torchvision does, from the header's full size
+(the step's own ``make_params`` on a zero-size stand-in of the full image, consuming the same
+random numbers), picks the largest reduction ``k`` in 8, 4, 2 at which the crop is still at
+least the output size, decodes at 1/k and crops and resizes the crop's box, scaled to the
+reduced image, with PIL's antialiased filter (what ``antialias=True`` imitates). So the crop's
+distribution is torchvision's exactly, and only the image it is resampled from differs: the
+DCT-reduced one, which is about as sharp as the full image low-passed to that size
+(``tests/test_decode.py`` bounds the difference). When no reduction fits, or the file is not
+a baseline RGB/greyscale JPEG with upright EXIF, or the step uses another interpolation, the
+sample is decoded in full as ``Decoder.PIL`` does.
+"""
+from __future__ import annotations
+
+import io
+from typing import Optional
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+EXIF_ORIENTATION = 0x0112
+_RESAMPLE = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
+
+
+def pil_image(data: bytes) -> Image.Image:
+    """``ImageFolder``'s loader on bytes: open, EXIF orientation applied (as every backend
+    does), converted to RGB."""
+    with Image.open(io.BytesIO(data)) as im:
+        return ImageOps.exif_transpose(im).convert("RGB")
+
+
+def pil_tensor(data: bytes) -> torch.Tensor:
+    """``pil_image`` as a uint8 ``3 x H x W`` tensor."""
+    return as_tensor(pil_image(data))
+
+
+def as_tensor(x):
+    """A PIL image left at the end of a recipe, as a uint8 ``3 x H x W`` tensor."""
+    if isinstance(x, Image.Image):
+        return torch.from_numpy(np.asarray(x.convert("RGB")).copy()).permute(2, 0, 1)
+    return x
+
+
+def takes_pil(steps) -> bool:
+    """Whether the recipe turns a PIL image into a tensor itself (a ``PILToTensor``,
+    ``ToImage`` or v1 ``ToTensor`` step), as a recipe written for ``ImageFolder`` does: then the
+    PIL decoder hands it the PIL image, else a uint8 tensor of it."""
+    names = {"PILToTensor", "ToImage", "ToTensor", "ToImageTensor"}
+    return any(type(t).__name__ in names for t in steps.transforms)
+
+
+def first_crop(steps) -> Optional[object]:
+    """The recipe's first step when it is a v2 ``RandomResizedCrop`` the scaled path can run
+    (bilinear or bicubic, antialiased), else ``None``."""
+    from torchvision.transforms import v2
+
+    t = steps.transforms[0] if len(steps) else None
+    if not isinstance(t, v2.RandomResizedCrop) or not getattr(t, "antialias", True):
+        return None
+    return t if _mode(t) in _RESAMPLE else None
+
+
+def _mode(t) -> str:
+    return getattr(t.interpolation, "value", str(t.interpolation)).lower()
+
+
+def _params(t, height: int, width: int) -> dict:
+    """``t``'s crop for an image of ``height`` x ``width``, drawn as ``t`` itself draws it."""
+    stand_in = torch.zeros(1, dtype=torch.uint8).expand(3, height, width)
+    make = getattr(t, "make_params", None) or t._get_params  # torchvision < 0.21: _get_params
+    return make([stand_in])
+
+
+def reduction(crop_h: float, crop_w: float, out_h: int, out_w: int) -> int:
+    """The largest ``k`` in 8, 4, 2 with the crop, reduced by ``k``, still at least the output
+    size; 1 when none is."""
+    for k in (8, 4, 2):
+        if crop_h / k >= out_h and crop_w / k >= out_w:
+            return k
+    return 1
+
+
+def scaled_crop(data: bytes, t) -> Optional[Image.Image]:
+    """``t`` (a ``RandomResizedCrop``, see ``first_crop``) on the JPEG ``data`` through a
+    DCT-scaled decode (module NOTE); ``None`` when the file needs the full decode, and then no
+    random number has been drawn."""
+    im = Image.open(io.BytesIO(data))
+    try:
+        if im.format != "JPEG" or im.mode not in ("RGB", "L") or \
+                im.getexif().get(EXIF_ORIENTATION, 1) not in (None, 1):
+            return None
+        width, height = im.size
+        p = _params(t, height, width)
+        out_h, out_w = t.size
+        k = reduction(p["height"], p["width"], out_h, out_w)
+        if k > 1:
+            im.draft("RGB", (-(-width // k), -(-height // k)))
+        sx, sy = im.size[0] / width, im.size[1] / height
+        box = (p["left"] * sx, p["top"] * sy, (p["left"] + p["width"]) * sx,
+               (p["top"] + p["height"]) * sy)
+        return im.convert("RGB").resize((out_w, out_h), _RESAMPLE[_mode(t)], box=box)
+    finally:
+        im.close()

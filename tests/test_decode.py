@@ -1,0 +1,110 @@
+"""The torch backends' decoders (``TorchOptions.decoder``): the scaled decode draws
+torchvision's crops exactly and stays within a stated distance of the full decode."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms import v2
+
+from data_gen.generate import GenConfig, generate
+from pipelines import AugmentSpec, LoaderConfig
+from pipelines.torch_backend.decode import _params, first_crop, reduction, scaled_crop
+from pipelines.migrate.run import as_steps
+from utils import make
+
+TOL = 0.1  # mean |scaled - full| per image, in normalised units (about 6 of 255 levels)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """24 JPEGs 600-1000 px wide: large enough for a 64 px crop to decode at 1/2 or less."""
+    out = tmp_path_factory.mktemp("photos")
+    generate(GenConfig(out=str(out), num_images=24, classes=2, seed=3, width_range=(600, 1000),
+                       workers=1), progress=False)
+    return out
+
+
+def _images(root, decoder, seed=1, size=64):
+    cfg = LoaderConfig(root=root, batch_size=24, device="cpu", num_workers=0, shuffle=False,
+                       seed=seed, augment=AugmentSpec(size=size))
+    with make("pageable", cfg, decoder=decoder) as ld:
+        return torch.cat([x for x, _ in ld])
+
+
+def test_the_crop_is_drawn_exactly_as_torchvision_draws_it():
+    t = v2.RandomResizedCrop(64, antialias=True)
+    real = torch.zeros(3, 480, 640, dtype=torch.uint8)
+    make_params = getattr(t, "make_params", None) or t._get_params
+    for seed in range(300):
+        torch.manual_seed(seed)
+        ours = _params(t, 480, 640)
+        torch.manual_seed(seed)
+        assert ours == make_params([real]), seed
+
+
+@pytest.mark.parametrize("crop, out, k", [
+    ((600, 800), (64, 64), 8), ((300, 300), (64, 64), 4), ((200, 500), (64, 64), 2),
+    ((100, 900), (64, 64), 1), ((512, 512), (64, 64), 8), ((511, 511), (64, 64), 4),
+])
+def test_the_largest_reduction_that_still_covers_the_output(crop, out, k):
+    assert reduction(*crop, *out) == k
+
+
+def test_scaled_is_close_to_the_full_decode_and_a_wrong_seed_is_not(photos):
+    full, scaled = _images(photos, "pil"), _images(photos, "scaled")
+    d = (scaled - full).abs().mean(dim=(1, 2, 3))
+    assert d.max() < TOL, d
+    other = (_images(photos, "pil", seed=2) - full).abs().mean(dim=(1, 2, 3))
+    assert other.median() > 3 * TOL  # another seed's crops (and flips) are far away
+
+
+def test_decoders_agree_and_the_scaled_one_reduces(photos, monkeypatch):
+    from pipelines.torch_backend import decode
+
+    from PIL import JpegImagePlugin
+
+    drafts = []
+    real = JpegImagePlugin.JpegImageFile.draft
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft",
+                        lambda im, *a, **k: drafts.append(a[1]) or real(im, *a, **k))
+    _images(photos, "scaled")
+    assert len(drafts) >= 12  # most 64 px crops of these photos decode at 1/2 or less
+    tv, pil = _images(photos, "torchvision"), _images(photos, "pil")
+    assert (tv - pil).abs().max() < 0.05  # the same libjpeg, v2 on a tensor vs on PIL
+    assert decode.first_crop(as_steps(v2.Compose([v2.CenterCrop(8)]))) is None
+
+
+def _jpeg(orientation=None, mode="RGB"):
+    im = Image.fromarray(np.random.default_rng(0).integers(0, 255, (400, 600, 3), np.uint8))
+    im = im.convert(mode)
+    buf = io.BytesIO()
+    exif = Image.Exif()
+    if orientation:
+        exif[0x0112] = orientation
+    im.save(buf, "JPEG", exif=exif)
+    return buf.getvalue()
+
+
+def test_files_the_scaled_path_cannot_take_are_decoded_in_full():
+    t = first_crop(as_steps(v2.Compose([v2.RandomResizedCrop(32)])))
+    assert t is not None and scaled_crop(_jpeg(), t).size == (32, 32)
+    assert scaled_crop(_jpeg(orientation=6), t) is None  # rotated by EXIF
+    assert scaled_crop(_jpeg(mode="CMYK"), t) is None
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 64)).save(buf, "PNG")
+    assert scaled_crop(buf.getvalue(), t) is None
+    nearest = v2.RandomResizedCrop(32, interpolation=v2.InterpolationMode.NEAREST)
+    assert first_crop(as_steps(v2.Compose([nearest]))) is None
+
+
+def test_a_rotated_jpeg_gives_the_same_image_from_every_decoder(tmp_path):
+    root = tmp_path / "r" / "a"
+    root.mkdir(parents=True)
+    for i in range(4):
+        (root / f"{i}.jpg").write_bytes(_jpeg(orientation=6))
+    outs = [_images(tmp_path / "r", d, size=32) for d in ("pil", "scaled", "torchvision")]
+    assert (outs[0] - outs[1]).abs().max() == 0 and (outs[0] - outs[2]).abs().max() < 0.05
