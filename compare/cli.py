@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # ``pipelines`` (and so torch) is imported inside the functions that need it, so that parsing
 # arguments and ``--help`` stay fast.
-PRESETS = ("seeds",)
+PRESETS = ("seeds", "large")
 BACKENDS = ("pageable", "pinned", "dali")  # pipelines.Backend's values, without importing it
 
 # LoaderConfig / AugmentSpec field -> the command-line option that sets it.

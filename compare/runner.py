@@ -12,7 +12,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from pipelines import Backend, LoaderConfig, Options, create_loader, options_for
+from pipelines import Backend, Decoder, LoaderConfig, Options, create_loader, options_for
 
 from .cli import PRESETS
 from .metrics import CpuUtil, NvmlSampler, loader_only, measure
@@ -75,15 +75,26 @@ ORDER = (Backend.PAGEABLE, Backend.PINNED, Backend.DALI)
 
 
 def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
-    """``seeds``: the seeds' table (default, pin_memory only, pinned multi-stream) plus DALI,
-    restricted to ``backends`` (e.g. ``--preset seeds --backends pinned`` -> pin-only, pinned)."""
-    if name != "seeds":
+    """The variants of ``--preset name``, restricted to ``backends``:
+
+    * ``seeds``: the seeds' table, with every torch row on the PIL decoder so that only pinning
+      and streams differ (``pageable``; ``pin-only``: pinned memory, no stream; ``pinned``: two
+      streams), then ``pinned scaled`` (the scaled decoder) and ``dali``;
+    * ``large``: ``pageable``, ``pinned``, ``pinned scaled`` and ``dali``, for the large photos
+      the suite generates for it (``compare.suite.LARGE``).
+    """
+    if name not in PRESETS:
         raise ValueError(f"--preset {name!r} is unknown; choose one of {', '.join(PRESETS)}")
-    src = {"streams": f"--preset {name}"}
+    src = {"streams": f"--preset {name}", "decoder": f"--preset {name}"}
+    pil = {"decoder": Decoder.PIL}
     out = [Variant("pageable", Backend.PAGEABLE),
-           Variant("pin-only", Backend.PINNED, {"streams": 0}, src),
-           Variant("pinned", Backend.PINNED, {"streams": 2}, src),
+           Variant("pin-only", Backend.PINNED, {"streams": 0, **pil}, src),
+           Variant("pinned", Backend.PINNED, {"streams": 2, **pil}, src),
+           Variant("pinned scaled", Backend.PINNED, {"streams": 2, "decoder": Decoder.SCALED},
+                   src),
            Variant("dali", Backend.DALI)]
+    if name == "large":
+        out = [v for v in out if v.label != "pin-only"]
     return [v for v in out if v.backend in backends]
 
 

@@ -33,14 +33,20 @@ def default_cache() -> Path:
     return Path(base)
 
 
-def default_gen_config(num_images: int):
-    """The ``GenConfig`` of the default dataset (in the cache); nothing is written yet."""
+LARGE = (2000, 4000)  # --preset large: photo widths, as phones and DSLRs make them
+LARGE_IMAGES = (1024, 128)  # its default image count with CUDA, without
+
+
+def default_gen_config(num_images: int, large: bool = False):
+    """The ``GenConfig`` of the default dataset (in the cache), or of ``--preset large``'s
+    large photos; nothing is written yet."""
     from data_gen.generate import GenConfig
 
-    out = default_cache() / f"default-{num_images}-seed0"
+    name = f"default-large-{num_images}-seed0" if large else f"default-{num_images}-seed0"
+    out = default_cache() / name
     try:
         return GenConfig(out=str(out), num_images=num_images, classes=max(1, min(100, num_images)),
-                         seed=0)
+                         seed=0, **({"width_range": LARGE} if large else {}))
     except (ValueError, TypeError) as e:  # names --num-images
         raise ValueError(str(e)) from None
 
@@ -129,7 +135,12 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         cli.load_ref(a.step, "--step")  # imports now: a bad --step fails before any dataset
     variants = _variants(a, note)
     transform = load_transform(a.transform) if a.transform else None
-    gen = None if a.data else default_gen_config(a.num_images)
+    large = a.preset == "large"
+    if large and getattr(a, "given_num_images", a.num_images) is None:
+        import torch
+
+        a.num_images = LARGE_IMAGES[0 if torch.cuda.is_available() else 1]
+    gen = None if a.data else default_gen_config(a.num_images, large)
     base = cli.loader_config(
         root=a.data if a.data else gen.out, batch_size=a.batch_size,
         augment=cli.augment(mode=a.mode, size=a.image_size), num_workers=a.workers,

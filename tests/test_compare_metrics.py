@@ -151,9 +151,13 @@ def test_sweep_and_preset_parsing():
                                      "dali queue_depth=1", "dali queue_depth=3"]
     with pytest.raises(ValueError, match="batch_size"):
         Variant("cheat", Backend.DALI, {"batch_size": 64})
-    labels = [v.label for v in preset("seeds", [Backend.PINNED, Backend.PAGEABLE])]
-    assert labels == ["pageable", "pin-only", "pinned"]
+    seeds = preset("seeds", [Backend.PINNED, Backend.PAGEABLE])
+    assert [v.label for v in seeds] == ["pageable", "pin-only", "pinned", "pinned scaled"]
+    # the seeds' three rows share the PIL decoder, so only pinning and streams differ
+    assert [v.options_of().decoder for v in seeds] == [None, "pil", "pil", "scaled"]
     assert preset("seeds", list(Backend))[-1].backend is Backend.DALI
+    assert [v.label for v in preset("large", list(Backend))] == [
+        "pageable", "pinned", "pinned scaled", "dali"]
 
 
 def test_window_shorter_than_the_dataloader_queue_is_flagged():
