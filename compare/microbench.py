@@ -1,7 +1,8 @@
 """``python -m compare.microbench {decode,validate,feed} --data DIR``: the small measurements
 behind design choices quoted in the README and docstrings (single thread, median of repeats).
 
-* ``decode``: decode + RandomResizedCrop + flip per image, PIL vs ``torchvision.io``.
+* ``decode``: decode + RandomResizedCrop(224) + flip per image: PIL (``ImageFolder``'s
+  decode), ``torchvision.io``, and the scaled decode (``TorchOptions.decoder="scaled"``).
 * ``validate``: ``pipelines.validate.check_image_bytes`` per file.
 * ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
   one dense array, and copied vs ``no_copy`` buffers.
@@ -72,9 +73,21 @@ def decode(paths, repeats):
             with open(p, "rb") as f:
                 on_tensor(decode_rgb(f.read()))
 
+    from pipelines.migrate.run import as_steps
+    from pipelines.torch_backend.decode import first_crop, scaled_crop
+
+    crop, flip = first_crop(as_steps(on_pil)), v2.Compose(on_pil.transforms[1:])
+
+    def scaled():  # Decoder.SCALED: the crop drawn from the header, a DCT-scaled decode
+        for p in paths:
+            with open(p, "rb") as f:
+                img = scaled_crop(f.read(), crop)
+            flip(img)
+
     n = len(paths)
     return {"pil_ms_per_img": 1e3 * _median(pil, repeats) / n,
-            "torchvision_ms_per_img": 1e3 * _median(tv, repeats) / n}
+            "torchvision_ms_per_img": 1e3 * _median(tv, repeats) / n,
+            "scaled_ms_per_img": 1e3 * _median(scaled, repeats) / n}
 
 
 def validate(paths, repeats):
