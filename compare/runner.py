@@ -79,22 +79,27 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
 
     * ``seeds``: the seeds' table, with every torch row on the PIL decoder so that only pinning
       and streams differ (``pageable``; ``pin-only``: pinned memory, no stream; ``pinned``: two
-      streams), then ``pinned scaled`` (the scaled decoder) and ``dali``;
-    * ``large``: ``pageable``, ``pinned``, ``pinned scaled`` and ``dali``, for the large photos
-      the suite generates for it (``compare.suite.LARGE``).
+      streams), then ``pinned torchvision`` (the fastest decoder on images of this size,
+      docs/results/cpu/README.md) and ``dali``;
+    * ``large``: ``pageable``, ``pinned`` (torchvision's decoder), ``pinned scaled`` (the scaled
+      decode, the fastest on large photos) and ``dali``, for the large photos the suite
+      generates for it (``compare.suite.LARGE``).
     """
     if name not in PRESETS:
         raise ValueError(f"--preset {name!r} is unknown; choose one of {', '.join(PRESETS)}")
     src = {"streams": f"--preset {name}", "decoder": f"--preset {name}"}
-    pil = {"decoder": Decoder.PIL}
-    out = [Variant("pageable", Backend.PAGEABLE),
-           Variant("pin-only", Backend.PINNED, {"streams": 0, **pil}, src),
-           Variant("pinned", Backend.PINNED, {"streams": 2, **pil}, src),
-           Variant("pinned scaled", Backend.PINNED, {"streams": 2, "decoder": Decoder.SCALED},
-                   src),
-           Variant("dali", Backend.DALI)]
+    dec = lambda d: {"streams": 2, "decoder": d}  # noqa: E731
     if name == "large":
-        out = [v for v in out if v.label != "pin-only"]
+        out = [Variant("pageable", Backend.PAGEABLE),
+               Variant("pinned", Backend.PINNED, dec(Decoder.TORCHVISION), src),
+               Variant("pinned scaled", Backend.PINNED, dec(Decoder.SCALED), src),
+               Variant("dali", Backend.DALI)]
+    else:
+        out = [Variant("pageable", Backend.PAGEABLE),
+               Variant("pin-only", Backend.PINNED, {"streams": 0, "decoder": Decoder.PIL}, src),
+               Variant("pinned", Backend.PINNED, dec(Decoder.PIL), src),
+               Variant("pinned torchvision", Backend.PINNED, dec(Decoder.TORCHVISION), src),
+               Variant("dali", Backend.DALI)]
     return [v for v in out if v.backend in backends]
 
 
