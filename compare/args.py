@@ -130,6 +130,10 @@ def parse_args(argv):
                         "off without; always off under torchrun)")
     p.add_argument("--order-seed", type=int, default=0,
                    help="the seed of the interleaved order of --isolate (recorded)")
+    p.add_argument("--reference", action="store_true",
+                   help="add a row for the plain recipe: torchvision.datasets.ImageFolder + PIL "
+                        "+ the same v2 transforms, a DataLoader with no pinning and blocking "
+                        "copies (compare.reference), to check pageable against it")
     p.add_argument("--long", action="store_true",
                    help="time a window of at least 10x each loader's queue, across an epoch "
                         "boundary (the steady-state check)")

@@ -89,15 +89,13 @@ def _step(job: Job):
 
 def run_unit(job: Job, unit: Unit) -> Tuple[Repeat, Optional[float], Optional[int]]:
     """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches)``."""
-    from pipelines import create_loader
-
-    from .runner import ceiling_repeat, endless, queue_depth, time_repeat, window
+    from .runner import ceiling_repeat, endless, open_loader, queue_depth, time_repeat, window
 
     v = job.variants[unit.index]
     cfg = v.config_of(job.base)
     device = _device(cfg)
     step = _step(job)
-    with create_loader(v.backend, cfg, options=v.options_of()) as loader:
+    with open_loader(v, cfg) as loader:
         queue = queue_depth(loader)
         it = endless(loader)
         if unit.ceiling:
@@ -179,7 +177,7 @@ def run_all(job: Job, units: List[Unit], log: Callable[[str], None] = print,
             got = reps.get((i, False))
             if got:
                 h2d, queue = meta[i]
-                out[i] = VariantResult(v.label, v.backend.value, dict(v.overrides), h2d,
+                out[i] = VariantResult(v.label, v.kind, dict(v.overrides), h2d,
                                        tuple(got[r] for r in sorted(got)), queue)
         c = reps.get((0, True))
         ceiling = (VariantResult("ceiling", "none", {}, 0.0, tuple(c[r] for r in sorted(c)))

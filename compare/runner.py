@@ -53,6 +53,12 @@ class Variant:
     backend: Backend
     overrides: Dict[str, object] = field(default_factory=dict)
     sources: Dict[str, str] = field(default_factory=dict, compare=False)
+    reference: bool = False  # --reference: the plain ImageFolder recipe (compare.reference)
+
+    @property
+    def kind(self) -> str:
+        """The results' ``backend`` field: the backend's name, or ``"reference"``."""
+        return "reference" if self.reference else self.backend.value
 
     def __post_init__(self):
         allowed = set(CONFIG_KEYS) | set(_option_types(self.backend))
@@ -252,6 +258,15 @@ def _nothing() -> None:
     return None
 
 
+def open_loader(v: Variant, cfg: LoaderConfig):
+    """The loader of variant ``v`` for ``cfg``: a backend, or the plain reference recipe."""
+    if v.reference:
+        from .reference import ImageFolderReference
+
+        return ImageFolderReference(cfg)
+    return create_loader(v.backend, cfg, options=v.options_of())
+
+
 def queue_depth(loader) -> Optional[int]:
     """Batches ``loader`` holds ahead of the consumer once it is full: the DataLoader's
     ``workers x prefetch_factor`` (plus the CUDA prefetch of ``pinned``), or DALI's
@@ -327,7 +342,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
     cfg = v.config_of(base)
     device = cfg.resolved().torch_device if torch.cuda.is_available() else torch.device("cpu")
     reps: List[Repeat] = []
-    with create_loader(v.backend, cfg, options=v.options_of()) as loader:
+    with open_loader(v, cfg) as loader:
         queue = queue_depth(loader)
         n = window(steps, long, queue, len(loader))
         it = endless(loader)
@@ -344,7 +359,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
             capture.append((x.clone(), y.clone()))
         it.close()
     gc.collect()
-    return VariantResult(v.label, v.backend.value, dict(v.overrides), h2d, tuple(reps), queue)
+    return VariantResult(v.label, v.kind, dict(v.overrides), h2d, tuple(reps), queue)
 
 
 def ceiling_repeat(batch, step: Callable, *, steps: int, warmup: int,

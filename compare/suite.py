@@ -106,6 +106,15 @@ class Plan:
 
 
 def _variants(a, note: Callable[[str], None]) -> List[Variant]:
+    out = _backend_variants(a, note)
+    if getattr(a, "reference", False):
+        from .reference import LABEL
+
+        out.insert(0, Variant(LABEL, Backend.PAGEABLE, reference=True))
+    return out
+
+
+def _backend_variants(a, note: Callable[[str], None]) -> List[Variant]:
     chosen = a.backends is not None
     backs = cli.parse_backends(a.backends, note=note) if chosen else available_backends()
     if a.preset and a.sweep is not None:
@@ -149,6 +158,13 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         mix=cli.mix_spec(getattr(a, "mix", None)),
     )
     configs = plan_variants(variants, base)
+    if getattr(a, "reference", False):
+        if base.mix is not None:
+            raise ValueError("--reference has no MixUp/CutMix (the plain recipe mixes in the "
+                             "training loop); drop --mix or --reference")
+        if a.data and source_kind(a.data) is not SourceKind.FOLDER:
+            raise ValueError(f"--reference reads an ImageFolder folder; --data {a.data} is a "
+                             f"{source_kind(a.data).value}")
     if transform is not None and any(v.backend is Backend.DALI for v in variants):
         from pipelines import from_torchvision
 

@@ -115,3 +115,32 @@ def test_long_windows_are_ten_queues_and_cross_an_epoch(tiny_root, tmp_path):
     assert q == 2  # 1 worker x prefetch 2
     epoch = 37 // 8  # last_batch="drop"
     assert v["repeats"][0]["steps"] == max(2, 10 * q, epoch + 1)
+
+
+def test_the_reference_row_is_the_plain_imagefolder_recipe(tiny_root, tmp_path, capsys):
+    r = _run(tiny_root, tmp_path / "ref", "--no-isolate", "--backends", "pageable", "--steps",
+             "2", "--repeats", "1", "--reference")
+    rows = {v["label"]: v for v in r["variants"]}
+    ref = rows["imagefolder (reference)"]
+    assert ref["backend"] == "reference" and rows["pageable"]["backend"] == "pageable"
+    assert ref["repeats"][0]["samples_per_s"] > 0 and ref["queue_batches"] == 2
+    assert suite(["--data", str(tiny_root), "--out", str(tmp_path / "x"), *FAST,
+                  "--reference", "--mix", "mixup=0.2"]) == 2
+    assert "--reference has no MixUp/CutMix" in capsys.readouterr().err
+
+
+def test_the_reference_loader_reads_like_imagefolder(tiny_root):
+    from torchvision import datasets
+
+    from compare.reference import ImageFolderReference
+    from pipelines import AugmentSpec, LoaderConfig
+
+    cfg = LoaderConfig(root=tiny_root, batch_size=8, device="cpu", num_workers=0,
+                       augment=AugmentSpec(size=16), last_batch="drop")
+    with ImageFolderReference(cfg) as ld:
+        ld.set_epoch(0)
+        labels = [y for _, y in ld]
+        assert len(ld) == len(labels) == 37 // 8
+    want = sorted(datasets.ImageFolder(str(tiny_root)).targets)
+    got = sorted(int(v) for y in labels for v in y)
+    assert set(got) <= set(want) and len(got) == 32 and labels[0].dtype.is_floating_point is False
