@@ -87,23 +87,29 @@ def _step(job: Job):
     return make_step(job.model, job.base, job.classes)
 
 
-def run_unit(job: Job, unit: Unit) -> Tuple[Repeat, Optional[float], Optional[int]]:
-    """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches)``."""
+def run_unit(job: Job, unit: Unit) -> Tuple[Repeat, Optional[float], Optional[int], str]:
+    """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches, teardown
+    error)``. A ceiling unit takes one batch and closes the loader before the clock starts. A
+    loader that fails while it shuts down after the timed run keeps the measurement; the
+    error is returned (and printed by ``run_all``), not dropped."""
     from .runner import ceiling_repeat, endless, open_loader, queue_depth, time_repeat, window
 
     v = job.variants[unit.index]
     cfg = v.config_of(job.base)
     device = _device(cfg)
     step = _step(job)
-    with open_loader(v, cfg) as loader:
-        queue = queue_depth(loader)
-        it = endless(loader)
-        if unit.ceiling:
+    if unit.ceiling:
+        with open_loader(v, cfg) as loader:
+            it = endless(loader)
             x, y = next(it)
             batch = (x.clone(), y.clone())
             it.close()
-            return ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup,
-                                  device=device), 0.0, None
+        return ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup,
+                              device=device), 0.0, None, ""
+    loader = open_loader(v, cfg)
+    try:
+        queue = queue_depth(loader)
+        it = endless(loader)
         n = window(job.steps, job.long, queue, len(loader))
         cold = None
         if job.cold:
@@ -113,7 +119,14 @@ def run_unit(job: Job, unit: Unit) -> Tuple[Repeat, Optional[float], Optional[in
         rep = time_repeat(it, step, steps=n, warmup=job.warmup, device=device, cold=cold)
         h2d = loader.h2d_bytes_per_sample()
         it.close()
-    return rep, h2d, queue
+    except BaseException:
+        loader.close()
+        raise
+    try:
+        loader.close()
+    except RuntimeError as e:  # after the timed run: the measurement stands, the error is said
+        return rep, h2d, queue, f"{type(e).__name__}: {e}"
+    return rep, h2d, queue, ""
 
 
 def _child(conn, job: Job, unit: Unit) -> None:
@@ -133,7 +146,8 @@ class UnitError(RuntimeError):
         self.child_traceback = child_traceback
 
 
-def spawn(job: Job, unit: Unit, name: str) -> Tuple[Repeat, Optional[float], Optional[int]]:
+def spawn(job: Job, unit: Unit, name: str
+          ) -> Tuple[Repeat, Optional[float], Optional[int], str]:
     """``run_unit`` in a fresh spawned process; its error is raised here as ``UnitError``."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
@@ -189,8 +203,11 @@ def run_all(job: Job, units: List[Unit], log: Callable[[str], None] = print,
     progress = bar(len(units), "compare (isolated repeats)", "repeat")
     for k, u in enumerate(units):
         name = u.name(labels)
-        rep, h2d, queue = spawn(job, u, name)
+        rep, h2d, queue, teardown = spawn(job, u, name)
         progress.update(1)
+        if teardown:
+            log(f"warning: {name}: its loader failed while shutting down after the timed run "
+                f"({teardown}); the measurement stands")
         reps.setdefault((u.index, u.ceiling), {})[u.repeat] = rep
         if not u.ceiling:
             meta[u.index] = (h2d, queue)

@@ -73,10 +73,9 @@ def decode(paths, repeats):
             with open(p, "rb") as f:
                 on_tensor(decode_rgb(f.read()))
 
-    from pipelines.migrate.run import as_steps
-    from pipelines.torch_backend.decode import first_crop, scaled_crop
+    from pipelines import scaled_crop
 
-    crop, flip = first_crop(as_steps(on_pil)), v2.Compose(on_pil.transforms[1:])
+    crop, flip = on_pil.transforms[0], v2.Compose(on_pil.transforms[1:])
 
     def scaled():  # Decoder.SCALED: the crop drawn from the header, a DCT-scaled decode
         for p in paths:

@@ -191,6 +191,14 @@ def test_a_crashing_file_is_pinned_down_and_the_search_goes_on(tiny_root, tmp_pa
         return real(data)
 
     monkeypatch.setattr(dataset, "decode_rgb", decode)
+    real_pil = dataset.pil_image  # pageable's decoder (Decoder.PIL)
+
+    def decode_pil(data):
+        if bytes(data) in victims:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return real_pil(data)
+
+    monkeypatch.setattr(dataset, "pil_image", decode_pil)
     d = fuzz.Driver("pageable", str(tiny_root), tmp_path, epoch_timeout=30, max_crashes=5)
     d.run_skip() if policy == "skip" else d.run_error()
     assert d.complete and sorted(d.crash) == [2, 21] and d.bad == {}

@@ -293,7 +293,11 @@ def _cfg(root, transform, device="cpu", **kw):
 
 
 def _first_batch(backend, cfg):
-    with create_loader(backend, cfg) as ld:
+    """The first batch; the torch backends decode as the reference does (``torchvision.io``)."""
+    from pipelines import options_for
+
+    opts = None if backend == "dali" else options_for(backend)(decoder="torchvision")
+    with create_loader(backend, cfg, options=opts) as ld:
         x, _ = next(iter(ld))
     return x.cpu()
 
