@@ -120,7 +120,10 @@ def run_unit(job: Job, unit: Unit) -> Tuple[Repeat, Optional[float], Optional[in
         h2d = loader.h2d_bytes_per_sample()
         it.close()
     except BaseException:
-        loader.close()
+        try:
+            loader.close()
+        except Exception:  # noqa: BLE001 - the error being raised is the one to report
+            pass
         raise
     try:
         loader.close()
