@@ -25,13 +25,11 @@ bootstrap confidence interval of that ratio and a verdict, ``faster``, ``slower`
 Why both (2) and (3): with the 3 to 10 repeats a run has, the bootstrap is coarse (with 3
 repeats the interval is about [min B / max A, max B / min A]) and a single outlier moves a
 median, so neither test alone is trusted. Why ``MIN_EFFECT``: a run's own spread understates
-how much the same command moves from run to run. The ceiling (the model step alone, spread
-about 1 samples/s in each run) went from 4707.5 to 4714.8 between the folder and shards runs
-of ``docs/results/h200/shards-vs-folder/``, which the gap-versus-spread rule alone called
-``faster``; DALI's % of ceiling moved between 90 and 97.7 across runs on one VM with each
-run's spread under 1.5 (``docs/results/h200/README.md``). Smaller changes than 2% are not
-called; the CPU-bound torch backends swing 10-20% between runs (``refactor-ab/``), which only
-repeats in fresh processes (a wider spread) or repeated, interleaved runs can show.
+how much the same command moves from run to run (the runs recorded in
+``docs/results/h200/README.md`` and ``shards-vs-folder/`` show the model step alone and DALI
+moving by more than each run's spread), so small changes are not called; the CPU-bound torch
+backends swing more than that between runs (``refactor-ab/``), which only repeats in fresh
+processes (a wider spread) or repeated, interleaved runs can show.
 
 ``--json`` prints the rows as strict JSON (a number that is not finite is ``null``).
 Exit status: 0, or 2 for a usage error or incompatible runs.

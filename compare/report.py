@@ -8,9 +8,8 @@ import math
 from typing import List
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
+from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
-
-COLD_TOOK = 0.05  # compare.pagecache.TOOK_THRESHOLD (not imported: that module loads ctypes)
 
 COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
            "% ceiling", "speed-up", "H2D KiB/sample", "CPU %", "NVML idle %")
