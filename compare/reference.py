@@ -1,21 +1,50 @@
-"""``--reference``: the plain recipe ``pageable`` claims to be, as users write it, for a row
-beside it.
+"""``--reference``: the plain recipes our backends are measured against, as users write them,
+each in a row beside the backend it checks.
 
-``torchvision.datasets.ImageFolder`` (its default PIL loader) with the same augmentation,
-float32 ``Normalize`` in the workers, a ``DataLoader`` with ``shuffle=True``, no pinning, no
-persistent workers, and a blocking ``.to(device)`` per batch: nothing of this project's
-loader. The suite times it like a backend, so ``pageable`` can be checked against it in the
-same run (issue 20 asks for ±5%). It reads ImageFolder folders only.
+* ``ImageFolderReference`` (for ``pageable``): ``torchvision.datasets.ImageFolder`` (its
+  default PIL loader) with the same augmentation, float32 ``Normalize`` in the workers, a
+  ``DataLoader`` with ``shuffle=True``, no pinning, no persistent workers, and a blocking
+  ``.to(device)`` per batch: nothing of this project's loader. ``pageable`` should match it.
+* ``DaliFileReaderReference`` (for ``dali``): DALI's own ImageNet recipe at DALI's defaults,
+  ``fn.readers.file`` -> ``fn.decoders.image_random_crop`` (``device="mixed"``: nvJPEG and the
+  hardware decoder at DALI's default share) -> ``fn.resize`` -> ``fn.crop_mirror_normalize``
+  with a coin-flip mirror, read by ``DALIGenericIterator`` with the same number of threads as
+  the ``dali`` backend's decoder. ``dali`` should beat it; on a CPU the same graph runs on CPU
+  operators. It runs ``AugmentSpec``'s train recipe only (no ``--transform``, no eval).
+
+The suite times them like backends, in the same run (issue 20's ratios). Both read ImageFolder
+folders only.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Optional
 
 import torch
 
-from pipelines import LastBatchPolicy, LoaderConfig, SourceKind, source_kind
+from pipelines import LastBatchPolicy, LoaderConfig, Mode, OutputDType, SourceKind, source_kind
 
 LABEL = "imagefolder (reference)"
+DALI_LABEL = "dali file reader (reference)"
+
+
+def check_folder(root) -> None:
+    """``ValueError`` unless ``root`` is an ImageFolder folder (what both references read)."""
+    if source_kind(root) is not SourceKind.FOLDER or not Path(root).is_dir():
+        raise ValueError(f"--reference reads an ImageFolder folder; --data {root} is "
+                         f"a {source_kind(root).value}")
+
+
+def dali_reference_skip(cfg: LoaderConfig) -> Optional[str]:
+    """Why the DALI reference row cannot run ``cfg`` (``None`` when it can)."""
+    if cfg.transform is not None:
+        return "--transform is given (it runs AugmentSpec's train recipe only)"
+    if cfg.augment.mode is not Mode.TRAIN:
+        return "--mode is eval (it runs the train recipe only)"
+    if cfg.mix is not None:
+        return "--mix is given"
+    return None
 
 
 class ImageFolderReference:
@@ -24,9 +53,7 @@ class ImageFolderReference:
     def __init__(self, cfg: LoaderConfig):
         from torchvision import datasets
 
-        if source_kind(cfg.root) is not SourceKind.FOLDER or not Path(cfg.root).is_dir():
-            raise ValueError(f"--reference reads an ImageFolder folder; --data {cfg.root} is "
-                             f"a {source_kind(cfg.root).value}")
+        check_folder(cfg.root)
         if cfg.mix is not None:
             raise ValueError("--reference has no MixUp/CutMix (the plain recipe mixes in the "
                              "training loop); drop --mix or --reference")
@@ -59,6 +86,77 @@ class ImageFolderReference:
 
     def close(self) -> None:
         self.loader = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class DaliFileReaderReference:
+    """DALI's own file-reader recipe at DALI's defaults (module doc), with the loader interface
+    the suite uses."""
+
+    def __init__(self, cfg: LoaderConfig):
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        check_folder(cfg.root)
+        why = dali_reference_skip(cfg)
+        if why is not None:
+            raise ValueError(f"the DALI reference row cannot run: {why}")
+        cfg = cfg.resolved()
+        gpu = cfg.wants_cuda and torch.cuda.is_available()
+        self.device_id = (cfg.torch_device.index or 0) if gpu else None
+        self.cfg, spec = cfg, cfg.augment
+        layout = "HWC" if cfg.channels_last else "CHW"
+
+        @pipeline_def(batch_size=cfg.batch_size, num_threads=max(1, cfg.num_workers),
+                      device_id=self.device_id, seed=cfg.seed)
+        def recipe():
+            jpegs, labels = fn.readers.file(file_root=str(cfg.root), random_shuffle=True,
+                                            name="Reader")
+            images = fn.decoders.image_random_crop(
+                jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
+                random_area=list(spec.scale), random_aspect_ratio=list(spec.ratio))
+            images = fn.resize(images, resize_x=spec.size, resize_y=spec.size)
+            images = fn.crop_mirror_normalize(
+                images, dtype=types.FLOAT16 if cfg.dtype is OutputDType.FLOAT16 else types.FLOAT,
+                output_layout=layout, mean=[255 * m for m in spec.mean],
+                std=[255 * s for s in spec.std], mirror=fn.random.coin_flip(probability=spec.flip_p))
+            return images, labels
+
+        self.pipe = recipe()
+        self.pipe.build()
+        self.it = DALIGenericIterator(self.pipe, ["images", "labels"], reader_name="Reader",
+                                      auto_reset=True, last_batch_policy=DaliPolicy.DROP)
+        self.batches = self.pipe.epoch_size("Reader") // cfg.batch_size
+        self.queue_batches = 2  # DALI's default prefetch_queue_depth (runner.queue_depth)
+
+    def set_epoch(self, epoch: int) -> None:  # the reader reshuffles each epoch by itself
+        pass
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __iter__(self):
+        cast = self.cfg.dtype is OutputDType.BFLOAT16
+        with torch.cuda.device(self.device_id) if self.device_id is not None else contextlib.nullcontext():
+            for out in self.it:
+                x, y = out[0]["images"], out[0]["labels"].view(-1).long()
+                if self.cfg.channels_last:
+                    x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
+                if cast:
+                    x = x.to(torch.bfloat16, memory_format=torch.preserve_format)
+                yield x, y
+
+    def h2d_bytes_per_sample(self) -> None:
+        return None  # the reader's bytes are not counted
+
+    def close(self) -> None:
+        self.it = self.pipe = None
 
     def __enter__(self):
         return self

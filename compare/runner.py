@@ -53,7 +53,7 @@ class Variant:
     backend: Backend
     overrides: Dict[str, object] = field(default_factory=dict)
     sources: Dict[str, str] = field(default_factory=dict, compare=False)
-    reference: bool = False  # --reference: the plain ImageFolder recipe (compare.reference)
+    reference: bool = False  # --reference: a plain recipe of ``backend`` (compare.reference)
 
     @property
     def kind(self) -> str:
@@ -85,8 +85,9 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
 
     * ``seeds``: the seeds' table, with every torch row on the PIL decoder so that only pinning
       and streams differ (``pageable``; ``pin-only``: pinned memory, no stream; ``pinned``: two
-      streams), then ``pinned torchvision`` (the fastest decoder on images of this size,
-      docs/results/cpu/README.md) and ``dali``;
+      streams), then ``pinned`` on the two faster decoders, ``pinned torchvision`` and
+      ``pinned scaled`` (which one is faster depends on the image size:
+      docs/results/cpu/README.md), and ``dali``;
     * ``large``: ``pageable``, ``pinned`` (torchvision's decoder), ``pinned scaled`` (the scaled
       decode, the fastest on large photos) and ``dali``, for the large photos the suite
       generates for it (``compare.suite.LARGE``).
@@ -105,6 +106,7 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
                Variant("pin-only", Backend.PINNED, {"streams": 0, "decoder": Decoder.PIL}, src),
                Variant("pinned", Backend.PINNED, dec(Decoder.PIL), src),
                Variant("pinned torchvision", Backend.PINNED, dec(Decoder.TORCHVISION), src),
+               Variant("pinned scaled", Backend.PINNED, dec(Decoder.SCALED), src),
                Variant("dali", Backend.DALI)]
     return [v for v in out if v.backend in backends]
 
@@ -259,10 +261,12 @@ def _nothing() -> None:
 
 
 def open_loader(v: Variant, cfg: LoaderConfig):
-    """The loader of variant ``v`` for ``cfg``: a backend, or the plain reference recipe."""
+    """The loader of variant ``v`` for ``cfg``: a backend, or a plain reference recipe."""
     if v.reference:
-        from .reference import ImageFolderReference
+        from .reference import DaliFileReaderReference, ImageFolderReference
 
+        if v.backend is Backend.DALI:
+            return DaliFileReaderReference(cfg)
         return ImageFolderReference(cfg)
     return create_loader(v.backend, cfg, options=v.options_of())
 
@@ -272,6 +276,8 @@ def queue_depth(loader) -> Optional[int]:
     ``workers x prefetch_factor`` (plus the CUDA prefetch of ``pinned``), or DALI's
     ``queue_depth`` per pipeline; ``None`` for a loader of another kind."""
     opt = getattr(loader, "options", None)
+    if getattr(loader, "queue_batches", None) is not None:  # compare.reference's DALI recipe
+        return loader.queue_batches
     if hasattr(loader, "prefetch_factor"):  # the torch backends
         q = max(1, loader.num_workers) * (loader.prefetch_factor or 1)
         if getattr(loader, "_prefetcher", None) is not None:

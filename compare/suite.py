@@ -108,9 +108,11 @@ class Plan:
 def _variants(a, note: Callable[[str], None]) -> List[Variant]:
     out = _backend_variants(a, note)
     if getattr(a, "reference", False):
-        from .reference import LABEL
+        from .reference import DALI_LABEL, LABEL
 
         out.insert(0, Variant(LABEL, Backend.PAGEABLE, reference=True))
+        if any(v.backend is Backend.DALI for v in out):
+            out.append(Variant(DALI_LABEL, Backend.DALI, reference=True))
     return out
 
 
@@ -157,6 +159,13 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         last_batch="drop", seed=0, transform=transform, on_bad_file=a.on_bad_file,
         mix=cli.mix_spec(getattr(a, "mix", None)),
     )
+    if getattr(a, "reference", False):
+        from .reference import dali_reference_skip
+
+        why = dali_reference_skip(base)
+        if why is not None and any(v.reference and v.backend is Backend.DALI for v in variants):
+            variants = [v for v in variants if not (v.reference and v.backend is Backend.DALI)]
+            note(f"--reference: no DALI file-reader row: {why}")
     configs = plan_variants(variants, base)
     if getattr(a, "reference", False):
         if base.mix is not None:

@@ -326,7 +326,7 @@ def test_preset_is_restricted_to_the_given_backends(root, tmp_path):
     out = tmp_path / "out"
     assert timed(compare_main.main, ["--data", str(root), *FAST, "--out", str(out),
                                      "--preset", "seeds", "--backends", "pinned"]) == 0
-    assert _labels(out) == ["pin-only", "pinned", "pinned torchvision"]
+    assert _labels(out) == ["pin-only", "pinned", "pinned torchvision", "pinned scaled"]
 
 
 def test_duplicate_backends_and_sweep_values_run_once_with_a_note(root, tmp_path, capsys):

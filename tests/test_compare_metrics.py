@@ -152,9 +152,10 @@ def test_sweep_and_preset_parsing():
     with pytest.raises(ValueError, match="batch_size"):
         Variant("cheat", Backend.DALI, {"batch_size": 64})
     seeds = preset("seeds", [Backend.PINNED, Backend.PAGEABLE])
-    assert [v.label for v in seeds] == ["pageable", "pin-only", "pinned", "pinned torchvision"]
+    assert [v.label for v in seeds] == ["pageable", "pin-only", "pinned", "pinned torchvision",
+                                        "pinned scaled"]
     # the seeds' three rows share the PIL decoder, so only pinning and streams differ
-    assert [v.options_of().decoder for v in seeds] == [None, "pil", "pil", "torchvision"]
+    assert [v.options_of().decoder for v in seeds] == [None, "pil", "pil", "torchvision", "scaled"]
     assert preset("seeds", list(Backend))[-1].backend is Backend.DALI
     assert [v.label for v in preset("large", list(Backend))] == [
         "pageable", "pinned", "pinned scaled", "dali"]

@@ -145,3 +145,41 @@ def test_the_reference_loader_reads_like_imagefolder(tiny_root):
     want = sorted(datasets.ImageFolder(str(tiny_root)).targets)
     got = sorted(int(v) for y in labels for v in y)
     assert set(got) <= set(want) and len(got) == 32 and labels[0].dtype.is_floating_point is False
+
+
+def test_the_dali_reference_is_dalis_file_reader_recipe(tiny_root):
+    pytest.importorskip("nvidia.dali")
+    import torch
+
+    from compare.reference import DaliFileReaderReference
+    from pipelines import AugmentSpec, LoaderConfig
+
+    cfg = LoaderConfig(root=tiny_root, batch_size=8, device="cpu", num_workers=2,
+                       augment=AugmentSpec(size=16), last_batch="drop", channels_last=True,
+                       dtype="bfloat16")
+    with DaliFileReaderReference(cfg) as ld:
+        assert len(ld) == 37 // 8 and ld.queue_batches == 2
+        for epoch in range(2):  # the iterator resets itself at the epoch's end
+            ld.set_epoch(epoch)
+            batches = list(ld)
+            assert len(batches) == 37 // 8
+        x, y = batches[0]
+        assert x.shape == (8, 3, 16, 16) and x.is_contiguous(memory_format=torch.channels_last)
+        assert x.dtype == torch.bfloat16 and y.dtype == torch.int64
+        assert set(y.tolist()) <= {0, 1, 2} and -3 < float(x.min()) < 0 < float(x.max()) < 3
+    with pytest.raises(ValueError, match="train recipe only"):
+        DaliFileReaderReference(cfg.replace(augment=AugmentSpec(mode="eval", size=16)))
+
+
+def test_the_reference_rows_of_a_run_with_dali(tiny_root, tmp_path, capsys):
+    pytest.importorskip("nvidia.dali")
+    r = _run(tiny_root, tmp_path / "ref", "--no-isolate", "--backends", "dali", "--steps", "2",
+             "--repeats", "1", "--reference")
+    rows = {v["label"]: v for v in r["variants"]}
+    assert list(rows) == ["imagefolder (reference)", "dali", "dali file reader (reference)"]
+    assert rows["dali file reader (reference)"]["backend"] == "reference"
+    assert rows["dali file reader (reference)"]["repeats"][0]["loader_only_per_s"] > 0
+    r = _run(tiny_root, tmp_path / "eval", "--no-isolate", "--backends", "dali", "--steps", "2",
+             "--repeats", "1", "--reference", "--mode", "eval")
+    assert [v["label"] for v in r["variants"]] == ["imagefolder (reference)", "dali"]
+    assert "no DALI file-reader row: --mode is eval" in capsys.readouterr().err
