@@ -16,6 +16,14 @@ processes. A unit's error is raised in the suite with the unit's name; a unit wh
 dies is reported with its exit code. Under torchrun the ranks are the job's processes, and
 the suite runs in them (isolation is off there).
 
+NOTE [unit processes]
+A unit's process puts itself and its loader's workers in a process group of its own. It
+sends its measurement as soon as the timed run ends, then closes the loader for at most
+``TEARDOWN_S`` and exits with ``os._exit`` (no interpreter teardown). The suite then kills
+whatever is left of the group, so no worker of one unit decodes during the next one's window.
+A loader that fails or hangs while closing keeps the measurement and is reported in a
+warning. Each unit's log line says where its time went (``Phases``).
+
 NOTE [steady state]
 A timed window starts with the loader's queue full: ``queue_depth`` batches (DataLoader
 workers x prefetch factor, plus the CUDA prefetch of ``pinned``; DALI's queue per pipeline)
@@ -28,7 +36,12 @@ queue_batches``); ``--long`` times at least 10x the queue, across an epoch bound
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import random
+import signal
+import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
@@ -87,13 +100,32 @@ def _step(job: Job):
     return make_step(job.model, job.base, job.classes)
 
 
-def run_unit(job: Job, unit: Unit) -> Tuple[Repeat, Optional[float], Optional[int], str]:
-    """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches, teardown
-    error)``. A ceiling unit takes one batch and closes the loader before the clock starts. A
-    loader that fails while it shuts down after the timed run keeps the measurement; the
-    error is returned (and printed by ``run_all``), not dropped."""
+TEARDOWN_S = 10.0  # how long a unit's loader may take to close after its timed run
+
+
+@dataclass
+class Phases:
+    """Where a unit's wall time went, in seconds (logged per unit by ``run_all``)."""
+
+    start: float = 0.0   # the process's start and imports, until the unit's code runs
+    setup: float = 0.0   # the model step and the loader built
+    timed: float = 0.0   # warm-up and the timed windows
+    close: float = 0.0   # the loader closed and the process ended
+
+    def __str__(self) -> str:
+        return (f"{self.start + self.setup + self.timed + self.close:.0f} s: start "
+                f"{self.start:.1f}, setup {self.setup:.1f}, timed {self.timed:.1f}, close "
+                f"{self.close:.1f}")
+
+
+def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
+    """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches, loader)``;
+    the loader is still open (``None`` for a ceiling unit, which takes one batch and closes
+    its loader before the clock starts). On an error the loader is closed, then it raises."""
     from .runner import ceiling_repeat, endless, open_loader, queue_depth, time_repeat, window
 
+    phases = phases if phases is not None else Phases()
+    t = time.perf_counter()
     v = job.variants[unit.index]
     cfg = v.config_of(job.base)
     device = _device(cfg)
@@ -104,8 +136,11 @@ def run_unit(job: Job, unit: Unit) -> Tuple[Repeat, Optional[float], Optional[in
             x, y = next(it)
             batch = (x.clone(), y.clone())
             it.close()
-        return ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup,
-                              device=device), 0.0, None, ""
+        phases.setup = time.perf_counter() - t
+        t = time.perf_counter()
+        rep = ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup, device=device)
+        phases.timed = time.perf_counter() - t
+        return rep, 0.0, None, None
     loader = open_loader(v, cfg)
     try:
         queue = queue_depth(loader)
@@ -116,29 +151,60 @@ def run_unit(job: Job, unit: Unit) -> Tuple[Repeat, Optional[float], Optional[in
             from .pagecache import evictor
 
             cold = evictor(cfg.root)
+        phases.setup = time.perf_counter() - t
+        t = time.perf_counter()
         rep = time_repeat(it, step, steps=n, warmup=job.warmup, device=device, cold=cold)
+        phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()
         it.close()
     except BaseException:
+        close_within(loader, TEARDOWN_S)
+        raise
+    return rep, h2d, queue, loader
+
+
+def close_within(loader, seconds: float) -> str:
+    """Close ``loader`` in a daemon thread, waiting at most ``seconds``: ``""`` when it closed,
+    else what went wrong (its error, or that it did not finish in time)."""
+    if loader is None:
+        return ""
+    err: List[str] = []
+
+    def close() -> None:
         try:
             loader.close()
-        except Exception:  # noqa: BLE001 - the error being raised is the one to report
-            pass
-        raise
-    try:
-        loader.close()
-    except RuntimeError as e:  # after the timed run: the measurement stands, the error is said
-        return rep, h2d, queue, f"{type(e).__name__}: {e}"
-    return rep, h2d, queue, ""
+        except Exception as e:  # noqa: BLE001 - returned, and said by run_all
+            err.append(f"{type(e).__name__}: {e}")
+
+    th = threading.Thread(target=close, name="compare-unit-close", daemon=True)
+    th.start()
+    th.join(seconds)
+    if th.is_alive():
+        return f"it did not close within {seconds:.0f} s"
+    return err[0] if err else ""
 
 
-def _child(conn, job: Job, unit: Unit) -> None:
+def _child(conn, job: Job, unit: Unit, spawned_at: float) -> None:
+    """A unit's process (NOTE [unit processes])."""
+    os.setpgrp()  # the unit and its loader's workers: one group, which the suite ends
+    phases = Phases(start=time.time() - spawned_at)
+    code = 0
     try:
-        conn.send(("ok", run_unit(job, unit)))
+        rep, h2d, queue, loader = timed_unit(job, unit, phases)
+        conn.send(("ok", (rep, h2d, queue), phases))
+        t = time.perf_counter()
+        conn.send(("closed", close_within(loader, TEARDOWN_S), time.perf_counter() - t))
     except BaseException as e:  # noqa: BLE001 - sent to the parent, which raises it
-        conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
+        code = 1
+        try:
+            conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
+        except Exception:  # noqa: BLE001 - the parent sees the exit code instead
+            pass
     finally:
         conn.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # no interpreter teardown: the suite ends what is left of the group
 
 
 class UnitError(RuntimeError):
@@ -149,12 +215,24 @@ class UnitError(RuntimeError):
         self.child_traceback = child_traceback
 
 
+def _end(p) -> None:
+    """End unit process ``p`` and every process left in its group (its loader's workers)."""
+    p.join(5.0)
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    p.join()
+
+
 def spawn(job: Job, unit: Unit, name: str
-          ) -> Tuple[Repeat, Optional[float], Optional[int], str]:
-    """``run_unit`` in a fresh spawned process; its error is raised here as ``UnitError``."""
+          ) -> Tuple[Repeat, Optional[float], Optional[int], str, Phases]:
+    """``timed_unit`` in a fresh spawned process: ``(repeat, h2d, queue, teardown error,
+    phases)``; its error is raised here as ``UnitError``."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(child, job, unit), name=f"compare-unit-{name}")
+    p = ctx.Process(target=_child, args=(child, job, unit, time.time()),
+                    name=f"compare-unit-{name}")
     p.start()
     child.close()
     try:
@@ -163,18 +241,24 @@ def spawn(job: Job, unit: Unit, name: str
                 raise UnitError(f"{name}: its process exited with code {p.exitcode} "
                                 "before sending a result")
         msg = parent.recv()
+        if msg[0] == "error":
+            raise UnitError(f"{name}: {msg[1]}", msg[2])
+        (rep, h2d, queue), phases = msg[1], msg[2]
+        t = time.perf_counter()
+        teardown = f"it did not close within {TEARDOWN_S:.0f} s"
+        try:
+            if parent.poll(TEARDOWN_S + 5.0):
+                teardown = parent.recv()[1]
+        except EOFError:
+            teardown = "its process ended while closing the loader"
     except EOFError:
-        p.join()
         raise UnitError(f"{name}: its process exited with code {p.exitcode} "
                         "before sending a result") from None
-    except BaseException:
-        p.terminate()
-        p.join()
-        raise
-    p.join()
-    if msg[0] == "error":
-        raise UnitError(f"{name}: {msg[1]}", msg[2])
-    return msg[1]
+    finally:
+        _end(p)
+        parent.close()
+    phases.close = time.perf_counter() - t
+    return rep, h2d, queue, teardown, phases
 
 
 def run_all(job: Job, units: List[Unit], log: Callable[[str], None] = print,
@@ -206,7 +290,7 @@ def run_all(job: Job, units: List[Unit], log: Callable[[str], None] = print,
     progress = bar(len(units), "compare (isolated repeats)", "repeat")
     for k, u in enumerate(units):
         name = u.name(labels)
-        rep, h2d, queue, teardown = spawn(job, u, name)
+        rep, h2d, queue, teardown, phases = spawn(job, u, name)
         progress.update(1)
         if teardown:
             log(f"warning: {name}: its loader failed while shutting down after the timed run "
@@ -215,7 +299,7 @@ def run_all(job: Job, units: List[Unit], log: Callable[[str], None] = print,
         if not u.ceiling:
             meta[u.index] = (h2d, queue)
         say_repeat(log, "ceiling (batch on device)" if u.ceiling else labels[u.index], rep,
-                   f"[{k + 1}/{len(units)}] repeat {u.repeat + 1}, pid {rep.pid}")
+                   f"[{k + 1}/{len(units)}] repeat {u.repeat + 1}, pid {rep.pid}, {phases}")
         done(*results())
     progress.close()
     return results()

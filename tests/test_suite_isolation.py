@@ -183,3 +183,27 @@ def test_the_reference_rows_of_a_run_with_dali(tiny_root, tmp_path, capsys):
              "--repeats", "1", "--reference", "--mode", "eval")
     assert [v["label"] for v in r["variants"]] == ["imagefolder (reference)", "dali"]
     assert "no DALI file-reader row: --mode is eval" in capsys.readouterr().err
+
+
+def test_a_loader_that_hangs_or_fails_while_closing_is_bounded_and_reported():
+    import threading
+    import time
+
+    gate = threading.Event()
+
+    class Hangs:
+        def close(self):
+            gate.wait(30)
+
+    class Fails:
+        def close(self):
+            raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Aborted.")
+
+    t = time.perf_counter()
+    assert isolate.close_within(Hangs(), 0.3) == "it did not close within 0 s"
+    assert time.perf_counter() - t < 5
+    gate.set()
+    assert isolate.close_within(Fails(), 5) == (
+        "RuntimeError: DataLoader worker (pid 1) is killed by signal: Aborted.")
+    assert isolate.close_within(None, 5) == ""
+    assert "timed 2.0, close 0.5" in str(isolate.Phases(1.0, 1.5, 2.0, 0.5))
