@@ -32,6 +32,10 @@ they were made at the steady rate. Each repeat records its window in batches and
 (``Repeat.steps``, ``Repeat.window_s``) and each variant its queue (``VariantResult.
 queue_batches``); ``--long`` times at least 10x the queue, across an epoch boundary
 (``runner.window``).
+The step's first calls set up CUDA and cuDNN and take seconds; run inside the training
+warm-up, they let the loader fill its whole queue, and a window that then starts counts those
+batches. So every repeat first primes the step on one batch, before any window
+(``runner.time_repeat``). docs/results/h200/suite-steady-state shows the effect on the H200.
 """
 from __future__ import annotations
 
@@ -184,9 +188,24 @@ def close_within(loader, seconds: float) -> str:
     return err[0] if err else ""
 
 
+def default_start_method() -> str:
+    """Put back the platform's default multiprocessing start method in a spawned unit: spawn
+    hands its own on, and DataLoader workers would then each be spawned and import torch
+    again (on an H200 that cost a unit about 100 s) instead of starting as in the user's job."""
+    method = mp.get_all_start_methods()[0]
+    mp.set_start_method(method, force=True)
+    return method
+
+
 def _child(conn, job: Job, unit: Unit, spawned_at: float) -> None:
     """A unit's process (NOTE [unit processes])."""
     os.setpgrp()  # the unit and its loader's workers: one group, which the suite ends
+    default_start_method()
+    stacks = os.environ.get("GPU_FEED_UNIT_STACKS")
+    if stacks:  # a unit that seems stuck: its threads' stacks on stderr after that many s
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(stacks), repeat=True)
     phases = Phases(start=time.time() - spawned_at)
     code = 0
     try:

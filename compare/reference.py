@@ -145,7 +145,8 @@ class DaliFileReaderReference:
         cast = self.cfg.dtype is OutputDType.BFLOAT16
         with torch.cuda.device(self.device_id) if self.device_id is not None else contextlib.nullcontext():
             for out in self.it:
-                x, y = out[0]["images"], out[0]["labels"].view(-1).long()
+                x = out[0]["images"]
+                y = out[0]["labels"].view(-1).to(x.device, torch.int64, non_blocking=True)
                 if self.cfg.channels_last:
                     x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
                 if cast:

@@ -299,9 +299,16 @@ def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int) -> 
 def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 device: torch.device, sync: Callable[[], None] = _nothing,
                 cold: Optional[Callable[[], object]] = None) -> Repeat:
-    """One repeat on a running loader: loader-only, then the model step, both ``steps``
-    batches after ``warmup``. ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs
+    """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
+    least one), then loader-only, then the model step, both ``steps`` batches after
+    ``warmup``. ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs
     before each of the two; the batches already queued were read before it."""
+    x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
+    for _ in range(max(1, warmup)):  # the loader cannot fill its queue while they run
+        step(x, y)  # (NOTE [steady state] in compare.isolate)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    del x, y
     sync()
     if cold is not None:
         cold()

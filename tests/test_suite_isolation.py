@@ -207,3 +207,49 @@ def test_a_loader_that_hangs_or_fails_while_closing_is_bounded_and_reported():
         "RuntimeError: DataLoader worker (pid 1) is killed by signal: Aborted.")
     assert isolate.close_within(None, 5) == ""
     assert "timed 2.0, close 0.5" in str(isolate.Phases(1.0, 1.5, 2.0, 0.5))
+
+
+def _start_method(q, restore: bool) -> None:
+    import multiprocessing as mp
+
+    if restore:
+        isolate.default_start_method()
+    q.put(mp.get_start_method())
+
+
+@pytest.mark.parametrize("restore", [False, True])
+def test_a_units_dataloader_workers_start_as_in_the_users_job(restore):
+    """Regression: a spawned unit inherited ``spawn``, so each DataLoader worker was spawned
+    and imported torch again (about 100 s a unit on the H200)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_start_method, args=(q, restore))
+    p.start()
+    got = q.get(timeout=60)
+    p.join()
+    want = mp.get_all_start_methods()[0]
+    assert (got == want) is restore or want == "spawn"
+
+
+def test_the_step_runs_its_first_calls_before_any_window():
+    """Regression: the model's first steps (CUDA set-up) ran inside the training warm-up, and
+    the loader filled its queue meanwhile, so the window counted batches made before it."""
+    import torch
+
+    from compare.runner import time_repeat
+
+    events = []
+
+    def batches():
+        while True:
+            events.append("batch")
+            yield torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.long)
+
+    def step(x, y):
+        events.append("step")
+
+    time_repeat(batches(), step, steps=3, warmup=2, device=torch.device("cpu"))
+    assert events[:3] == ["batch", "step", "step"]  # primed on one batch, then the windows
+    assert events[3:3 + 5] == ["batch"] * 5  # loader-only: warm-up 2 + 3 timed
