@@ -117,7 +117,13 @@ class TorchOptions(Options):
         pin_mode: ``pinned`` only; a ``PinMode``: DataLoader's pin thread (``"thread"``) or a
             reusable pinned ring filled on the consumer's thread (``"ring"``). The default is
             chosen from docs/results/h200/pin-ring.
-        persistent_workers: keep the DataLoader workers alive between epochs.
+        persistent_workers: keep the DataLoader workers alive between epochs. ``None``: on for
+            ``pinned``; off for ``pageable``, as in the default recipe (DataLoader's default).
+        epoch_stream: one DataLoader iterator runs on across epochs, so the workers decode the
+            next epoch's first batches while this one ends (``pipelines.torch_backend.base``
+            NOTE). Off, every epoch starts a fresh iterator and the queue drains at its end, as
+            a plain DataLoader does. ``None``: on for ``pinned``, off for ``pageable`` (the
+            default recipe, untuned).
         decoder: a ``Decoder``: how the workers decode (``"pil"``, ``"torchvision"``,
             ``"scaled"``). ``None``: ``"pil"`` on ``pageable`` (the default recipe, as
             ``ImageFolder`` decodes) and ``"torchvision"`` on ``pinned``.
@@ -132,7 +138,8 @@ class TorchOptions(Options):
     queue_depth: int = option(2, lo=1, only=("pinned",))
     streams: int = option(1, lo=0, only=("pinned",))
     pin_mode: PinMode = option(PinMode.THREAD, only=("pinned",))
-    persistent_workers: bool = option(True)
+    persistent_workers: Optional[bool] = option(None)
+    epoch_stream: Optional[bool] = option(None)
     cpu_binding: CpuBinding = option(CpuBinding.NONE, only=("pinned",))
     decoder: Optional[Decoder] = option(None)
 

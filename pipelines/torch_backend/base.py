@@ -65,6 +65,7 @@ class TorchLoaderBase(LoaderBase):
                                   config.batch_size * self.sample_bytes)
         self.num_workers, self.prefetch_factor = nw, prefetch
         self.worker_cores = self._worker_cores(options)  # None: as inherited
+        self.epoch_stream = self._tuned(options.epoch_stream, in_workers)
         self.loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_sampler=self.plan_sampler,
@@ -73,11 +74,17 @@ class TorchLoaderBase(LoaderBase):
             pin_memory=pin_memory,
             # one stream serves every epoch (NOTE); persistent workers only matter when it
             # restarts (an epoch left early, set_epoch to another epoch)
-            persistent_workers=options.persistent_workers and nw > 0,
+            persistent_workers=self._tuned(options.persistent_workers, in_workers) and nw > 0,
             prefetch_factor=prefetch if nw > 0 else None,
             worker_init_fn=(functools.partial(affinity.bind_worker, cores=self.worker_cores)
                             if self.worker_cores is not None and nw > 0 else None),
         )
+
+    @staticmethod
+    def _tuned(value: Optional[bool], in_workers: str) -> bool:
+        """A ``TorchOptions`` switch, or its default: off for the baseline (``full`` recipe in
+        the workers: the default recipe, untuned), on for ``pinned``."""
+        return value if value is not None else in_workers != "full"
 
     @staticmethod
     def _decoder(options: TorchOptions, in_workers: str) -> Decoder:
@@ -129,6 +136,7 @@ class TorchLoaderBase(LoaderBase):
         if self._stream is None or self._next != epoch or start:
             self._stop_stream()
             self.plan_sampler.start, self.plan_sampler.skip = epoch, start
+            self.plan_sampler.one_epoch = not self.epoch_stream
             self._stream = iter(self.loader)
         self._next = None  # until this epoch has been taken whole
         stream = self._stream
@@ -139,6 +147,9 @@ class TorchLoaderBase(LoaderBase):
                 self._stop_stream()
                 raise
             yield item
+        if not self.epoch_stream:  # a plain DataLoader: the epoch's iterator ends with it
+            self._stop_stream()
+            return
         self._next = epoch + 1
 
     def _stop_stream(self) -> None:

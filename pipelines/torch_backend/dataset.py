@@ -171,12 +171,15 @@ class PlanBatchSampler(torch.utils.data.Sampler):
         self.length = length
         self.start = 0
         self.skip = 0
+        self.one_epoch = False  # TorchOptions.epoch_stream off: epoch ``start`` only
 
     def __iter__(self) -> Iterator[List[Tuple[int, int]]]:
         e, skip = self.start, self.skip
         while True:
             for b in self.plan(e)[skip:]:
                 yield [(e, int(i)) for i in b]
+            if self.one_epoch:
+                return
             e, skip = e + 1, 0
 
     def __len__(self) -> int:
