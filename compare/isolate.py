@@ -191,7 +191,7 @@ def close_within(loader, seconds: float) -> str:
 def default_start_method() -> str:
     """Put back the platform's default multiprocessing start method in a spawned unit: spawn
     hands its own on, and DataLoader workers would then each be spawned and import torch
-    again (on an H200 that cost a unit about 100 s) instead of starting as in the user's job."""
+    again instead of starting as in the user's job (docs/results/h200/suite-steady-state)."""
     method = mp.get_all_start_methods()[0]
     mp.set_start_method(method, force=True)
     return method
