@@ -120,6 +120,8 @@ def merge(parts: List[VariantResult]) -> VariantResult:
             nvml_util_pct=statistics.fmean(nv) if nv else None,
             waits_ms=tuple(w for r in rs for w in r.waits_ms),
             ranks=tuple({k: getattr(r, k) for k in RANK_FIELDS} for r in rs),
+            halves=(tuple(sum(h) for h in zip(*(r.halves for r in rs)))
+                    if all(r.halves for r in rs) else None),  # the job's, like samples/s
         ))
     h2d = [p.h2d_bytes_per_sample for p in parts if p.h2d_bytes_per_sample is not None]
     return VariantResult(head.label, head.backend, dict(head.overrides),

@@ -19,8 +19,8 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterator, List, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -34,6 +34,19 @@ class RunMeasure:
     waits_ms: List[float]
     compute_ms: List[float]
     timeline_ms: float
+    starts_ms: List[float] = field(default_factory=list)  # each step's start in the window
+
+    def halves(self) -> Optional[Tuple[float, float]]:
+        """Samples/s over the window's first and second halves (``None`` under 4 steps): their
+        gap is the variation within one process, at half the window (``Repeat.halves``)."""
+        n, t = len(self.starts_ms), self.starts_ms
+        if n < 4 or self.timeline_ms <= 0:
+            return None
+        m, per = n // 2, self.samples / n
+        first, second = t[m] - t[0], self.timeline_ms - t[m]
+        if first <= 0 or second <= 0:
+            return None
+        return round(1e3 * m * per / first, 2), round(1e3 * (n - m) * per / second, 2)
 
     @property
     def samples_per_s(self) -> float:
@@ -78,8 +91,11 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     events = []
     n = 0
     t0 = time.perf_counter()
+    starts: List[float] = []
     for _ in range(steps):
         t = time.perf_counter()
+        if not cuda:
+            starts.append((t - t0) * 1e3)
         x, y = next(batches)
         t1 = time.perf_counter()
         waits.append((t1 - t) * 1e3)
@@ -98,11 +114,12 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
         torch.cuda.synchronize(device)
         wall = time.perf_counter() - t0
         compute = [a.elapsed_time(b) for a, b in events]
+        starts = [start.elapsed_time(a) for a, _ in events]
         timeline = start.elapsed_time(end)
     else:
         wall = time.perf_counter() - t0
         timeline = wall * 1e3
-    return RunMeasure(n, wall, waits, compute, timeline)
+    return RunMeasure(n, wall, waits, compute, timeline, starts)
 
 
 def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device) -> float:

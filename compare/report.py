@@ -185,6 +185,15 @@ def markdown(res: SuiteResult) -> str:
         lines += ["Every repeat of a variant ran in one process, so the ± is the spread within "
                   "a process; it understates the difference between two runs (`--isolate` "
                   "measures across processes).", ""]
+    within = [(v.label, v.spread("samples_per_s"), v.within_spread()) for v in res.variants
+              if v.within_spread() is not None]
+    if within:
+        lines += ["**Spreads of samples/s** (`compare diff` takes the larger of the two as its "
+                  "noise floor): across repeats (max - min), and within one process (the median "
+                  "gap between the two halves of a repeat's window).", "",
+                  "| backend | across repeats | within a window |", "|---|---|---|"]
+        lines += [f"| {label} | {a:.1f} | {w:.1f} |" for label, a, w in within]
+        lines += [""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "
                   "(`--cold`; compare.pagecache); the batches already queued were read before.",

@@ -46,6 +46,8 @@ class Repeat:
     # --cold: the share of the dataset's pages still cached after the eviction that preceded
     # the training run (compare.pagecache); None in a warm run
     cold_resident: Optional[float] = None
+    # samples/s over the training window's first and second halves (metrics.RunMeasure.halves)
+    halves: Optional[Tuple[float, float]] = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,16 @@ class VariantResult:
     def spread(self, metric: str) -> float:
         v = self.values(metric)
         return (max(v) - min(v)) if v else float("nan")
+
+    def within_spread(self) -> Optional[float]:
+        """The median gap between the two halves of a repeat's training window (samples/s):
+        the variation inside one process. ``spread`` is the one across repeats (across
+        processes under ``--isolate``). ``None`` when no repeat has halves."""
+        gaps = sorted(abs(r.halves[0] - r.halves[1]) for r in self.repeats if r.halves)
+        if not gaps:
+            return None
+        k = len(gaps) // 2
+        return gaps[k] if len(gaps) % 2 else (gaps[k - 1] + gaps[k]) / 2
 
     @property
     def world(self) -> int:
@@ -156,7 +168,8 @@ class SuiteResult:
             if v is None:
                 return None
             reps = tuple(Repeat(**{**r, "waits_ms": tuple(r.get("waits_ms", ())),
-                                   "ranks": tuple(r.get("ranks", ()))})
+                                   "ranks": tuple(r.get("ranks", ())),
+                                   "halves": tuple(r["halves"]) if r.get("halves") else None})
                          for r in v["repeats"])
             return VariantResult(v["label"], v["backend"], dict(v["overrides"]),
                                  v["h2d_bytes_per_sample"], reps, v.get("queue_batches"))

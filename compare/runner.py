@@ -326,6 +326,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
         waits_ms=tuple(round(w, 3) for w in m.waits_ms), steps=steps,
         window_s=round(m.wall_s, 4), pid=os.getpid(),
         cold_resident=None if evicted is None else round(evicted.after, 4),
+        halves=m.halves(),
     )
 
 

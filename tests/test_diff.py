@@ -7,6 +7,7 @@ import pytest
 
 from compare import diff
 from compare.diff import MIN_EFFECT, NO_DIFF, judge, ratio_ci, rows, verdict
+from compare.report import markdown
 from compare.results import Repeat, SuiteResult, VariantResult
 
 SAME_A = [1000, 1012, 991, 1005, 996]
@@ -154,3 +155,54 @@ def test_a_cold_run_against_a_warm_one_is_compared_and_noted(tmp_path, capsys):
     assert "note: page cache: warm in A, cold (--cold) in B" in out
     assert _table(out)["pageable"].endswith("slower")
     assert "page cache" not in _diff(tmp_path, capsys, warm, warm)
+
+
+def _halved(label, sps, gap):
+    """Repeats whose windows' halves differ by ``gap`` samples/s."""
+    return VariantResult(label, label.split()[0], {}, 1.0, tuple(
+        Repeat(s, 1.0, 1.0, 1.0, 1.0, halves=(s + gap / 2, s - gap / 2)) for s in sps))
+
+
+def test_the_noise_floor_is_the_larger_of_across_repeats_and_within_a_window(tmp_path):
+    a_sps, b_sps = [1000, 1004, 998, 1002, 1001], [1100, 1104, 1098, 1102, 1101]
+    steady_a, steady_b = _halved("pinned", a_sps, 2.0), _halved("pinned", b_sps, 2.0)
+    assert steady_a.within_spread() == 2.0 and steady_a.spread("samples_per_s") == 6
+    assert judge(steady_a, steady_b).verdict == "faster"  # both spreads far under the gap
+    wobbly_a, wobbly_b = _halved("pinned", a_sps, 300.0), _halved("pinned", b_sps, 300.0)
+    j = judge(wobbly_a, wobbly_b)  # the same medians, but each window swings by 300
+    assert j.verdict == NO_DIFF and "within a window" in j.note
+    run = SuiteResult({"gpu": "H200"}, {"model": "resnet50"}, None, (wobbly_a,))
+    run.dump(tmp_path / "r.json")
+    back = SuiteResult.load(tmp_path / "r.json").variants[0]
+    assert back.repeats[0].halves == (1150.0, 850.0) and back.within_spread() == 300.0
+    assert "| pinned | 6.0 | 300.0 |" in markdown(run)
+
+
+def test_measure_times_the_two_halves_of_its_window():
+    import time
+
+    import torch
+
+    from compare.metrics import measure
+
+    calls = []
+
+    def step(x, y):  # the second half of the window is three times slower
+        calls.append(1)
+        time.sleep(0.004 if len(calls) <= 2 + 4 else 0.012)
+
+    batches = iter(lambda: (torch.zeros(2, 1), torch.zeros(2)), None)
+    m = measure(batches, step, steps=8, warmup=2, device=torch.device("cpu"))
+    first, second = m.halves()
+    assert len(m.starts_ms) == 8 and 2.0 < first / second < 4.5
+    assert measure(batches, step, steps=3, warmup=0, device=torch.device("cpu")).halves() is None
+
+
+def test_a_jobs_halves_are_the_sum_of_its_ranks_like_its_rate():
+    from compare.ddp import merge
+
+    ranks = [_halved("pinned", [100.0], 20.0), _halved("pinned", [100.0], 10.0)]
+    job = merge(ranks).repeats[0]
+    assert job.samples_per_s == 200.0 and job.halves == (215.0, 185.0)
+    ranks[1] = VariantResult("pinned", "pinned", {}, 1.0, (Repeat(100.0, 1.0, 1.0, 1.0, 1.0),))
+    assert merge(ranks).repeats[0].halves is None
