@@ -16,10 +16,12 @@ bootstrap confidence interval of that ratio and a verdict, ``faster``, ``slower`
 
 * ``faster`` / ``slower`` only when all three hold: (1) the change ``|B/A - 1|`` is at least
   ``MIN_EFFECT`` (2%); (2) the interval excludes 1.0; (3) the gap between the medians exceeds
-  the noise floor: the largest of each run's two spreads. One is across repeats (max - min
-  over them: across processes when the repeats ran in fresh processes, within one process
-  otherwise); the other is within a window (``VariantResult.within_spread``: the median gap
-  between the two halves of a repeat's training window, the variation inside one process).
+  the noise floor, the larger of the two runs' spreads across repeats (max - min over them:
+  across processes when the repeats ran in fresh processes, within one process otherwise).
+  The spread within a window (``VariantResult.within_spread``, the gap between the rates of a
+  window's two halves) is reported in ``summary.md`` but not used here yet: a half window's
+  rate is noisier than a whole window's, so the gap needs a scale, and none has been fitted
+  on GPU runs.
 * otherwise ``no significant difference``, with the reason on a ``note:`` line under the table;
   a row with fewer than 2 repeats in either run is always ``no significant difference``
   (``too few repeats``): one value has no spread and no interval.
@@ -144,8 +146,7 @@ def judge(va, vb) -> Judgement:
     ratio, lo, hi = ratio_ci(a, b)
     if not math.isfinite(ratio):
         return Judgement(ratio, lo, hi, NO_DIFF, f"A's median is {ma:g}: no ratio")
-    noise = max(va.spread(METRIC), vb.spread(METRIC), va.within_spread() or 0.0,
-                vb.within_spread() or 0.0)  # the larger of across repeats and within one
+    noise = max(va.spread(METRIC), vb.spread(METRIC))
     change = ratio - 1
     if abs(change) < MIN_EFFECT:
         return Judgement(ratio, lo, hi, NO_DIFF,
@@ -157,7 +158,7 @@ def judge(va, vb) -> Judgement:
     if abs(mb - ma) <= noise:
         return Judgement(ratio, lo, hi, NO_DIFF,
                          f"the gap of the medians ({abs(mb - ma):.1f}) is within the larger "
-                         f"spread ({noise:.1f}, across repeats or within a window)")
+                         f"spread ({noise:.1f})")
     return Judgement(ratio, lo, hi, "faster" if mb > ma else "slower", "")
 
 

@@ -188,9 +188,9 @@ def markdown(res: SuiteResult) -> str:
     within = [(v.label, v.spread("samples_per_s"), v.within_spread()) for v in res.variants
               if v.within_spread() is not None]
     if within:
-        lines += ["**Spreads of samples/s** (`compare diff` takes the larger of the two as its "
-                  "noise floor): across repeats (max - min), and within one process (the median "
-                  "gap between the two halves of a repeat's window).", "",
+        lines += ["**Spreads of samples/s**: across repeats (max - min; `compare diff`'s noise "
+                  "floor), and within one process (the median gap between the two halves of a "
+                  "repeat's window).", "",
                   "| backend | across repeats | within a window |", "|---|---|---|"]
         lines += [f"| {label} | {a:.1f} | {w:.1f} |" for label, a, w in within]
         lines += [""]

@@ -163,15 +163,11 @@ def _halved(label, sps, gap):
         Repeat(s, 1.0, 1.0, 1.0, 1.0, halves=(s + gap / 2, s - gap / 2)) for s in sps))
 
 
-def test_the_noise_floor_is_the_larger_of_across_repeats_and_within_a_window(tmp_path):
-    a_sps, b_sps = [1000, 1004, 998, 1002, 1001], [1100, 1104, 1098, 1102, 1101]
-    steady_a, steady_b = _halved("pinned", a_sps, 2.0), _halved("pinned", b_sps, 2.0)
-    assert steady_a.within_spread() == 2.0 and steady_a.spread("samples_per_s") == 6
-    assert judge(steady_a, steady_b).verdict == "faster"  # both spreads far under the gap
-    wobbly_a, wobbly_b = _halved("pinned", a_sps, 300.0), _halved("pinned", b_sps, 300.0)
-    j = judge(wobbly_a, wobbly_b)  # the same medians, but each window swings by 300
-    assert j.verdict == NO_DIFF and "within a window" in j.note
-    run = SuiteResult({"gpu": "H200"}, {"model": "resnet50"}, None, (wobbly_a,))
+def test_the_within_window_spread_is_reported_and_survives_json(tmp_path):
+    a_sps = [1000, 1004, 998, 1002, 1001]
+    wobbly = _halved("pinned", a_sps, 300.0)
+    assert wobbly.within_spread() == 300.0 and wobbly.spread("samples_per_s") == 6
+    run = SuiteResult({"gpu": "H200"}, {"model": "resnet50"}, None, (wobbly,))
     run.dump(tmp_path / "r.json")
     back = SuiteResult.load(tmp_path / "r.json").variants[0]
     assert back.repeats[0].halves == (1150.0, 850.0) and back.within_spread() == 300.0
