@@ -185,8 +185,8 @@ def markdown(res: SuiteResult) -> str:
         lines += ["Every repeat of a variant ran in one process, so the ± is the spread within "
                   "a process; it understates the difference between two runs (`--isolate` "
                   "measures across processes).", ""]
-    within = [(v.label, v.spread("samples_per_s"), v.within_spread()) for v in res.variants
-              if v.within_spread() is not None]
+    within = [(v.label, v.spread("samples_per_s"), gap) for v in res.variants
+              if (gap := v.within_spread()) is not None]
     if within:
         lines += ["**Spreads of samples/s**: across repeats (max - min; `compare diff`'s noise "
                   "floor), and within one process (the median gap between the two halves of a "

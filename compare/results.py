@@ -76,11 +76,8 @@ class VariantResult:
         """The median gap between the two halves of a repeat's training window (samples/s):
         the variation inside one process. ``spread`` is the one across repeats (across
         processes under ``--isolate``). ``None`` when no repeat has halves."""
-        gaps = sorted(abs(r.halves[0] - r.halves[1]) for r in self.repeats if r.halves)
-        if not gaps:
-            return None
-        k = len(gaps) // 2
-        return gaps[k] if len(gaps) % 2 else (gaps[k - 1] + gaps[k]) / 2
+        gaps = [abs(r.halves[0] - r.halves[1]) for r in self.repeats if r.halves]
+        return statistics.median(gaps) if gaps else None
 
     @property
     def world(self) -> int:

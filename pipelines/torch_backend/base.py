@@ -66,6 +66,7 @@ class TorchLoaderBase(LoaderBase):
         self.num_workers, self.prefetch_factor = nw, prefetch
         self.worker_cores = self._worker_cores(options)  # None: as inherited
         self.epoch_stream = self._tuned(options.epoch_stream, in_workers)
+        self.plan_sampler.one_epoch = not self.epoch_stream
         self.loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_sampler=self.plan_sampler,
@@ -136,7 +137,6 @@ class TorchLoaderBase(LoaderBase):
         if self._stream is None or self._next != epoch or start:
             self._stop_stream()
             self.plan_sampler.start, self.plan_sampler.skip = epoch, start
-            self.plan_sampler.one_epoch = not self.epoch_stream
             self._stream = iter(self.loader)
         self._next = None  # until this epoch has been taken whole
         stream = self._stream
