@@ -108,3 +108,40 @@ def test_a_rotated_jpeg_gives_the_same_image_from_every_decoder(tmp_path):
         (root / f"{i}.jpg").write_bytes(_jpeg(orientation=6))
     outs = [_images(tmp_path / "r", d, size=32) for d in ("pil", "scaled", "torchvision")]
     assert (outs[0] - outs[1]).abs().max() == 0 and (outs[0] - outs[2]).abs().max() < 0.05
+
+
+def test_the_pil_decoder_copies_an_upright_image_once_as_imagefolder_does(monkeypatch):
+    """Regression (H200, docs/results/h200/seeds-reference): ``exif_transpose`` copied every
+    upright image before ``convert`` copied it again, one full-size copy per sample more than
+    ``ImageFolder``'s loader, and ``pageable`` fell behind the plain recipe."""
+    from torchvision.datasets.folder import pil_loader
+
+    from pipelines.torch_backend.decode import pil_image
+
+    data, copies = _jpeg(), []
+    real = Image.Image.copy
+    monkeypatch.setattr(Image.Image, "copy", lambda im: copies.append(1) or real(im))
+    pil_image(data)
+    ours, copies[:] = len(copies), []
+    monkeypatch.setattr("builtins.open", lambda *a, **k: io.BytesIO(data))
+    pil_loader("x.jpg")
+    monkeypatch.undo()
+    assert ours == len(copies) == 1
+    rotated = pil_image(_jpeg(orientation=6))
+    upright = pil_image(_jpeg())
+    assert rotated.size == upright.size[::-1]  # the orientation is still applied
+
+
+def test_a_sample_seeds_the_cpu_generator_only(monkeypatch):
+    """Regression: ``torch.manual_seed`` per sample also queued a seed, with a formatted stack
+    trace, for each lazily initialised device module: a sixth of the PIL recipe's time in the
+    workers, and a list that grew by one entry per sample."""
+    from pipelines.torch_backend.dataset import JpegDataset
+
+    device_seeds = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda s: device_seeds.append(s))
+    t = AugmentSpec(size=16).to_torchvision(normalize=True)
+    ds = JpegDataset(["a.jpg"], np.array([0]), t, seed=5, read=lambda i: _jpeg())
+    a, b = ds[(0, 0)][0], ds[(0, 0)][0]
+    assert device_seeds == [] and torch.equal(a, b)  # still seeded per sample
+    assert not torch.equal(a, ds[(1, 0)][0])  # another epoch, another crop

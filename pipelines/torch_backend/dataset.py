@@ -6,7 +6,6 @@ from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tup
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
 from torch.utils.data import default_collate
 
 try:  # deprecated in torchvision 0.29 in favour of TorchCodec, still the fastest CPU path here
@@ -26,11 +25,8 @@ warnings.filterwarnings(
 
 
 def _pil_rgb(data: bytes) -> torch.Tensor:
-    import io
 
-    with Image.open(io.BytesIO(data)) as im:
-        rgb = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
-    return torch.from_numpy(rgb.copy()).permute(2, 0, 1)
+    return pil_tensor(data)
 
 
 def decode_rgb(data: bytes) -> torch.Tensor:
@@ -51,6 +47,17 @@ def decode_rgb(data: bytes) -> torch.Tensor:
 
 from .decode import (as_tensor, first_crop, pil_image, pil_tensor,  # noqa: E402
                      scaled_crop, takes_pil)
+
+
+def seed_cpu(seed: int) -> None:
+    """Seed the CPU generator the transforms draw from, for one sample.
+
+    Not ``torch.manual_seed``: that also queues a seed for every lazily initialised device
+    module (CUDA, XPU, MTIA), each with a formatted stack trace, on every call. Per sample, in
+    a worker that never touches a device, that cost as much as a sixth of the PIL recipe and
+    kept the workers' queue of lazy calls growing (``tests/test_torch_backend.py``).
+    """
+    torch.random.default_generator.manual_seed(seed)
 
 
 class Bad(NamedTuple):
@@ -90,7 +97,7 @@ class JpegDataset(torch.utils.data.Dataset):
         """``(image, the steps still to run)``; with the scaled path the crop is done (and its
         random numbers drawn from ``seed``)."""
         if self._crop is not None and data.startswith(b"\xff\xd8"):
-            torch.manual_seed(seed)
+            seed_cpu(seed)
             img = scaled_crop(data, self._crop)
             if img is not None:
                 return (img if self._pil else as_tensor(img)), self._rest
@@ -122,7 +129,7 @@ class JpegDataset(torch.utils.data.Dataset):
         if reason is not None:
             return Bad(path, reason)  # the main process raises or skips, per on_bad_file
         if steps is self.transform:  # the scaled path has drawn its crop already
-            torch.manual_seed(seed)
+            seed_cpu(seed)
         return as_tensor(steps(img, where=path)), int(self.labels[index]), index
 
 

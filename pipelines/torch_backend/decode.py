@@ -33,7 +33,17 @@ def pil_image(data: bytes) -> Image.Image:
     """``ImageFolder``'s loader on bytes: open, EXIF orientation applied (as every backend
     does), converted to RGB."""
     with Image.open(io.BytesIO(data)) as im:
-        return ImageOps.exif_transpose(im).convert("RGB")
+        upright(im)
+        return im.convert("RGB")
+
+
+def upright(im: Image.Image) -> None:
+    """Apply ``im``'s EXIF orientation in place. Not ``ImageOps.exif_transpose(im)``, which
+    returns a copy even of an upright image: one more full-size copy per sample than
+    ``ImageFolder``'s loader makes."""
+    if im.getexif().get(EXIF_ORIENTATION, 1) in (None, 1):
+        return
+    ImageOps.exif_transpose(im, in_place=True)
 
 
 def pil_tensor(data: bytes) -> torch.Tensor:
