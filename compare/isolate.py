@@ -22,7 +22,10 @@ sends its measurement as soon as the timed run ends, then closes the loader for 
 ``TEARDOWN_S`` and exits with ``os._exit`` (no interpreter teardown). The suite then kills
 whatever is left of the group, so no worker of one unit decodes during the next one's window.
 A loader that fails or hangs while closing keeps the measurement and is reported in a
-warning. Each unit's log line says where its time went (``Phases``).
+warning. Each unit's log line says where its time went (``Phases``). A unit whose suite dies
+(killed by ``timeout``, say, which cannot reach a group of its own) kills its group within
+half a second (``die_with_parent``): on the H200 an orphaned unit's workers once decoded
+through the next run's windows (docs/results/h200/seeds-reference).
 
 NOTE [steady state]
 A timed window starts with the loader's queue full: ``queue_depth`` batches (DataLoader
@@ -197,9 +200,24 @@ def default_start_method() -> str:
     return method
 
 
-def _child(conn, job: Job, unit: Unit, spawned_at: float) -> None:
+def die_with_parent(parent: int, every: float = 0.5) -> threading.Thread:
+    """Kill this process's group (the unit and its loader's workers) as soon as ``parent`` is
+    no longer its parent: a suite killed by a signal (``timeout``, a scheduler) cannot end the
+    group itself, and an orphaned unit would decode beside whatever runs next."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os.killpg(0, signal.SIGKILL)
+
+    th = threading.Thread(target=watch, name="compare-unit-watchdog", daemon=True)
+    th.start()
+    return th
+
+
+def _child(conn, job: Job, unit: Unit, spawned_at: float, parent: int) -> None:
     """A unit's process (NOTE [unit processes])."""
     os.setpgrp()  # the unit and its loader's workers: one group, which the suite ends
+    die_with_parent(parent)
     default_start_method()
     stacks = os.environ.get("GPU_FEED_UNIT_STACKS")
     if stacks:  # a unit that seems stuck: its threads' stacks on stderr after that many s
@@ -250,7 +268,7 @@ def spawn(job: Job, unit: Unit, name: str
     phases)``; its error is raised here as ``UnitError``."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(child, job, unit, time.time()),
+    p = ctx.Process(target=_child, args=(child, job, unit, time.time(), os.getpid()),
                     name=f"compare-unit-{name}")
     p.start()
     child.close()

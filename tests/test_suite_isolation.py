@@ -254,3 +254,74 @@ def test_the_step_runs_its_first_calls_before_any_window():
     time_repeat(batches(), step, steps=3, warmup=2, device=torch.device("cpu"))
     assert events[:3] == ["batch", "step", "step"]  # primed on one batch, then the windows
     assert events[3:3 + 5] == ["batch"] * 5  # loader-only: warm-up 2 + 3 timed
+
+
+_UNIT = '''
+import os, subprocess, time
+
+def unit(path, parent):
+    os.setpgrp()  # as compare.isolate._child
+    from compare.isolate import die_with_parent
+    die_with_parent(parent, every=0.1)
+    worker = subprocess.Popen(["sleep", "60"])  # a loader worker, in the unit's group
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{os.getpid()} {worker.pid}")
+    os.rename(path + ".tmp", path)
+    time.sleep(60)
+'''
+
+_SUITE = '''
+import multiprocessing as mp, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import fake_unit
+p = mp.get_context("spawn").Process(target=fake_unit.unit, args=(sys.argv[2], os.getpid()))
+p.start()
+time.sleep(60)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_unit_and_its_workers_die_with_a_killed_suite(tmp_path):
+    """Regression (H200): ``timeout`` killed the suite, and the unit it was running, in a
+    process group of its own, went on decoding with 14 workers through the next run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "fake_unit.py").write_text(_UNIT)
+    pids = tmp_path / "pids"
+    import compare
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(compare.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    suite_p = subprocess.Popen([sys.executable, "-c", _SUITE, str(tmp_path), str(pids)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not pids.exists():
+            assert time.monotonic() < deadline and suite_p.poll() is None, "the unit never started"
+            time.sleep(0.1)
+        unit, worker = map(int, pids.read_text().split())
+        assert _alive(unit) and _alive(worker)
+        suite_p.send_signal(signal.SIGKILL)
+        suite_p.wait()
+        deadline = time.monotonic() + 10
+        while (_alive(unit) or _alive(worker)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(unit) and not _alive(worker)
+    finally:
+        suite_p.kill()
+        for pid in pids.read_text().split() if pids.exists() else ():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
