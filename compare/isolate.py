@@ -160,7 +160,8 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
             cold = evictor(cfg.root)
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
-        rep = time_repeat(it, step, steps=n, warmup=job.warmup, device=device, cold=cold)
+        rep = time_repeat(it, step, steps=n, warmup=job.warmup, device=device, cold=cold,
+                          queue=queue)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()
         it.close()

@@ -5,11 +5,13 @@ The plots are drawn by ``compare.plot`` (``python -m compare plot`` redraws them
 from __future__ import annotations
 
 import math
-from typing import List
+from typing import List, Optional, Tuple
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
+
+COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
 
 COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
            "% ceiling", "speed-up", "H2D KiB/sample", "CPU %", "NVML idle %")
@@ -75,6 +77,11 @@ def warnings_for(res: SuiteResult) -> List[str]:
         if stale:
             w.append(f"{v.label}: the page-cache eviction did not take ({100 * max(stale):.1f}% "
                      "of the dataset still cached after it): this row is not a cold run")
+        c = cold_share(res, v)
+        if c is not None and c[0] < COLD_SHARE:
+            w.append(f"{v.label}: at most {100 * c[0]:.0f}% of its window was read cold: the "
+                     f"dataset is smaller than what the loader reads after the eviction. A cold "
+                     f"window needs at least {c[2]} images")
     for v in res.variants:
         pct = res.pct_of_ceiling(v)
         if pct is not None and pct > OVER_CEILING:
@@ -144,6 +151,35 @@ def window_lines(res: SuiteResult) -> List[str]:
     return out
 
 
+def cold_share(res: SuiteResult, v) -> Optional[Tuple[float, int, int]]:
+    """``(share, read first, images needed)`` for variant ``v`` of a ``--cold`` run: the
+    largest share of its window that can have been read from disk, the samples the loader read
+    between the eviction and the window (the drained queue and the warm-up), and the dataset
+    size a wholly cold window needs (per rank: a rank reads ``num_images / world_size``
+    files). ``None`` when the run does not say."""
+    s = res.setup
+    data = s.get("dataset")
+    images = data.get("num_images") if isinstance(data, dict) else None
+    batch, warmup, world = s.get("batch_size") or 0, s.get("warmup") or 0, s.get("world_size") or 1
+    steps = max((r.steps or 0 for r in v.repeats), default=0)
+    if not (s.get("cold") and images and batch and steps):
+        return None
+    first = ((v.queue_batches or 0) + warmup) * batch
+    share = (images / world - first) / (steps * batch)
+    return min(1.0, max(0.0, share)), first, (first + steps * batch) * world
+
+
+def cold_lines(res: SuiteResult) -> List[str]:
+    """The ``cold_share`` of each variant, as the summary says it."""
+    out = []
+    for v in res.variants:
+        c = cold_share(res, v)
+        if c is not None:
+            out.append(f"{v.label}: at most {100 * c[0]:.0f}% of the window read cold "
+                       f"({c[1]} samples were read between the eviction and the window)")
+    return out
+
+
 def _md(columns, body) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "|".join("---" for _ in columns) + "|\n"
     return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
@@ -196,8 +232,10 @@ def markdown(res: SuiteResult) -> str:
         lines += [""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "
-                  "(`--cold`; compare.pagecache); the batches already queued were read before.",
-                  ""]
+                  "(`--cold`; compare.pagecache), then the loader's queue, filled from files "
+                  "read before, was drained. A window that reads more than the dataset reads "
+                  "its files again, from the page cache:", ""]
+        lines += [f"- {x}" for x in cold_lines(res)] + [""]
     if not res.complete:
         planned = len(s.get("variants") or ()) or "?"
         why = f" Stopped by: {s['error']}" if s.get("error") else ""

@@ -296,13 +296,21 @@ def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int) -> 
     return max(steps, 10 * (queue or 0), epoch_batches + 1)
 
 
+def drain(it: Iterator, batches: int) -> None:
+    """Take ``batches`` batches from ``it`` and drop them."""
+    for _ in range(batches):
+        next(it)
+
+
 def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 device: torch.device, sync: Callable[[], None] = _nothing,
-                cold: Optional[Callable[[], object]] = None) -> Repeat:
+                cold: Optional[Callable[[], object]] = None,
+                queue: Optional[int] = None) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
-    ``warmup``. ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs
-    before each of the two; the batches already queued were read before it."""
+    ``warmup``. ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs before each
+    of the two, and then the loader's ``queue`` (its depth in batches) is drained: the loader
+    filled it while the eviction ran, from files read before it."""
     x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
     for _ in range(max(1, warmup)):  # the loader cannot fill its queue while they run
         step(x, y)  # (NOTE [steady state] in compare.isolate)
@@ -312,9 +320,12 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     sync()
     if cold is not None:
         cold()
+        drain(it, queue or 0)
     lo = loader_only(it, steps, warmup, device)
     sync()
     evicted = cold() if cold is not None else None
+    if cold is not None:
+        drain(it, queue or 0)
     cpu = CpuUtil()
     cpu.start()
     with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
@@ -363,7 +374,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
         progress = bar(repeats, f"compare {v.label}", "repeat")
         for r in range(repeats):
             reps.append(time_repeat(it, step, steps=n, warmup=warmup, device=device, sync=sync,
-                                    cold=cold))
+                                    cold=cold, queue=queue))
             progress.update(1)
             say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}")
         progress.close()

@@ -98,7 +98,7 @@ def test_cold_runs_evict_check_and_say_so(tiny_root, tmp_path):
     from compare.report import rows
 
     r = _run(tiny_root, tmp_path / "cold", "--no-isolate", "--backends", "pageable",
-             "--steps", "2", "--repeats", "2", "--cold")
+             "--steps", "2", "--warmup", "3", "--repeats", "2", "--cold")
     reps = r["variants"][0]["repeats"]
     assert r["setup"]["cold"] is True and all(x["cold_resident"] is not None for x in reps)
     assert max(x["cold_resident"] for x in reps) <= 0.05
@@ -106,7 +106,34 @@ def test_cold_runs_evict_check_and_say_so(tiny_root, tmp_path):
 
     res = SuiteResult.load(tmp_path / "cold" / "results.json")
     assert rows(res)[0][0] == "pageable (cold)"
-    assert "Cold page cache" in (tmp_path / "cold" / "summary.md").read_text()
+    md = (tmp_path / "cold" / "summary.md").read_text()
+    assert "Cold page cache" in md
+    # 37 images: the drained queue (2 batches of 8) and the warm-up (3) read 40 before the
+    # window, which reads 16 more: none of it can be cold, and 56 images would be needed
+    assert "pageable: at most 0% of the window read cold (40 samples" in md
+    assert "A cold window needs at least 56 images" in md
+
+
+def test_a_cold_window_starts_after_the_queue_filled_during_the_eviction():
+    """Regression (H200): the loader filled its queue from cached files while the eviction
+    ran, and the window counted those batches: a --cold row trained faster than the warm one."""
+    import torch
+
+    from compare.runner import time_repeat
+
+    events = []
+
+    def batches():
+        while True:
+            events.append("batch")
+            yield torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.long)
+
+    time_repeat(batches(), lambda x, y: events.append("step"), steps=3, warmup=2,
+                device=torch.device("cpu"), cold=lambda: events.append("cold"), queue=4)
+    first, second = [i for i, e in enumerate(events) if e == "cold"]
+    assert events[first + 1:second] == ["batch"] * (4 + 2 + 3)  # drain, then loader-only
+    assert events[second + 1:second + 6] == ["batch"] * 4 + ["batch"]  # drain, then the step
+    assert events[second + 6] == "step"
 
 
 def test_long_windows_are_ten_queues_and_cross_an_epoch(tiny_root, tmp_path):
