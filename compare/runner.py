@@ -290,10 +290,12 @@ def queue_depth(loader) -> Optional[int]:
 
 def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int) -> int:
     """The timed window in batches: ``steps``, or with ``long`` at least 10x the queue and
-    past an epoch boundary (NOTE [steady state] in compare.isolate)."""
-    if not long:
-        return steps
-    return max(steps, 10 * (queue or 0), epoch_batches + 1)
+    past an epoch boundary; either rounded up to whole epochs when an epoch is at most twice
+    that long (NOTE [steady state] in compare.isolate)."""
+    n = max(steps, 10 * (queue or 0), epoch_batches + 1) if long else steps
+    if 0 < epoch_batches <= 2 * n:
+        n = -(-n // epoch_batches) * epoch_batches
+    return n
 
 
 def drain(it: Iterator, batches: int) -> None:

@@ -39,8 +39,8 @@ def test_isolated_repeats_run_in_fresh_processes_in_the_recorded_order(tiny_root
     assert s["isolate"] is True and s["order_seed"] == 7
     labels = ["pageable", "pinned"]
     assert s["order"] == [u.name(labels) for u in isolate.order(2, 2, True, 7)]
-    assert all(rep["steps"] == 2 and rep["window_s"] > 0 for v in r["variants"]
-               for rep in v["repeats"])
+    assert all(rep["steps"] == 4 and rep["window_s"] > 0 for v in r["variants"]
+               for rep in v["repeats"])  # 2 steps, rounded up to a whole 4-batch epoch
 
 
 def test_without_isolation_one_process_runs_every_repeat(tiny_root, tmp_path):
@@ -109,9 +109,10 @@ def test_cold_runs_evict_check_and_say_so(tiny_root, tmp_path):
     md = (tmp_path / "cold" / "summary.md").read_text()
     assert "Cold page cache" in md
     # 37 images: the drained queue (2 batches of 8) and the warm-up (3) read 40 before the
-    # window, which reads 16 more: none of it can be cold, and 56 images would be needed
+    # window, which reads 32 more (2 steps, rounded up to a 4-batch epoch): none of it can
+    # be cold, and 72 images would be needed
     assert "pageable: at most 0% of the window read cold (40 samples" in md
-    assert "A cold window needs at least 56 images" in md
+    assert "A cold window needs at least 72 images" in md
 
 
 def test_a_cold_window_starts_after_the_queue_filled_during_the_eviction():
@@ -352,3 +353,22 @@ def test_a_unit_and_its_workers_die_with_a_killed_suite(tmp_path):
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.parametrize("steps,long,queue,epoch,want", [
+    (50, False, 30, 31, 62),      # the H200 case: two whole 31-batch epochs, not 50 batches
+    (50, False, 30, 100, 100),    # an epoch at most twice the window: one whole epoch
+    (50, False, 30, 5000, 50),    # long epochs: their boundaries are rare in training too
+    (50, True, 28, 31, 310),      # --long: 10x the queue (280), rounded up to 10 epochs
+    (2, True, 2, 4, 20),
+])
+def test_windows_hold_whole_epochs_when_epochs_are_short(steps, long, queue, epoch, want):
+    """Regression (H200): a 50-batch window over 31-batch epochs held one epoch start where
+    the steady state has 1.6, and pageable, which restarts its workers each epoch, trained
+    about 10% faster in the default window than in a --long one."""
+    from compare.runner import window
+
+    n = window(steps, long, queue, epoch)
+    assert n == want
+    starts = {sum(1 for b in range(s, s + n) if b % epoch == 0) for s in range(epoch)}
+    assert len(starts) == 1 or epoch > 2 * n  # every placement holds as many epoch starts
