@@ -16,12 +16,9 @@ bootstrap confidence interval of that ratio and a verdict, ``faster``, ``slower`
 
 * ``faster`` / ``slower`` only when all three hold: (1) the change ``|B/A - 1|`` is at least
   ``MIN_EFFECT`` (2%); (2) the interval excludes 1.0; (3) the gap between the medians exceeds
-  the noise floor, the larger of the two runs' spreads across repeats (max - min over them:
-  across processes when the repeats ran in fresh processes, within one process otherwise).
-  The spread within a window (``VariantResult.within_spread``, the gap between the rates of a
-  window's two halves) is reported in ``summary.md`` but not used here yet: a half window's
-  rate is noisier than a whole window's, so the gap needs a scale, and none has been fitted
-  on GPU runs.
+  the noise floor: the largest of the two runs' spreads across repeats (max - min over them:
+  across processes when the repeats ran in fresh processes, within one process otherwise) and
+  of their spreads within a window, put on the same scale (``within_as_range``).
 * otherwise ``no significant difference``, with the reason on a ``note:`` line under the table;
   a row with fewer than 2 repeats in either run is always ``no significant difference``
   (``too few repeats``): one value has no spread and no interval.
@@ -133,6 +130,28 @@ class Judgement(NamedTuple):
     note: str  # why the verdict is NO_DIFF ("" for faster / slower)
 
 
+# d2(n): the expected range of n draws of a unit normal (the control-chart constant)
+D2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
+
+
+def within_as_range(v) -> float:
+    """``v``'s spread within a window, as the range its repeats would show if the variation
+    inside one window were all there is (0.0 when no repeat has halves, or one repeat).
+
+    A half window's rate varies with a standard deviation ``s``; the median gap between the
+    two halves, ``|N(0, 2 s^2)|``, is ``0.954 s``. A whole window's rate varies by ``s / sqrt 2``,
+    and n of them span ``d2(n) s / sqrt 2`` on average. So the range is
+    ``d2(n) / (0.954 sqrt 2) = d2(n) / 1.349`` times the gap. A gap that comes from a cause
+    the window does not average out (an epoch start in one half only) is counted as noise too:
+    that errs toward "no significant difference".
+    """
+    gap = v.within_spread()
+    n = len(v.values(METRIC))
+    if gap is None or n < 2:
+        return 0.0
+    return gap * D2[min(n, 10)] / 1.349  # beyond 10 repeats: d2(10), a slight underestimate
+
+
 def judge(va, vb) -> Judgement:
     """The verdict of B's ``VariantResult`` against A's (the rule in the module docstring)."""
     a, b = va.values(METRIC), vb.values(METRIC)
@@ -146,7 +165,7 @@ def judge(va, vb) -> Judgement:
     ratio, lo, hi = ratio_ci(a, b)
     if not math.isfinite(ratio):
         return Judgement(ratio, lo, hi, NO_DIFF, f"A's median is {ma:g}: no ratio")
-    noise = max(va.spread(METRIC), vb.spread(METRIC))
+    noise = max(va.spread(METRIC), vb.spread(METRIC), within_as_range(va), within_as_range(vb))
     change = ratio - 1
     if abs(change) < MIN_EFFECT:
         return Judgement(ratio, lo, hi, NO_DIFF,
@@ -157,8 +176,8 @@ def judge(va, vb) -> Judgement:
                          f"the {LEVEL:.0%} interval [{lo:.3f}, {hi:.3f}] includes 1")
     if abs(mb - ma) <= noise:
         return Judgement(ratio, lo, hi, NO_DIFF,
-                         f"the gap of the medians ({abs(mb - ma):.1f}) is within the larger "
-                         f"spread ({noise:.1f})")
+                         f"the gap of the medians ({abs(mb - ma):.1f}) is within the largest "
+                         f"spread ({noise:.1f}, across repeats or within a window)")
     return Judgement(ratio, lo, hi, "faster" if mb > ma else "slower", "")
 
 

@@ -174,6 +174,22 @@ def test_the_within_window_spread_is_reported_and_survives_json(tmp_path):
     assert "| pinned | 6.0 | 300.0 |" in markdown(run)
 
 
+def test_a_wide_within_window_spread_raises_the_noise_floor():
+    """Issue 19: the noise verdict uses the larger of the spread across repeats and the one
+    within a window. Steady repeats (spread 6) whose windows swing by 300 between halves
+    cannot call a 5% change; the same repeats with steady windows can."""
+    from compare.diff import within_as_range
+
+    a_sps, b_sps = [1000, 1004, 998, 1002, 1001], [1050, 1054, 1048, 1052, 1051]
+    steady = judge(_halved("pinned", a_sps, 2.0), _halved("pinned", b_sps, 2.0))
+    wobbly = judge(_halved("pinned", a_sps, 300.0), _halved("pinned", b_sps, 2.0))
+    assert steady.verdict == "faster"
+    assert wobbly.verdict == NO_DIFF and "within a window" in wobbly.note
+    # five repeats: a range of d2(5) / (0.954 sqrt 2) = 1.724 gaps
+    assert within_as_range(_halved("pinned", a_sps, 300.0)) == pytest.approx(517.2, abs=0.5)
+    assert within_as_range(_halved("pinned", a_sps[:1], 300.0)) == 0.0  # one repeat: none
+
+
 def test_measure_times_the_two_halves_of_its_window():
     import time
 
