@@ -246,8 +246,9 @@ def markdown(res: SuiteResult) -> str:
         lines += ["**Per rank** (medians over repeats)", "", _md(RANK_COLUMNS, rank_rows(res))]
     windows = window_lines(res)
     if windows:
-        lines += ["**Timed windows** (training run; `--long` makes them at least 10x the "
-                  "queue)", ""] + [f"- {x}" for x in windows] + [""]
+        lines += ["**Timed windows** (training run; whole epochs when an epoch is at most "
+                  "twice the window; `--long` makes them at least 10x the queue)", ""] + [
+                      f"- {x}" for x in windows] + [""]
     if s.get("notes"):
         lines += ["**Notes**", ""] + [f"- {x}" for x in s["notes"]] + [""]
     if w:
