@@ -25,8 +25,7 @@ warnings.filterwarnings(
 
 
 def _pil_rgb(data: bytes) -> torch.Tensor:
-
-    return pil_tensor(data)
+    return pil_tensor(data)  # defined in .decode, imported below
 
 
 def decode_rgb(data: bytes) -> torch.Tensor:
@@ -55,7 +54,7 @@ def seed_cpu(seed: int) -> None:
     Not ``torch.manual_seed``: that also queues a seed for every lazily initialised device
     module (CUDA, XPU, MTIA), each with a formatted stack trace, on every call. Per sample, in
     a worker that never touches a device, that cost as much as a sixth of the PIL recipe and
-    kept the workers' queue of lazy calls growing (``tests/test_torch_backend.py``).
+    kept the workers' queue of lazy calls growing (``tests/test_decode.py``).
     """
     torch.random.default_generator.manual_seed(seed)
 
