@@ -12,6 +12,7 @@ from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
+SLOWER_STEP = 0.03  # a step this much slower than on resident batches is reported
 
 COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
            "% ceiling", "speed-up", "H2D KiB/sample", "CPU %", "NVML idle %")
@@ -180,6 +181,32 @@ def cold_lines(res: SuiteResult) -> List[str]:
     return out
 
 
+def step_slowdown(res: SuiteResult, v: VariantResult) -> Optional[float]:
+    """How much longer ``v``'s model step took than the ceiling's, on a GPU: the busy share of
+    its window, ``1 - idle``, over its rate, against the ceiling's time per sample. Above 0 the
+    step itself ran slower beside the loader, with no wait for data to blame: the loader's own
+    GPU work (decode, augmentation, copies) shared the device. ``None`` off the GPU (no idle
+    from CUDA events) or without a ceiling."""
+    if not res.on_gpu or res.ceiling is None:
+        return None
+    c, r, idle = (res.ceiling.median("samples_per_s"), v.median("samples_per_s"),
+                  v.median("idle_pct"))
+    if not (c > 0 and r > 0 and math.isfinite(idle)):
+        return None
+    return (1 - idle / 100) * c / r - 1
+
+
+def contention_lines(res: SuiteResult) -> List[str]:
+    """The rows whose step ran ``SLOWER_STEP`` or more slower than on resident batches."""
+    out = []
+    for v in res.variants:
+        d = step_slowdown(res, v)
+        if d is not None and d >= SLOWER_STEP:
+            out.append(f"{res.row_label(v)}: the step took {100 * d:.1f}% longer than on "
+                       "resident batches")
+    return out
+
+
 def _md(columns, body) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "|".join("---" for _ in columns) + "|\n"
     return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
@@ -244,6 +271,11 @@ def markdown(res: SuiteResult) -> str:
     lines += [_md(COLUMNS, rows(res))]
     if world > 1:
         lines += ["**Per rank** (medians over repeats)", "", _md(RANK_COLUMNS, rank_rows(res))]
+    slow = contention_lines(res)
+    if slow:
+        lines += ["**The step ran slower beside the loader** (busy time per sample against the "
+                  "ceiling's; not data waits: the loader's own GPU work shared the device)", ""
+                  ] + [f"- {x}" for x in slow] + [""]
     windows = window_lines(res)
     if windows:
         lines += ["**Timed windows** (training run; whole epochs when an epoch is at most "

@@ -104,6 +104,31 @@ def test_over_the_ceiling_is_flagged_with_the_reasons():
     assert "ceiling run varied by 40.0" in w and "share the cores" not in w
 
 
+def test_a_step_slowed_by_the_loaders_gpu_work_is_reported():
+    """Seen on the H200 (docs/results/h200/seeds-reference/step): DALI beside a compiled
+    ResNet-50 at 90% of the ceiling with the compute stream idle under 1%: the step itself
+    ran slower, which neither the data wait nor the idle column shows."""
+    from compare.report import contention_lines, step_slowdown
+
+    def row(label, sps, idle):
+        return VariantResult(label, label, {}, 1.0, tuple(
+            Repeat(s, 1000.0, 1.0, 2.0, idle) for s in sps))
+
+    ceiling = row("ceiling", [4700, 4700, 4700], 0.0)
+    busy = row("dali", [4230, 4230, 4230], 0.0)          # no idle, 10% short: the step slowed
+    starved = row("pinned", [4230, 4230, 4230], 10.0)    # 10% idle explains the 10% short
+    gpu = SuiteResult({"gpu": "H200", "cuda_available": True}, {"device": "cuda"}, ceiling,
+                      (busy, starved))
+    assert step_slowdown(gpu, busy) == pytest.approx(4700 / 4230 - 1)
+    assert step_slowdown(gpu, starved) == pytest.approx(0.0, abs=1e-9)
+    assert contention_lines(gpu) == ["dali: the step took 11.1% longer than on resident batches"]
+    assert "The step ran slower beside the loader" in markdown(gpu)
+    cpu = SuiteResult({"gpu": None, "cuda_available": False}, {"device": "cpu"}, ceiling,
+                      (busy, starved))
+    assert step_slowdown(cpu, busy) is None and contention_lines(cpu) == []
+    assert "ran slower beside" not in markdown(cpu)
+
+
 def test_cpu_runs_say_so_and_drop_the_gpu_idle_column(tmp_path):
     from compare.report import rows
 
