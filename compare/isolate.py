@@ -37,9 +37,9 @@ queue_batches``); ``--long`` times at least 10x the queue, across an epoch bound
 (``runner.window``).
 An epoch boundary costs something (a loader that restarts its workers each epoch, as the
 plain DataLoader and ``pageable`` do, stalls there), and a window of a fixed number of batches
-holds a number of boundaries that depends on how it falls: on the H200 a 50-batch window over
-31-batch epochs held one, not 1.6, and ``pageable`` trained about 10% faster than in a
-``--long`` window (docs/results/h200/seeds-reference). So a window is rounded up to whole
+holds a number of boundaries that depends on how it falls, not on its share of the run, and
+``pageable`` then disagreed with a ``--long`` window on the H200
+(docs/results/h200/seeds-reference). So a window is rounded up to whole
 epochs when an epoch is at most twice its length: any k x E consecutive batches hold exactly k
 epoch starts. Longer epochs are left alone, as their boundaries are rare in training too.
 The step's first calls set up CUDA and cuDNN and take seconds; run inside the training

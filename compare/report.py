@@ -251,9 +251,10 @@ def markdown(res: SuiteResult) -> str:
     within = [(v.label, v.spread("samples_per_s"), gap) for v in res.variants
               if (gap := v.within_spread()) is not None]
     if within:
-        lines += ["**Spreads of samples/s**: across repeats (max - min; `compare diff`'s noise "
-                  "floor), and within one process (the median gap between the two halves of a "
-                  "repeat's window).", "",
+        lines += ["**Spreads of samples/s**: across repeats (max - min), and within one process "
+                  "(the median gap between the two halves of a repeat's window). `compare diff` "
+                  "takes the larger as its noise floor, the gap first scaled to a range over "
+                  "the repeats.", "",
                   "| backend | across repeats | within a window |", "|---|---|---|"]
         lines += [f"| {label} | {a:.1f} | {w:.1f} |" for label, a, w in within]
         lines += [""]

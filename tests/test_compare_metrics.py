@@ -106,8 +106,8 @@ def test_over_the_ceiling_is_flagged_with_the_reasons():
 
 def test_a_step_slowed_by_the_loaders_gpu_work_is_reported():
     """Seen on the H200 (docs/results/h200/seeds-reference/step): DALI beside a compiled
-    ResNet-50 at 90% of the ceiling with the compute stream idle under 1%: the step itself
-    ran slower, which neither the data wait nor the idle column shows."""
+    ResNet-50 well under the ceiling with the compute stream almost never idle: the step
+    itself ran slower, which neither the data wait nor the idle column shows."""
     from compare.report import contention_lines, step_slowdown
 
     def row(label, sps, idle):

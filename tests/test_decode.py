@@ -134,8 +134,8 @@ def test_the_pil_decoder_copies_an_upright_image_once_as_imagefolder_does(monkey
 
 def test_a_sample_seeds_the_cpu_generator_only(monkeypatch):
     """Regression: ``torch.manual_seed`` per sample also queued a seed, with a formatted stack
-    trace, for each lazily initialised device module: a sixth of the PIL recipe's time in the
-    workers, and a list that grew by one entry per sample."""
+    trace, for each lazily initialised device module: a large share of the PIL recipe's time
+    in the workers, and a list that grew by one entry per sample."""
     from pipelines.torch_backend.dataset import JpegDataset
 
     device_seeds = []

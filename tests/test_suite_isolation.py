@@ -319,7 +319,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 def test_a_unit_and_its_workers_die_with_a_killed_suite(tmp_path):
     """Regression (H200): ``timeout`` killed the suite, and the unit it was running, in a
-    process group of its own, went on decoding with 14 workers through the next run."""
+    process group of its own, went on decoding with its workers through the next run."""
     import signal
     import subprocess
     import sys
@@ -364,8 +364,8 @@ def test_a_unit_and_its_workers_die_with_a_killed_suite(tmp_path):
 ])
 def test_windows_hold_whole_epochs_when_epochs_are_short(steps, long, queue, epoch, want):
     """Regression (H200): a 50-batch window over 31-batch epochs held one epoch start where
-    the steady state has 1.6, and pageable, which restarts its workers each epoch, trained
-    about 10% faster in the default window than in a --long one."""
+    the steady state has more, and pageable, which restarts its workers each epoch, trained
+    faster in the default window than in a --long one."""
     from compare.runner import window
 
     n = window(steps, long, queue, epoch)

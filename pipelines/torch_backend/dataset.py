@@ -53,8 +53,9 @@ def seed_cpu(seed: int) -> None:
 
     Not ``torch.manual_seed``: that also queues a seed for every lazily initialised device
     module (CUDA, XPU, MTIA), each with a formatted stack trace, on every call. Per sample, in
-    a worker that never touches a device, that cost as much as a sixth of the PIL recipe and
-    kept the workers' queue of lazy calls growing (``tests/test_decode.py``).
+    a worker that never touches a device, that was a large share of the PIL recipe's time
+    (docs/results/h200/seeds-reference) and kept the workers' queue of lazy calls growing
+    (``tests/test_decode.py``).
     """
     torch.random.default_generator.manual_seed(seed)
 
