@@ -68,6 +68,21 @@ def _facts(r: SuiteResult) -> Dict[str, object]:
             "world_size": s.get("world_size") or 1}
 
 
+# Facts of the machine and software that do not block a comparison but can explain a verdict:
+# the torch rows are bound by CPU decoding, so their rates follow the host's CPU
+# (docs/results/h200/seeds-reference: the same code on two H200 hosts).
+HOST = ("platform", "cpu_model", "cpu_count", "cpu_affinity", "torch", "torchvision", "dali",
+        "pillow", "numpy", "driver", "cuda_runtime", "python")
+
+
+def host_changes(a: SuiteResult, b: SuiteResult) -> List[str]:
+    """``"key: A -> B"`` for each machine or software fact (``HOST``) that both runs recorded
+    and that differs."""
+    ea, eb = a.env or {}, b.env or {}
+    return [f"{k}: {ea[k]!r} -> {eb[k]!r}" for k in HOST
+            if ea.get(k) is not None and eb.get(k) is not None and ea[k] != eb[k]]
+
+
 def incompatible(a: SuiteResult, b: SuiteResult) -> List[str]:
     """``"key: A -> B"`` for each fact that differs between the two runs."""
     fa, fb = _facts(a), _facts(b)
@@ -264,6 +279,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         return cli.fail(PROG, e)
     notes = [f"differs: {d}" for d in diff]
+    host = host_changes(a, b)
+    if host:
+        notes.append(f"another host or software ({'; '.join(host)}): a verdict on a CPU-bound "
+                     "row can be the machine's, not the code's")
     sa, sb = a.setup.get("source", "folder"), b.setup.get("source", "folder")
     if sa != sb:  # the same images (data_gen's statistics match) read from another source
         notes.append(f"the same images, read from a {sa} in A and from {sb} in B")

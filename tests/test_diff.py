@@ -157,6 +157,22 @@ def test_a_cold_run_against_a_warm_one_is_compared_and_noted(tmp_path, capsys):
     assert "page cache" not in _diff(tmp_path, capsys, warm, warm)
 
 
+def test_another_host_or_software_is_noted_and_not_refused(tmp_path, capsys):
+    a = _run({"pinned": SAME_A})
+    env = {"gpu": "H200", "platform": "Linux-6.18-v657", "torch": "2.11.0", "pillow": "12.3.0"}
+    a = SuiteResult(env, a.setup, a.ceiling, a.variants)
+    b = SuiteResult({**env, "platform": "Linux-6.18-v973", "torch": "2.11.0"}, a.setup,
+                    a.ceiling, a.variants)
+    out = _diff(tmp_path, capsys, a, b)
+    assert ("note: another host or software (platform: 'Linux-6.18-v657' -> 'Linux-6.18-v973')"
+            in out)
+    assert "torch:" not in out and "pillow" not in out  # unchanged facts are not listed
+    assert _table(out)["pinned"].endswith(NO_DIFF)
+    assert "another host" not in _diff(tmp_path, capsys, a, a)
+    bare = SuiteResult({"gpu": "H200"}, a.setup, a.ceiling, a.variants)  # older files
+    assert "another host" not in _diff(tmp_path, capsys, a, bare)
+
+
 def _halved(label, sps, gap):
     """Repeats whose windows' halves differ by ``gap`` samples/s."""
     return VariantResult(label, label.split()[0], {}, 1.0, tuple(
