@@ -12,6 +12,9 @@ from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
+# in_step: a wait is long above max(IN_STEP_FLOOR_MS, IN_STEP_TIMES x the median wait); the long
+# waits must hold IN_STEP_SHARE of all the wait, and IN_STEP_SHARE of them fall on one phase
+IN_STEP_FLOOR_MS, IN_STEP_TIMES, IN_STEP_SHARE = 20.0, 4.0, 0.7
 SLOWER_STEP = 0.03  # a step this much slower than on resident batches is reported
 
 COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
@@ -83,6 +86,7 @@ def warnings_for(res: SuiteResult) -> List[str]:
             w.append(f"{v.label}: at most {100 * c[0]:.0f}% of its window was read cold: the "
                      f"dataset is smaller than what the loader reads after the eviction. A cold "
                      f"window needs at least {c[2]} images")
+    w += in_step_lines(res)
     for v in res.variants:
         pct = res.pct_of_ceiling(v)
         if pct is not None and pct > OVER_CEILING:
@@ -135,6 +139,46 @@ def table(res: SuiteResult, columns=COLUMNS, body=None) -> str:
     if per_rank:
         text += "\n\nper rank (medians over repeats):\n" + table(res, RANK_COLUMNS, per_rank)
     return text
+
+
+def in_step(waits_ms, workers: int) -> bool:
+    """Whether a window's data waits come as waves of ``workers`` batches: the DataLoader's
+    workers, started together, each make a whole batch and deliver in order, so their batches
+    arrive together and the consumer waits once per wave. True when the window holds at least
+    three waves, its long waits (``IN_STEP_*``) hold most of its wait, and most of them fall
+    on one phase modulo ``workers`` (give or take one batch).
+
+    Persistent workers drift out of step over some hundreds of batches, so in a short window
+    this is a start-up transient, not the steady state (docs/results/h200/seeds-reference)."""
+    w = list(waits_ms or ())
+    if workers < 2 or len(w) < 3 * workers:
+        return False
+    floor = max(IN_STEP_FLOOR_MS, IN_STEP_TIMES * sorted(w)[len(w) // 2])
+    long = [i for i, x in enumerate(w) if x > floor]
+    if len(long) < 3 or sum(w[i] for i in long) < IN_STEP_SHARE * sum(w):
+        return False
+    near = lambda a, b: min((a - b) % workers, (b - a) % workers) <= 1  # noqa: E731
+    best = max(sum(near(i % workers, p) for i in long) for p in range(workers))
+    return best >= IN_STEP_SHARE * len(long)
+
+
+def in_step_lines(res: SuiteResult) -> List[str]:
+    """The ``pinned`` rows (persistent workers) whose windows were mostly ``in_step``: their
+    rate is a start-up transient's. ``pageable`` and the plain recipe restart their workers
+    every epoch, so for them the waves are the steady state, which whole-epoch windows time."""
+    out = []
+    for v in res.variants:
+        if v.backend != "pinned" or v.overrides.get("persistent_workers") is False:
+            continue
+        workers = v.overrides.get("num_workers", res.setup.get("workers")) or 0
+        hit = sum(in_step(r.waits_ms, workers) for r in v.repeats)
+        how = "a longer --warmup" if res.setup.get("long") else "--long or a longer --warmup"
+        if v.repeats and 2 * hit >= len(v.repeats):
+            out.append(f"{v.label}: in {hit} of {len(v.repeats)} repeats the data waits came "
+                       f"every {workers} batches: the {workers} workers delivered in step, a "
+                       "start-up transient that can outlast the window, so this rate can be "
+                       f"below the steady state. Time past it with {how}")
+    return out
 
 
 def window_lines(res: SuiteResult) -> List[str]:
