@@ -136,7 +136,8 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
     """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches, loader)``;
     the loader is still open (``None`` for a ceiling unit, which takes one batch and closes
     its loader before the clock starts). On an error the loader is closed, then it raises."""
-    from .runner import ceiling_repeat, endless, open_loader, queue_depth, time_repeat, window
+    from .runner import (ceiling_repeat, endless, open_loader, queue_depth, settle_of,
+                         time_repeat, window)
 
     phases = phases if phases is not None else Phases()
     t = time.perf_counter()
@@ -168,7 +169,7 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
         rep = time_repeat(it, step, steps=n, warmup=job.warmup, device=device, cold=cold,
-                          queue=queue)
+                          queue=queue, settle=settle_of(loader, queue))
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()
         it.close()

@@ -25,6 +25,29 @@ from typing import Callable, Iterator, List, Optional, Tuple
 import torch
 
 
+# A data wait is *long* above max(LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES x the median wait).
+LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES = 20.0, 4.0
+
+
+def long_waits(waits_ms) -> List[int]:
+    """The indices of the long waits of a window (``LONG_WAIT_*``): the waits that stand out
+    from its typical one, so that a loader-bound window, where every batch waits about as
+    long, has none."""
+    w = list(waits_ms)
+    if not w:
+        return []
+    floor = max(LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES * sorted(w)[len(w) // 2])
+    return [i for i, x in enumerate(w) if x > floor]
+
+
+def out_of_step(waits_ms, period: int) -> bool:
+    """Whether the last ``3 x period`` waits hold fewer than three long ones, that is, fewer
+    than three waves of ``period`` workers delivering in step (``compare.report.in_step``;
+    NOTE [settling] in compare.runner). False with fewer waits than that."""
+    w = list(waits_ms)[-3 * period:]
+    return len(w) >= 3 * period and len(long_waits(w)) < 3
+
+
 @dataclass(frozen=True)
 class RunMeasure:
     """One timed run of ``steps`` steps."""
@@ -35,6 +58,10 @@ class RunMeasure:
     compute_ms: List[float]
     timeline_ms: float
     starts_ms: List[float] = field(default_factory=list)  # each step's start in the window
+    # ``settle``: warm-up batches run after ``warmup`` until the workers were out of step, and
+    # whether they were by the cap (None: no settling)
+    settle_batches: Optional[int] = None
+    settled: Optional[bool] = None
 
     def halves(self) -> Optional[Tuple[float, float]]:
         """Samples/s over the window's first and second halves (``None`` under 4 steps): their
@@ -73,15 +100,31 @@ def percentile(xs: List[float], q: float) -> float:
 
 
 def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
-            device: torch.device) -> RunMeasure:
+            device: torch.device, settle: Optional[Tuple[int, int]] = None) -> RunMeasure:
     """Run ``warmup`` untimed then ``steps`` timed steps of ``step(images, labels)``.
 
     ``batches`` yields ``(images, labels)``; it must not run out (see ``runner.endless``).
+    ``settle=(period, cap)``: after ``warmup``, go on warming up, ``period`` batches at a
+    time, until the waits are ``out_of_step`` for ``period`` workers, or ``cap`` more batches
+    have run (NOTE [settling] in compare.runner).
     """
     cuda = device.type == "cuda"
+    seen: List[float] = []
     for _ in range(warmup):
+        t = time.perf_counter()
         x, y = next(batches)
+        seen.append((time.perf_counter() - t) * 1e3)
         step(x, y)
+    extra, settled = (0, False) if settle else (None, None)
+    if settle:
+        period, cap = settle
+        while not (settled := out_of_step(seen, period)) and extra < cap:
+            for _ in range(period):
+                t = time.perf_counter()
+                x, y = next(batches)
+                seen.append((time.perf_counter() - t) * 1e3)
+                step(x, y)
+            extra += period
     if cuda:
         torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -119,7 +162,7 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     else:
         wall = time.perf_counter() - t0
         timeline = wall * 1e3
-    return RunMeasure(n, wall, waits, compute, timeline, starts)
+    return RunMeasure(n, wall, waits, compute, timeline, starts, extra, settled)
 
 
 def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device) -> float:

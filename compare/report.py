@@ -8,13 +8,14 @@ import math
 from typing import List, Optional, Tuple
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
+from .metrics import long_waits
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
-# in_step: a wait is long above max(IN_STEP_FLOOR_MS, IN_STEP_TIMES x the median wait); the long
-# waits must hold IN_STEP_SHARE of all the wait, and IN_STEP_SHARE of them fall on one phase
-IN_STEP_FLOOR_MS, IN_STEP_TIMES, IN_STEP_SHARE = 20.0, 4.0, 0.7
+# in_step: the long waits must hold IN_STEP_SHARE of all the wait, and IN_STEP_SHARE of them
+# fall on one phase
+IN_STEP_SHARE = 0.7
 SLOWER_STEP = 0.03  # a step this much slower than on resident batches is reported
 
 COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
@@ -145,16 +146,15 @@ def in_step(waits_ms, workers: int) -> bool:
     """Whether a window's data waits come as waves of ``workers`` batches: the DataLoader's
     workers, started together, each make a whole batch and deliver in order, so their batches
     arrive together and the consumer waits once per wave. True when the window holds at least
-    three waves, its long waits (``IN_STEP_*``) hold most of its wait, and most of them fall
-    on one phase modulo ``workers`` (give or take one batch).
+    three waves, its long waits (``metrics.long_waits``) hold ``IN_STEP_SHARE`` of its wait,
+    and that share of them fall on one phase modulo ``workers`` (give or take one batch).
 
     Persistent workers drift out of step over some hundreds of batches, so in a short window
-    this is a start-up transient, not the steady state (docs/results/h200/seeds-reference)."""
+    this is a start-up transient, not the steady state (NOTE [settling] in compare.runner)."""
     w = list(waits_ms or ())
     if workers < 2 or len(w) < 3 * workers:
         return False
-    floor = max(IN_STEP_FLOOR_MS, IN_STEP_TIMES * sorted(w)[len(w) // 2])
-    long = [i for i, x in enumerate(w) if x > floor]
+    long = long_waits(w)
     if len(long) < 3 or sum(w[i] for i in long) < IN_STEP_SHARE * sum(w):
         return False
     near = lambda a, b: min((a - b) % workers, (b - a) % workers) <= 1  # noqa: E731
@@ -164,11 +164,14 @@ def in_step(waits_ms, workers: int) -> bool:
 
 def in_step_lines(res: SuiteResult) -> List[str]:
     """The ``pinned`` rows (persistent workers) whose windows were mostly ``in_step``: their
-    rate is a start-up transient's. ``pageable`` and the plain recipe restart their workers
-    every epoch, so for them the waves are the steady state, which whole-epoch windows time."""
+    rate is a start-up transient's, even after settling (NOTE [settling] in compare.runner).
+    ``pageable`` and the plain recipe restart their workers every epoch, so for them the waves
+    are the steady state, which whole-epoch windows time."""
     out = []
+    if (res.setup.get("world_size") or 1) > 1:  # a job's waits are its ranks', end to end
+        return out
     for v in res.variants:
-        if v.backend != "pinned" or v.overrides.get("persistent_workers") is False:
+        if v.backend != "pinned" or v.overrides.get("epoch_stream") is False:
             continue
         workers = v.overrides.get("num_workers", res.setup.get("workers")) or 0
         hit = sum(in_step(r.waits_ms, workers) for r in v.repeats)
@@ -183,7 +186,8 @@ def in_step_lines(res: SuiteResult) -> List[str]:
 
 def window_lines(res: SuiteResult) -> List[str]:
     """Per variant: the timed window in batches and seconds against the loader's queue
-    (compare.isolate NOTE [steady state])."""
+    (compare.isolate NOTE [steady state]), and the warm-up that ran until its workers were out
+    of step (NOTE [settling] in compare.runner)."""
     out = []
     for v in res.variants:
         steps = [r.steps for r in v.repeats if r.steps]
@@ -192,16 +196,23 @@ def window_lines(res: SuiteResult) -> List[str]:
             continue
         q = v.queue_batches
         rel = f", {max(steps) / q:.1f}x its queue of {q} batches" if q else ""
-        out.append(f"{v.label}: {max(steps)} batches, {min(secs):.1f}-{max(secs):.1f} s{rel}")
+        line = f"{v.label}: {max(steps)} batches, {min(secs):.1f}-{max(secs):.1f} s{rel}"
+        extra = [r.settle_batches for r in v.repeats if r.settle_batches is not None]
+        if extra:
+            stuck = sum(r.settled is False for r in v.repeats)
+            line += (f"; after {min(extra)}-{max(extra)} more warm-up batches until the workers "
+                     "were out of step" + (f" (still in step at the cap in {stuck} of "
+                                           f"{len(v.repeats)} repeats)" if stuck else ""))
+        out.append(line)
     return out
 
 
 def cold_share(res: SuiteResult, v) -> Optional[Tuple[float, int, int]]:
     """``(share, read first, images needed)`` for variant ``v`` of a ``--cold`` run: the
     largest share of its window that can have been read from disk, the samples the loader read
-    between the eviction and the window (the drained queue and the warm-up), and the dataset
-    size a wholly cold window needs (per rank: a rank reads ``num_images / world_size``
-    files). ``None`` when the run does not say."""
+    between the eviction and the window (the drained queue and the warm-up, settling
+    included), and the dataset size a wholly cold window needs (per rank: a rank reads
+    ``num_images / world_size`` files). ``None`` when the run does not say."""
     s = res.setup
     data = s.get("dataset")
     images = data.get("num_images") if isinstance(data, dict) else None
@@ -209,7 +220,8 @@ def cold_share(res: SuiteResult, v) -> Optional[Tuple[float, int, int]]:
     steps = max((r.steps or 0 for r in v.repeats), default=0)
     if not (s.get("cold") and images and batch and steps):
         return None
-    first = ((v.queue_batches or 0) + warmup) * batch
+    settle = max((r.settle_batches or 0 for r in v.repeats), default=0)
+    first = ((v.queue_batches or 0) + warmup + settle) * batch
     share = (images / world - first) / (steps * batch)
     return min(1.0, max(0.0, share)), first, (first + steps * batch) * world
 

@@ -48,6 +48,10 @@ class Repeat:
     cold_resident: Optional[float] = None
     # samples/s over the training window's first and second halves (metrics.RunMeasure.halves)
     halves: Optional[Tuple[float, float]] = None
+    # warm-up batches run after --warmup until the workers were out of step, and whether they
+    # were by the cap (NOTE [settling] in compare.runner); None: the loader does not settle
+    settle_batches: Optional[int] = None
+    settled: Optional[bool] = None
 
 
 @dataclass(frozen=True)

@@ -298,6 +298,34 @@ def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int) -> 
     return n
 
 
+# NOTE [settling]
+# A DataLoader's workers start together, each makes a whole batch, and the batches are taken
+# in order, so they arrive in waves of ``num_workers``. With one iterator across epochs
+# (``pinned``'s ``epoch_stream``) the workers drift out of step over some hundreds of batches:
+# the waves are a start-up transient, which a default window timed on the H200 and a ``--long``
+# one mostly did not (docs/results/h200/seeds-reference). So before the training window of
+# such a loader the warm-up goes on, ``num_workers`` batches at a time, until the last
+# ``3 x num_workers`` waits hold fewer than three long ones (``metrics.out_of_step``), or
+# ``SETTLE_CAP_QUEUES`` times its queue more batches have run; each repeat records how many
+# ran and whether it settled. Loaders that restart their workers every epoch (``pageable``,
+# the plain recipe) are back in step after each epoch start: that is their steady state,
+# which whole-epoch windows time, so they do not settle. Nor do ranks under torchrun, which
+# would settle after different numbers of DDP steps.
+SETTLE_CAP_QUEUES = 5
+
+
+def settle_of(loader, queue: Optional[int]) -> Optional[Tuple[int, int]]:
+    """``(period, cap)`` for ``metrics.measure``'s ``settle`` (NOTE [settling]), or ``None``
+    for a loader that does not settle."""
+    workers = getattr(loader, "num_workers", 0) or 0
+    if not getattr(loader, "epoch_stream", False) or workers < 2:
+        return None
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return None
+    return workers, SETTLE_CAP_QUEUES * max(queue or 0, workers)
+
+
 def drain(it: Iterator, batches: int) -> None:
     """Take ``batches`` batches from ``it`` and drop them."""
     for _ in range(batches):
@@ -307,12 +335,14 @@ def drain(it: Iterator, batches: int) -> None:
 def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 device: torch.device, sync: Callable[[], None] = _nothing,
                 cold: Optional[Callable[[], object]] = None,
-                queue: Optional[int] = None) -> Repeat:
+                queue: Optional[int] = None,
+                settle: Optional[Tuple[int, int]] = None) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
     ``warmup``. ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs before each
     of the two, and then the loader's ``queue`` (its depth in batches) is drained: the loader
-    filled it while the eviction ran, from files read before it."""
+    filled it while the eviction ran, from files read before it. ``settle``: the training
+    run's warm-up goes on until the workers are out of step (NOTE [settling])."""
     x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
     for _ in range(max(1, warmup)):  # the loader cannot fill its queue while they run
         step(x, y)  # (NOTE [steady state] in compare.isolate)
@@ -331,7 +361,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     cpu = CpuUtil()
     cpu.start()
     with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
-        m = measure(it, step, steps, warmup, device)
+        m = measure(it, step, steps, warmup, device, settle=settle)
     return Repeat(
         samples_per_s=m.samples_per_s, loader_only_per_s=lo,
         wait_p50_ms=m.wait_pct(50), wait_p95_ms=m.wait_pct(95), idle_pct=m.idle_pct,
@@ -339,7 +369,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
         waits_ms=tuple(round(w, 3) for w in m.waits_ms), steps=steps,
         window_s=round(m.wall_s, 4), pid=os.getpid(),
         cold_resident=None if evicted is None else round(evicted.after, 4),
-        halves=m.halves(),
+        halves=m.halves(), settle_batches=m.settle_batches, settled=m.settled,
     )
 
 
@@ -372,11 +402,12 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
     with open_loader(v, cfg) as loader:
         queue = queue_depth(loader)
         n = window(steps, long, queue, len(loader))
+        settle = settle_of(loader, queue)
         it = endless(loader)
         progress = bar(repeats, f"compare {v.label}", "repeat")
         for r in range(repeats):
             reps.append(time_repeat(it, step, steps=n, warmup=warmup, device=device, sync=sync,
-                                    cold=cold, queue=queue))
+                                    cold=cold, queue=queue, settle=settle))
             progress.update(1)
             say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}")
         progress.close()

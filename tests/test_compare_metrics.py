@@ -160,12 +160,49 @@ def test_pinned_rows_in_step_are_warned_and_pageable_ones_are_not():
                       None, (row("pinned", "pinned", _waves(14)),
                              row("pageable", "pageable", _waves(14)),
                              row("pinned nw8", "pinned", _waves(8), num_workers=8),
-                             row("pinned off", "pinned", _waves(14), persistent_workers=False),
+                             row("pinned off", "pinned", _waves(14), epoch_stream=False),
                              row("pinned flat", "pinned", [2.0] * 62)))
     lines = in_step_lines(res)
     assert [x.split(":")[0] for x in lines] == ["pinned", "pinned nw8"]
     assert "every 8 batches" in lines[1] and "--long" in lines[0]
     assert lines[0] in warnings_for(res)
+
+
+def _wavy(period, until, sleep_s=0.03):
+    """Batches whose every ``period``-th one comes late, up to batch ``until``."""
+    i = 0
+    while True:
+        i += 1
+        if i < until and i % period == 0:
+            time.sleep(sleep_s)
+        yield torch.zeros(2, 3), torch.zeros(2)
+
+
+def test_settling_warms_up_until_the_workers_are_out_of_step():
+    """NOTE [settling] in compare.runner: the window starts once the waves are over."""
+    from compare.metrics import long_waits
+
+    cpu = torch.device("cpu")
+    m = measure(_wavy(5, 60), lambda x, y: None, 20, 2, cpu, settle=(5, 200))
+    assert m.settled is True and m.settle_batches % 5 == 0
+    assert 2 + m.settle_batches >= 60 - 5  # not before the last waves had passed
+    assert long_waits(m.waits_ms) == []  # the window holds none of them
+    capped = measure(_wavy(5, 10_000), lambda x, y: None, 20, 2, cpu, settle=(5, 15))
+    assert capped.settled is False and capped.settle_batches == 15
+    plain = measure(_wavy(5, 60), lambda x, y: None, 20, 2, cpu)
+    assert plain.settle_batches is None and plain.settled is None
+    assert len(long_waits(plain.waits_ms)) >= 3  # without settling the window times the waves
+
+
+def test_only_a_loader_whose_workers_run_across_epochs_settles():
+    from types import SimpleNamespace as NS
+
+    from compare.runner import SETTLE_CAP_QUEUES, settle_of
+
+    assert settle_of(NS(num_workers=14, epoch_stream=True), 30) == (14, SETTLE_CAP_QUEUES * 30)
+    assert settle_of(NS(num_workers=14, epoch_stream=False), 28) is None  # pageable
+    assert settle_of(NS(num_workers=1, epoch_stream=True), 4) is None
+    assert settle_of(NS(queue_batches=2), 2) is None  # DALI's recipe, no DataLoader
 
 
 def test_the_h200_windows_that_timed_the_start_up_waves_are_warned():

@@ -262,6 +262,22 @@ def test_a_units_dataloader_workers_start_as_in_the_users_job(restore):
     assert (got == want) is restore or want == "spawn"
 
 
+def test_pinned_repeats_record_their_settling_and_pageable_ones_do_not(tiny_root, tmp_path):
+    """NOTE [settling] in compare.runner, through the suite and its summary."""
+    fast = [x if x != "1" or i != FAST.index("--workers") + 1 else "2"
+            for i, x in enumerate(FAST)]
+    assert suite(["--data", str(tiny_root), "--out", str(tmp_path / "s"), *fast, "--no-isolate",
+                  "--backends", "pageable,pinned", "--steps", "3", "--repeats", "1"]) == 0
+    r = json.loads((tmp_path / "s" / "results.json").read_text())
+    rep = {v["label"]: v["repeats"][0] for v in r["variants"]}
+    assert rep["pageable"]["settle_batches"] is None and rep["pageable"]["settled"] is None
+    n = rep["pinned"]["settle_batches"]
+    assert isinstance(n, int) and n % 2 == 0 and n >= 6  # 3 waves of 2 workers seen at least
+    assert isinstance(rep["pinned"]["settled"], bool)
+    summary = (tmp_path / "s" / "summary.md").read_text()
+    assert "more warm-up batches until the workers were out of step" in summary
+
+
 def test_the_step_runs_its_first_calls_before_any_window():
     """Regression: the model's first steps (CUDA set-up) ran inside the training warm-up, and
     the loader filled its queue meanwhile, so the window counted batches made before it."""
