@@ -1,8 +1,9 @@
 """``python -m compare.microbench {decode,validate,feed} --data DIR``: the small measurements
 behind design choices quoted in the README and docstrings (single thread, median of repeats).
 
-* ``decode``: decode + RandomResizedCrop(224) + flip per image: PIL (``ImageFolder``'s
-  decode), ``torchvision.io``, and the scaled decode (``TorchOptions.decoder="scaled"``).
+* ``decode``: decode + RandomResizedCrop(224) + flip per image (``--mode eval``: decode +
+  Resize(256) + CenterCrop(224)): PIL (``ImageFolder``'s decode), ``torchvision.io``, and the
+  scaled decode (``TorchOptions.decoder="scaled"``).
 * ``validate``: ``pipelines.validate.check_image_bytes`` per file.
 * ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
   one dense array, and copied vs ``no_copy`` buffers.
@@ -52,14 +53,15 @@ def _median(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def decode(paths, repeats):
+def decode(paths, repeats, mode="train"):
     from PIL import Image, ImageOps
     from torchvision.transforms import v2
 
     from pipelines import decode_rgb
 
     torch.set_num_threads(1)
-    rrc = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
+    rrc = ([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
+           if mode == "train" else [v2.Resize(256, antialias=True), v2.CenterCrop(224)])
     on_pil = v2.Compose(rrc + [v2.PILToTensor()])
     on_tensor = v2.Compose(rrc)
 
@@ -77,7 +79,7 @@ def decode(paths, repeats):
 
     crop, flip = on_pil.transforms[0], v2.Compose(on_pil.transforms[1:])
 
-    def scaled():  # Decoder.SCALED: the crop drawn from the header, a DCT-scaled decode
+    def scaled():  # Decoder.SCALED: the crop (or resize) from the header, a DCT-scaled decode
         for p in paths:
             with open(p, "rb") as f:
                 img = scaled_crop(f.read(), crop)
@@ -314,6 +316,9 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda", help="early-exit: device")
     p.add_argument("--processes", default="1,2", help="cpu-scaling: process counts, e.g. 8,16,32")
     p.add_argument("--seconds", type=float, default=5.0, help="cpu-scaling: seconds per count")
+    p.add_argument("--mode", choices=["train", "eval"], default="train",
+                   help="decode: RandomResizedCrop(224) + flip (train) or Resize(256) + "
+                        "CenterCrop(224) (eval)")
     a = p.parse_args(argv)
     if a.what == "cpu-scaling":
         try:
@@ -376,8 +381,12 @@ def main(argv=None) -> int:
         paths = cli.list_dataset(a.data)[0][: a.images] if a.data else []
     except ValueError as e:
         return cli.fail(PROG, e)
-    res = {"decode": decode, "validate": validate, "feed": feed}[a.what](paths, a.repeats)
-    print(json.dumps({"what": a.what, **({"images": len(paths)} if paths else {}),
+    if a.what == "decode":
+        res = decode(paths, a.repeats, a.mode)
+    else:
+        res = {"validate": validate, "feed": feed}[a.what](paths, a.repeats)
+    print(json.dumps({"what": a.what, **({"mode": a.mode} if a.what == "decode" else {}),
+                      **({"images": len(paths)} if paths else {}),
                       "repeats": a.repeats,
                       **{k: round(v, 3) for k, v in res.items()}}, indent=1))
     return 0

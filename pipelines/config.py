@@ -86,7 +86,9 @@ class Decoder(str, enum.Enum):
       full-image coordinates from the JPEG header first, then the JPEG is decoded at the largest
       1/2, 1/4 or 1/8 scale at which the crop still covers the output size (libjpeg's DCT
       scaling through PIL's ``draft``), and cropped and resized from that. The draws are
-      torchvision's; only the interpolation source changes. Other recipes decode as ``PIL``.
+      torchvision's; only the interpolation source changes. A recipe that starts with an
+      eval ``Resize`` to a shorter side is decoded the same way, the whole image being the
+      crop. Other recipes decode as ``PIL``.
     """
 
     PIL = "pil"

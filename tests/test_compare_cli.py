@@ -58,6 +58,17 @@ def test_microbench_validate_reports_a_cost(tiny_root, capsys):
     assert out["images"] == 37 and 0 < out["us_per_file"] < 1000
 
 
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_microbench_decode_times_three_decoders(tiny_root, capsys, mode):
+    from compare.microbench import main as mb
+
+    assert mb(["decode", "--data", str(tiny_root), "--images", "4", "--repeats", "1",
+               "--mode", mode]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mode"] == mode and out["images"] == 4
+    assert all(out[f"{k}_ms_per_img"] > 0 for k in ("pil", "torchvision", "scaled"))
+
+
 def test_microbench_early_exit_times_both_epoch_starts(tiny_root, capsys):
     from compare.microbench import main as mb
 

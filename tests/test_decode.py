@@ -28,9 +28,10 @@ def photos(tmp_path_factory):
     return out
 
 
-def _images(root, decoder, seed=1, size=64):
+def _images(root, decoder, seed=1, size=64, mode="train"):
+    aug = AugmentSpec(size=size, mode=mode, resize_size=size + size // 7)
     cfg = LoaderConfig(root=root, batch_size=24, device="cpu", num_workers=0, shuffle=False,
-                       seed=seed, augment=AugmentSpec(size=size))
+                       seed=seed, augment=aug)
     with make("pageable", cfg, decoder=decoder) as ld:
         return torch.cat([x for x, _ in ld])
 
@@ -76,6 +77,46 @@ def test_decoders_agree_and_the_scaled_one_reduces(photos, monkeypatch):
     tv, pil = _images(photos, "torchvision"), _images(photos, "pil")
     assert (tv - pil).abs().max() < 0.05  # the same libjpeg, v2 on a tensor vs on PIL
     assert decode.first_crop(as_steps(v2.Compose([v2.CenterCrop(8)]))) is None
+
+
+def test_the_eval_resize_is_scaled_too_and_close_to_the_full_decode(photos, monkeypatch):
+    """Issue 20: Resize + CenterCrop (eval) through the scaled decode: the same output size as
+    ``Resize`` computes, a reduced decode, pixels within the train path's tolerance; a wrong
+    output size (the reduced image's own aspect) would shift the centre crop."""
+    from PIL import JpegImagePlugin
+
+    drafts = []
+    real = JpegImagePlugin.JpegImageFile.draft
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft",
+                        lambda im, *a, **k: drafts.append(a[1]) or real(im, *a, **k))
+    scaled = _images(photos, "scaled", mode="eval")
+    assert len(drafts) == 24  # 600-1000 px photos, resized to 73: every one decodes reduced
+    full = _images(photos, "pil", mode="eval")
+    assert scaled.shape == full.shape == (24, 3, 64, 64)
+    d = (scaled - full).abs().mean(dim=(1, 2, 3))
+    assert d.max() < TOL, d
+    shifted = (torch.roll(full, 3, dims=3) - full).abs().mean(dim=(1, 2, 3))
+    assert shifted.median() > d.median()  # the bound tells a 3-pixel shift apart
+
+
+def test_resized_size_is_torchvisions():
+    from pipelines.torch_backend.decode import resized_size
+
+    for h, w, s in [(480, 640, 256), (640, 480, 256), (333, 1000, 224), (257, 256, 256),
+                    (7, 100, 64), (1201, 799, 224)]:
+        want = tuple(v2.Resize(s, antialias=True)(torch.zeros(1, h, w)).shape[1:])
+        assert resized_size(h, w, s) == want
+
+
+def test_only_the_resizes_the_scaled_path_can_run_are_taken():
+    ok = first_crop(as_steps(v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224)])))
+    assert isinstance(ok, v2.Resize)
+    for t in (v2.Resize((256, 300)), v2.Resize(256, max_size=300),
+              v2.Resize(256, interpolation=v2.InterpolationMode.NEAREST)):
+        assert first_crop(as_steps(v2.Compose([t, v2.CenterCrop(224)]))) is None
+    photo = first_crop(as_steps(v2.Compose([v2.Resize(32)])))
+    assert scaled_crop(_jpeg(), photo).size == (48, 32)  # 600 x 400 -> 48 x 32, as Resize
+    assert scaled_crop(_jpeg(orientation=6), photo) is None
 
 
 def _jpeg(orientation=None, mode="RGB"):

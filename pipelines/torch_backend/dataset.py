@@ -86,7 +86,8 @@ class JpegDataset(torch.utils.data.Dataset):
         self.seed = seed
         self.max_pixels = max_pixels
         self.decoder = Decoder(decoder)
-        # Decoder.SCALED: the recipe's RandomResizedCrop runs in the decoder, the rest after it
+        # Decoder.SCALED: the recipe's RandomResizedCrop (eval: Resize) runs in the decoder, the
+        # rest after it
         crop = first_crop(self.transform) if self.decoder is Decoder.SCALED else None
         self._crop = crop
         self._pil = takes_pil(self.transform)  # hand the PIL image over, else a tensor of it

@@ -12,9 +12,12 @@ least the output size, decodes at 1/k and crops and resizes the crop's box, scal
 reduced image, with PIL's antialiased filter (what ``antialias=True`` imitates). So the crop's
 distribution is torchvision's exactly, and only the image it is resampled from differs: the
 DCT-reduced one, which is about as sharp as the full image low-passed to that size
-(``tests/test_decode.py`` bounds the difference). When no reduction fits, or the file is not
-a baseline RGB/greyscale JPEG with upright EXIF, or the step uses another interpolation, the
-sample is decoded in full as ``Decoder.PIL`` does.
+(``tests/test_decode.py`` bounds the difference). The eval recipe's ``Resize`` (then
+``CenterCrop``) takes the same path with the whole image as its box: the output size is
+computed from the header's full size as ``Resize`` computes it, and the image is decoded at
+the largest reduction that still covers it. When no reduction fits, or the file is not a
+baseline RGB/greyscale JPEG with upright EXIF, or the step uses another interpolation (or a
+``max_size``), the sample is decoded in full as ``Decoder.PIL`` does.
 """
 from __future__ import annotations
 
@@ -67,14 +70,26 @@ def takes_pil(steps) -> bool:
 
 
 def first_crop(steps) -> Optional[object]:
-    """The recipe's first step when it is a v2 ``RandomResizedCrop`` the scaled path can run
-    (bilinear or bicubic, antialiased), else ``None``."""
+    """The recipe's first step when the scaled path can run it: a v2 ``RandomResizedCrop``, or
+    a v2 ``Resize`` to a shorter side (an int, ``max_size`` unset: the eval recipe's), bilinear
+    or bicubic and antialiased; else ``None``."""
     from torchvision.transforms import v2
 
     t = steps.transforms[0] if len(steps) else None
-    if not isinstance(t, v2.RandomResizedCrop) or not getattr(t, "antialias", True):
+    if not isinstance(t, (v2.RandomResizedCrop, v2.Resize)) or not getattr(t, "antialias", True):
+        return None
+    if isinstance(t, v2.Resize) and (len(t.size) != 1 or t.max_size is not None):
         return None
     return t if _mode(t) in _RESAMPLE else None
+
+
+def resized_size(height: int, width: int, short: int) -> tuple:
+    """``(h, w)`` that ``Resize(short)`` gives an image of ``height`` x ``width``: the shorter
+    side becomes ``short`` and the longer one ``int(short * long / shorter)``, as torchvision
+    computes it."""
+    if width <= height:
+        return int(short * height / width), short
+    return short, int(short * width / height)
 
 
 def _mode(t) -> str:
@@ -98,17 +113,23 @@ def reduction(crop_h: float, crop_w: float, out_h: int, out_w: int) -> int:
 
 
 def scaled_crop(data: bytes, t) -> Optional[Image.Image]:
-    """``t`` (a ``RandomResizedCrop``, see ``first_crop``) on the JPEG ``data`` through a
-    DCT-scaled decode (module NOTE); ``None`` when the file needs the full decode, and then no
-    random number has been drawn."""
+    """``t`` (see ``first_crop``) on the JPEG ``data`` through a DCT-scaled decode (module
+    NOTE); ``None`` when the file needs the full decode, and then no random number has been
+    drawn."""
+    from torchvision.transforms import v2
+
     im = Image.open(io.BytesIO(data))
     try:
         if im.format != "JPEG" or im.mode not in ("RGB", "L") or \
                 im.getexif().get(EXIF_ORIENTATION, 1) not in (None, 1):
             return None
         width, height = im.size
-        p = _params(t, height, width)
-        out_h, out_w = t.size
+        if isinstance(t, v2.Resize):
+            out_h, out_w = resized_size(height, width, t.size[0])
+            p = {"top": 0, "left": 0, "height": height, "width": width}
+        else:
+            p = _params(t, height, width)
+            out_h, out_w = t.size
         k = reduction(p["height"], p["width"], out_h, out_w)
         if k > 1:
             im.draft("RGB", (-(-width // k), -(-height // k)))
