@@ -6,8 +6,6 @@ lines the commands print. ``GPU_FEED_PROGRESS=0`` turns bars off, ``=1`` forces 
 """
 from __future__ import annotations
 
-import os
-import sys
 
 
 class _Quiet:
@@ -25,13 +23,11 @@ class _Quiet:
 
 
 def shown() -> bool:
-    """Whether bars are drawn: ``GPU_FEED_PROGRESS`` when set, else stdout is a terminal."""
-    env = os.environ.get("GPU_FEED_PROGRESS", "").strip().lower()
-    if env in ("0", "off", "no", "false"):
-        return False
-    if env in ("1", "on", "yes", "true"):
-        return True
-    return sys.stdout.isatty()
+    """Whether bars are drawn: ``GPU_FEED_PROGRESS`` when set, else stdout is a terminal (the
+    rule data_gen's bars follow too: ``data_gen.generate.progress_shown``)."""
+    from data_gen.generate import progress_shown
+
+    return progress_shown()
 
 
 def bar(total: int, desc: str, unit: str = "it"):

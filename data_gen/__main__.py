@@ -41,7 +41,9 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true",
                    help="write beside files data_gen did not write (they stay), or replace a "
                         "data_gen output of the other kind (dataset / bad-inputs corpus)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (there is none either when stdout is not a terminal, "
+                        "unless GPU_FEED_PROGRESS=1)")
     a = p.parse_args(argv)
     if not a.bad_inputs and not a.out:
         p.error("--out is required (or --bad-inputs DIR)")
@@ -57,7 +59,7 @@ def main(argv=None) -> int:
                 width_range=a.width_range, quality_range=a.quality_range, workers=a.workers,
                 force=a.force, mix_formats=a.mix_formats, layout=a.layout,
                 shard_size=a.shard_size,
-            ), progress=not a.quiet)
+            ), progress=False if a.quiet else None)
     except (ValueError, OSError) as e:  # user errors and unwritable folders: one line
         print(f"data_gen: error: {e}", file=sys.stderr)
         return 2

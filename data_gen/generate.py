@@ -350,9 +350,21 @@ def summarize(files: List[Dict]) -> Dict:
     }
 
 
+def progress_shown() -> bool:
+    """Whether progress bars are drawn: as ``GPU_FEED_PROGRESS`` says when it is set (``0`` or
+    ``1``), else when stdout is a terminal, so that a log file, CI or a pipe keeps only the
+    lines the commands print (``compare.progress`` draws its bars by the same rule)."""
+    env = os.environ.get("GPU_FEED_PROGRESS", "").strip().lower()
+    if env in ("0", "off", "no", "false"):
+        return False
+    if env in ("1", "on", "yes", "true"):
+        return True
+    return sys.stdout.isatty()
+
+
 def generate(
     cfg: GenConfig,
-    progress: bool = True,
+    progress: Optional[bool] = None,
     *,
     kind: Kind = Kind.DATASET,
     extra: Optional[Callable[[Path, List[Dict]], Dict[str, bytes]]] = None,
@@ -366,7 +378,7 @@ def generate(
 
     Args:
         cfg: what to generate, and where.
-        progress: show a progress bar.
+        progress: show a progress bar (``None``: ``progress_shown()``).
         kind: what the manifest says the folder holds.
         extra: ``(folder, image records) -> {relative path: bytes}``: more files to write beside
             the images (the bad-inputs corpus); the manifest lists them too.
@@ -384,6 +396,7 @@ def generate(
         OSError: ``out`` cannot be written (one line that names it).
     """
     target = target or Target.cli("--out", cfg.out, cfg.force)
+    progress = progress_shown() if progress is None else progress
     with plain_os_errors(target.label):
         existing = survey(target, kind)  # refuse before anything is written
         args = cfg.recipe()
@@ -420,7 +433,7 @@ def generate(
     return manifest
 
 
-def ensure_dataset(cfg: GenConfig, progress: bool = True,
+def ensure_dataset(cfg: GenConfig, progress: Optional[bool] = None,
                    elsewhere: str = "choose another folder") -> Path:
     """Generate ``cfg`` unless ``cfg.out`` already holds exactly that recipe (a cache).
 
@@ -430,7 +443,7 @@ def ensure_dataset(cfg: GenConfig, progress: bool = True,
 
     Args:
         cfg: the dataset; ``cfg.out`` is the cache folder.
-        progress: show a progress bar when generating.
+        progress: show a progress bar when generating (``None``: ``progress_shown()``).
         elsewhere: how the user picks another folder, for the error about foreign files.
 
     Raises:

@@ -34,3 +34,17 @@ def test_drawn_on_a_terminal_and_the_variable_wins(monkeypatch, capsys):
     monkeypatch.setattr("sys.stdout", io.StringIO())
     monkeypatch.setenv("GPU_FEED_PROGRESS", "1")
     assert progress.shown()
+
+
+def test_generating_the_default_dataset_is_quiet_in_a_log(monkeypatch, capsys, tmp_path):
+    """Regression: the suite's default dataset drew data_gen's bar into a redirected log."""
+    from data_gen.generate import GenConfig, ensure_dataset
+
+    monkeypatch.delenv("GPU_FEED_PROGRESS", raising=False)
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    cfg = dict(num_images=3, classes=1, seed=0, width_range=(48, 64), workers=1)
+    ensure_dataset(GenConfig(out=str(tmp_path / "a"), **cfg))
+    assert "data_gen" not in capsys.readouterr().err
+    monkeypatch.setenv("GPU_FEED_PROGRESS", "1")
+    ensure_dataset(GenConfig(out=str(tmp_path / "b"), **cfg))
+    assert "data_gen" in capsys.readouterr().err
