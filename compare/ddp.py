@@ -53,6 +53,12 @@ class Job:
         dist.all_gather_object(out, obj)
         return out
 
+    def all_agree(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every rank (each rank must call this the same number of
+        times, as a collective): the ranks' settling ends together (NOTE [settling] in
+        compare.runner)."""
+        return all(self.gather(bool(flag)))
+
     def barrier(self) -> None:
         if self.group:
             import torch.distributed as dist

@@ -99,14 +99,20 @@ def percentile(xs: List[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def _same(flag: bool) -> bool:
+    return flag
+
+
 def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
-            device: torch.device, settle: Optional[Tuple[int, int]] = None) -> RunMeasure:
+            device: torch.device, settle: Optional[Tuple[int, int]] = None,
+            agree: Callable[[bool], bool] = _same) -> RunMeasure:
     """Run ``warmup`` untimed then ``steps`` timed steps of ``step(images, labels)``.
 
     ``batches`` yields ``(images, labels)``; it must not run out (see ``runner.endless``).
     ``settle=(period, cap)``: after ``warmup``, go on warming up, ``period`` batches at a
     time, until the waits are ``out_of_step`` for ``period`` workers, or ``cap`` more batches
-    have run (NOTE [settling] in compare.runner).
+    have run (NOTE [settling] in compare.runner). ``agree`` turns this process's verdict into
+    the job's (``Job.all_agree`` under torchrun), so every rank settles for as many steps.
     """
     cuda = device.type == "cuda"
     seen: List[float] = []
@@ -118,7 +124,7 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     extra, settled = (0, False) if settle else (None, None)
     if settle:
         period, cap = settle
-        while not (settled := out_of_step(seen, period)) and extra < cap:
+        while not (settled := agree(out_of_step(seen, period))) and extra < cap:
             for _ in range(period):
                 t = time.perf_counter()
                 x, y = next(batches)

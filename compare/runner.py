@@ -309,19 +309,22 @@ def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int) -> 
 # ``SETTLE_CAP_QUEUES`` times its queue more batches have run; each repeat records how many
 # ran and whether it settled. Loaders that restart their workers every epoch (``pageable``,
 # the plain recipe) are back in step after each epoch start: that is their steady state,
-# which whole-epoch windows time, so they do not settle. Nor do ranks under torchrun, which
-# would settle after different numbers of DDP steps.
+# which whole-epoch windows time, so they do not settle. Under torchrun every rank must run
+# as many DDP steps, so the ranks settle together: a block runs until all of them are out of
+# step (``Job.all_agree``); without such an agreement ranks of a process group do not settle.
 SETTLE_CAP_QUEUES = 5
 
 
-def settle_of(loader, queue: Optional[int]) -> Optional[Tuple[int, int]]:
+def settle_of(loader, queue: Optional[int], agreed: bool = False) -> Optional[Tuple[int, int]]:
     """``(period, cap)`` for ``metrics.measure``'s ``settle`` (NOTE [settling]), or ``None``
-    for a loader that does not settle."""
+    for a loader that does not settle. ``agreed``: the ranks of a process group agree on
+    when to stop (else they do not settle)."""
     workers = getattr(loader, "num_workers", 0) or 0
     if not getattr(loader, "epoch_stream", False) or workers < 2:
         return None
     dist = torch.distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if not agreed and dist.is_available() and dist.is_initialized() and \
+            dist.get_world_size() > 1:
         return None
     return workers, SETTLE_CAP_QUEUES * max(queue or 0, workers)
 
@@ -336,13 +339,15 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 device: torch.device, sync: Callable[[], None] = _nothing,
                 cold: Optional[Callable[[], object]] = None,
                 queue: Optional[int] = None,
-                settle: Optional[Tuple[int, int]] = None) -> Repeat:
+                settle: Optional[Tuple[int, int]] = None,
+                agree: Optional[Callable[[bool], bool]] = None) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
     ``warmup``. ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs before each
     of the two, and then the loader's ``queue`` (its depth in batches) is drained: the loader
     filled it while the eviction ran, from files read before it. ``settle``: the training
-    run's warm-up goes on until the workers are out of step (NOTE [settling])."""
+    run's warm-up goes on until the workers are out of step (NOTE [settling]), on every rank
+    (``agree``)."""
     x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
     for _ in range(max(1, warmup)):  # the loader cannot fill its queue while they run
         step(x, y)  # (NOTE [steady state] in compare.isolate)
@@ -361,7 +366,8 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     cpu = CpuUtil()
     cpu.start()
     with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
-        m = measure(it, step, steps, warmup, device, settle=settle)
+        m = measure(it, step, steps, warmup, device, settle=settle,
+                    **({"agree": agree} if agree is not None else {}))
     return Repeat(
         samples_per_s=m.samples_per_s, loader_only_per_s=lo,
         wait_p50_ms=m.wait_pct(50), wait_p95_ms=m.wait_pct(95), idle_pct=m.idle_pct,
@@ -386,7 +392,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 repeats: int, log: Callable[[str], None] = print,
                 capture: Optional[list] = None,
                 sync: Callable[[], None] = _nothing, long: bool = False,
-                cold: Optional[Callable[[], object]] = None) -> VariantResult:
+                cold: Optional[Callable[[], object]] = None,
+                agree: Optional[Callable[[bool], bool]] = None) -> VariantResult:
     """Loader-only and model runs of one variant, ``repeats`` times each, in this process.
 
     Args:
@@ -395,6 +402,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
             together).
         long: time at least 10x the loader's queue, across an epoch boundary (``window``).
         cold: evicts the dataset from the page cache (``--cold``; ``time_repeat``).
+        agree: the job's verdict from this rank's (``Job.all_agree`` under torchrun), so that
+            the ranks settle together (NOTE [settling]).
     """
     cfg = v.config_of(base)
     device = cfg.resolved().torch_device if torch.cuda.is_available() else torch.device("cpu")
@@ -402,12 +411,12 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
     with open_loader(v, cfg) as loader:
         queue = queue_depth(loader)
         n = window(steps, long, queue, len(loader))
-        settle = settle_of(loader, queue)
+        settle = settle_of(loader, queue, agreed=agree is not None)
         it = endless(loader)
         progress = bar(repeats, f"compare {v.label}", "repeat")
         for r in range(repeats):
             reps.append(time_repeat(it, step, steps=n, warmup=warmup, device=device, sync=sync,
-                                    cold=cold, queue=queue, settle=settle))
+                                    cold=cold, queue=queue, settle=settle, agree=agree))
             progress.update(1)
             say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}")
         progress.close()

@@ -398,7 +398,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                 want = None if (captured or a.no_ceiling or a.model == "none") else captured
                 mine = run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
                                    repeats=a.repeats, log=log, capture=want, sync=job.barrier,
-                                   long=long, cold=cold)
+                                   long=long, cold=cold,
+                                   agree=job.all_agree if job.group else None)
                 results.append(ddp.merge(job.gather(mine)))
                 save(False)
             if captured:

@@ -194,6 +194,23 @@ def test_settling_warms_up_until_the_workers_are_out_of_step():
     assert len(long_waits(plain.waits_ms)) >= 3  # without settling the window times the waves
 
 
+def test_settling_ends_only_when_the_job_agrees():
+    """Under torchrun every rank must run as many DDP steps: the job's verdict (here: not
+    before the fifth check) governs, not this rank's (out of step from the fourth)."""
+    calls = []
+
+    def agree(flag):
+        calls.append(flag)
+        return flag and len(calls) > 4
+
+    cpu = torch.device("cpu")
+    m = measure(_wavy(5, 0), lambda x, y: None, 5, 2, cpu, settle=(5, 100), agree=agree)
+    assert calls == [False, False, False, True, True]
+    assert m.settled is True and m.settle_batches == 20
+    alone = measure(_wavy(5, 0), lambda x, y: None, 5, 2, cpu, settle=(5, 100))
+    assert alone.settle_batches == 15
+
+
 def test_only_a_loader_whose_workers_run_across_epochs_settles():
     from types import SimpleNamespace as NS
 

@@ -107,6 +107,20 @@ def test_the_suite_under_torchrun_reports_once_from_rank_0(tiny_root, tmp_path):
     json.loads((out / "results.json").read_text())
 
 
+def test_pinned_ranks_settle_together_under_torchrun(tiny_root, tmp_path):
+    """NOTE [settling] in compare.runner: ranks that settled for different numbers of DDP
+    steps would hang in the step's all-reduce; the job agrees instead."""
+    out = tmp_path / "out"
+    r = _torchrun(2, ["--data", str(tiny_root), "--device", "cpu", "--model", "tinycnn",
+                      "--backends", "pinned", "--batch-size", "4", "--steps", "2",
+                      "--warmup", "1", "--repeats", "1", "--workers", "2", "--no-ceiling",
+                      "--out", str(out)], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (rep,) = SuiteResult.load(out / "results.json").variants[0].repeats
+    assert isinstance(rep.settle_batches, int) and rep.settle_batches >= 6
+    assert isinstance(rep.settled, bool)
+
+
 def test_compare_train_under_torchrun_prints_the_job_once(tiny_root, tmp_path):
     r = _torchrun(2, ["train", "--backend", "pinned", "--data", str(tiny_root),
                       "--batch-size", "4", "--workers", "1", "--epochs", "2"], tmp_path)
