@@ -163,8 +163,9 @@ def in_step(waits_ms, workers: int) -> bool:
 
 
 def in_step_lines(res: SuiteResult) -> List[str]:
-    """The ``pinned`` rows (persistent workers) whose windows were mostly ``in_step``: their
-    rate is a start-up transient's, even after settling (NOTE [settling] in compare.runner).
+    """The ``pinned`` rows (workers that run across epochs) whose windows were mostly
+    ``in_step``: their rate is a start-up transient's, even after settling (NOTE [settling] in
+    compare.runner).
     ``pageable`` and the plain recipe restart their workers every epoch, so for them the waves
     are the steady state, which whole-epoch windows time."""
     out = []
