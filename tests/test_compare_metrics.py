@@ -146,6 +146,8 @@ def test_waits_in_waves_of_the_worker_count_are_in_step():
     assert not in_step(_waves(14, n=30), 14)           # under three waves
     spread = [250.0 if i in (3, 10, 22, 29, 41, 50) else 2.0 for i in range(62)]
     assert not in_step(spread, 14)                     # long waits on no common phase
+    few = [250.0 if i % 3 == (i // 3) % 3 else 2.0 for i in range(30)]  # phases 0, 1, 2, ...
+    assert not in_step(few, 3) and in_step(_waves(3, n=30, at=1), 3)  # 3 workers: exact phase
 
 
 def test_pinned_rows_in_step_are_warned_and_pageable_ones_are_not():
