@@ -24,28 +24,7 @@ from typing import Callable, Iterator, List, Optional, Tuple
 
 import torch
 
-
-# A data wait is *long* above max(LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES x the median wait).
-LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES = 20.0, 4.0
-
-
-def long_waits(waits_ms) -> List[int]:
-    """The indices of the long waits of a window (``LONG_WAIT_*``): the waits that stand out
-    from its typical one, so that a loader-bound window, where every batch waits about as
-    long, has none."""
-    w = list(waits_ms)
-    if not w:
-        return []
-    floor = max(LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES * sorted(w)[len(w) // 2])
-    return [i for i, x in enumerate(w) if x > floor]
-
-
-def out_of_step(waits_ms, period: int) -> bool:
-    """Whether the last ``3 x period`` waits hold fewer than three long ones, that is, fewer
-    than three waves of ``period`` workers delivering in step (``compare.report.in_step``;
-    NOTE [settling] in compare.runner). False with fewer waits than that."""
-    w = list(waits_ms)[-3 * period:]
-    return len(w) >= 3 * period and len(long_waits(w)) < 3
+from .waves import out_of_step
 
 
 @dataclass(frozen=True)

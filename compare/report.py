@@ -8,14 +8,11 @@ import math
 from typing import List, Optional, Tuple
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
-from .metrics import long_waits
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
+from .waves import in_step
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
-# in_step: the long waits must hold IN_STEP_SHARE of all the wait, and IN_STEP_SHARE of them
-# fall on one phase
-IN_STEP_SHARE = 0.7
 SLOWER_STEP = 0.03  # a step this much slower than on resident batches is reported
 
 COLUMNS = ("backend", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %",
@@ -140,28 +137,6 @@ def table(res: SuiteResult, columns=COLUMNS, body=None) -> str:
     if per_rank:
         text += "\n\nper rank (medians over repeats):\n" + table(res, RANK_COLUMNS, per_rank)
     return text
-
-
-def in_step(waits_ms, workers: int) -> bool:
-    """Whether a window's data waits come as waves of ``workers`` batches: the DataLoader's
-    workers, started together, each make a whole batch and deliver in order, so their batches
-    arrive together and the consumer waits once per wave. True when the window holds at least
-    three waves, its long waits (``metrics.long_waits``) hold ``IN_STEP_SHARE`` of its wait,
-    and that share of them fall on one phase modulo ``workers`` (give or take one batch, from
-    6 workers on).
-
-    Persistent workers drift out of step over some hundreds of batches, so in a short window
-    this is a start-up transient, not the steady state (NOTE [settling] in compare.runner)."""
-    w = list(waits_ms or ())
-    if workers < 2 or len(w) < 3 * workers:
-        return False
-    long = long_waits(w)
-    if len(long) < 3 or sum(w[i] for i in long) < IN_STEP_SHARE * sum(w):
-        return False
-    slack = 1 if workers >= 6 else 0  # with few workers, one batch either side is every phase
-    near = lambda a, b: min((a - b) % workers, (b - a) % workers) <= slack  # noqa: E731
-    best = max(sum(near(i % workers, p) for i in long) for p in range(workers))
-    return best >= IN_STEP_SHARE * len(long)
 
 
 def in_step_lines(res: SuiteResult) -> List[str]:

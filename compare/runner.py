@@ -305,7 +305,7 @@ def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int) -> 
 # the waves are a start-up transient, which a default window timed on the H200 and a ``--long``
 # one mostly did not (docs/results/h200/seeds-reference). So before the training window of
 # such a loader the warm-up goes on, ``num_workers`` batches at a time, until the last
-# ``3 x num_workers`` waits hold fewer than three long ones (``metrics.out_of_step``), or
+# ``3 x num_workers`` waits hold fewer than three long ones (``waves.out_of_step``), or
 # ``SETTLE_CAP_QUEUES`` times its queue more batches have run; each repeat records how many
 # ran and whether it settled. Loaders that restart their workers every epoch (``pageable``,
 # the plain recipe) are back in step after each epoch start: that is their steady state,

@@ -134,7 +134,7 @@ def _waves(period, n=62, at=3, long=250.0, short=2.0):
 
 
 def test_waits_in_waves_of_the_worker_count_are_in_step():
-    from compare.report import in_step
+    from compare.waves import in_step
 
     assert in_step(_waves(14), 14)
     jittered = _waves(14)
@@ -182,7 +182,7 @@ def _wavy(period, until, sleep_s=0.03):
 
 def test_settling_warms_up_until_the_workers_are_out_of_step():
     """NOTE [settling] in compare.runner: the window starts once the waves are over."""
-    from compare.metrics import long_waits
+    from compare.waves import long_waits
 
     cpu = torch.device("cpu")
     m = measure(_wavy(5, 60), lambda x, y: None, 20, 2, cpu, settle=(5, 200))
