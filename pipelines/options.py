@@ -126,7 +126,9 @@ class TorchOptions(Options):
             default recipe, untuned).
         decoder: a ``Decoder``: how the workers decode (``"pil"``, ``"torchvision"``,
             ``"scaled"``). ``None``: ``"pil"`` on ``pageable`` (the default recipe, as
-            ``ImageFolder`` decodes) and ``"torchvision"`` on ``pinned``.
+            ``ImageFolder`` decodes); on ``pinned``, ``"torchvision"``, or ``"scaled"`` for a
+            dataset of large photos (NOTE [the default decoder] in
+            ``pipelines/torch_backend/decode.py``). The loader's ``decoder`` says which ran.
         cpu_binding: ``pinned`` only; a ``CpuBinding``: ``"rank"`` restricts the workers to this
             local rank's slice of the cores under torchrun (``"none"``: the inherited
             affinity). Evidence for the default: docs/results/h200x2/README.md.

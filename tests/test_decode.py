@@ -119,6 +119,42 @@ def test_only_the_resizes_the_scaled_path_can_run_are_taken():
     assert scaled_crop(_jpeg(orientation=6), photo) is None
 
 
+def test_pinned_picks_the_scaled_decoder_for_large_photos_only(photos, tiny_root, monkeypatch):
+    """NOTE [the default decoder] in pipelines/torch_backend/decode.py: from the files, not a
+    timing, so a resumed job decodes as the first run did; an explicit decoder wins."""
+    from pipelines import Decoder
+    from pipelines.torch_backend import decode
+
+    def chosen(root, backend="pinned", **kw):
+        cfg = LoaderConfig(root=root, batch_size=8, device="cpu", num_workers=0,
+                           augment=AugmentSpec(size=64))
+        with make(backend, cfg, **kw) as ld:
+            return ld.decoder
+
+    assert chosen(photos) is Decoder.TORCHVISION  # 600-1000 px: under the threshold
+    monkeypatch.setattr(decode, "SCALED_FROM_MP", 0.3)
+    assert chosen(photos) is Decoder.SCALED
+    assert chosen(tiny_root) is Decoder.TORCHVISION  # 48-96 px
+    assert chosen(photos, decoder="torchvision") is Decoder.TORCHVISION
+    assert chosen(photos, "pageable") is Decoder.PIL  # the baseline is never tuned
+    jitter = as_steps(v2.Compose([v2.ColorJitter(0.1), v2.RandomResizedCrop(64)]))
+    assert decode.default_decoder(jitter, 24, lambda i: io.BytesIO(_jpeg())) == "torchvision"
+
+
+def test_median_megapixels_reads_the_headers_of_a_spread_sample(tmp_path):
+    from pipelines.torch_backend.decode import SIZE_SAMPLE, median_megapixels
+
+    files = []
+    for i, (w, h) in enumerate([(100, 100), (1000, 1000), (1000, 1000), (2000, 1000)] * 15):
+        files.append(tmp_path / f"{i}.jpg")
+        Image.new("RGB", (w, h)).save(files[-1], "JPEG")
+    seen = []
+    mp = median_megapixels(len(files), lambda i: seen.append(i) or files[i])
+    assert mp == 1.0 and len(seen) == SIZE_SAMPLE and seen[-1] > 50  # across the listing
+    (tmp_path / "bad.jpg").write_bytes(b"not an image")
+    assert median_megapixels(1, lambda i: tmp_path / "bad.jpg") is None
+
+
 def _jpeg(orientation=None, mode="RGB"):
     im = Image.fromarray(np.random.default_rng(0).integers(0, 255, (400, 600, 3), np.uint8))
     im = im.convert(mode)

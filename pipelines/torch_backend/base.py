@@ -15,6 +15,7 @@ not depend on when it was made.
 from __future__ import annotations
 
 import functools
+import io
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -25,6 +26,7 @@ from ..loader import LoaderBase
 from ..options import TorchOptions
 from . import affinity, shm
 from .dataset import Bad, JpegDataset, PlanBatchSampler, collate_skipping
+from .decode import default_decoder
 
 
 @dataclass
@@ -52,11 +54,13 @@ class TorchLoaderBase(LoaderBase):
                  pin_memory: bool):
         super().__init__(config, options)
         r = self.recipe
-        self.dataset = JpegDataset(self.paths, self.labels, r.full if in_workers == "full"
-                                   else r.head, config.seed, max_pixels=config.max_image_pixels,
+        steps = r.full if in_workers == "full" else r.head
+        self.decoder = self._decoder(options, in_workers, steps)
+        self.dataset = JpegDataset(self.paths, self.labels, steps, config.seed,
+                                   max_pixels=config.max_image_pixels,
                                    read=None if self.data_source.by_path
                                    else self.data_source.read,
-                                   decoder=self._decoder(options, in_workers))
+                                   decoder=self.decoder)
         self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
         self._stream = None  # the DataLoader iterator over epoch after epoch (NOTE)
         self._next: Optional[int] = None  # the epoch the stream reaches next, at its start
@@ -87,13 +91,18 @@ class TorchLoaderBase(LoaderBase):
         the workers: the default recipe, untuned), on for ``pinned``."""
         return value if value is not None else in_workers != "full"
 
-    @staticmethod
-    def _decoder(options: TorchOptions, in_workers: str) -> Decoder:
+    def _decoder(self, options: TorchOptions, in_workers: str, steps) -> Decoder:
         """``TorchOptions.decoder``, or the backend's default: PIL for the baseline (``full``
-        recipe in the workers), torchvision's decoder for ``pinned``."""
+        recipe in the workers); for ``pinned``, torchvision's decoder, or the scaled one for a
+        dataset of large photos (NOTE [the default decoder] in ``decode``)."""
         if options.decoder is not None:
             return options.decoder
-        return Decoder.PIL if in_workers == "full" else Decoder.TORCHVISION
+        if in_workers == "full":
+            return Decoder.PIL
+        src = self.data_source
+        read = ((lambda i: self.paths[i]) if src.by_path
+                else (lambda i: io.BytesIO(src.read(i))))
+        return Decoder(default_decoder(steps, len(self.paths), read))
 
     def _worker_cores(self, options: TorchOptions):
         """The cores the workers are bound to (``TorchOptions.cpu_binding``), ``None`` for the
