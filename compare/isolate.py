@@ -137,7 +137,7 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
     the loader is still open (``None`` for a ceiling unit, which takes one batch and closes
     its loader before the clock starts). On an error the loader is closed, then it raises."""
     from .runner import (ceiling_repeat, endless, open_loader, queue_depth, settle_of,
-                         time_repeat, window)
+                         time_repeat, window, with_decoder)
 
     phases = phases if phases is not None else Phases()
     t = time.perf_counter()
@@ -168,8 +168,9 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
             cold = evictor(cfg.root)
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
-        rep = time_repeat(it, step, steps=n, warmup=job.warmup, device=device, cold=cold,
-                          queue=queue, settle=settle_of(loader, queue))
+        rep = with_decoder(time_repeat(it, step, steps=n, warmup=job.warmup, device=device,
+                                       cold=cold, queue=queue, settle=settle_of(loader, queue)),
+                           loader)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()
         it.close()

@@ -164,8 +164,9 @@ def in_step_lines(res: SuiteResult) -> List[str]:
 
 def window_lines(res: SuiteResult) -> List[str]:
     """Per variant: the timed window in batches and seconds against the loader's queue
-    (compare.isolate NOTE [steady state]), and the warm-up that ran until its workers were out
-    of step (NOTE [settling] in compare.runner)."""
+    (compare.isolate NOTE [steady state]), the torch backends' decoder (``pinned`` picks one
+    from the data: NOTE [the default decoder] in pipelines/torch_backend/decode.py), and the
+    warm-up that ran until its workers were out of step (NOTE [settling] in compare.runner)."""
     out = []
     for v in res.variants:
         steps = [r.steps for r in v.repeats if r.steps]
@@ -174,7 +175,9 @@ def window_lines(res: SuiteResult) -> List[str]:
             continue
         q = v.queue_batches
         rel = f", {max(steps) / q:.1f}x its queue of {q} batches" if q else ""
-        line = f"{v.label}: {max(steps)} batches, {min(secs):.1f}-{max(secs):.1f} s{rel}"
+        decoders = sorted({r.decoder for r in v.repeats if r.decoder})
+        dec = f", {'/'.join(decoders)} decoder" if decoders else ""
+        line = f"{v.label}: {max(steps)} batches, {min(secs):.1f}-{max(secs):.1f} s{rel}{dec}"
         extra = [r.settle_batches for r in v.repeats if r.settle_batches is not None]
         if extra:
             stuck = sum(r.settled is False for r in v.repeats)

@@ -52,6 +52,8 @@ class Repeat:
     # were by the cap (NOTE [settling] in compare.runner); None: the loader does not settle
     settle_batches: Optional[int] = None
     settled: Optional[bool] = None
+    # the torch backends' decoder (TorchOptions.decoder, or the one pinned chose from the data)
+    decoder: Optional[str] = None
 
 
 @dataclass(frozen=True)

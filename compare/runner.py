@@ -7,7 +7,7 @@ import itertools
 import os
 import typing
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -329,6 +329,12 @@ def settle_of(loader, queue: Optional[int], agreed: bool = False) -> Optional[Tu
     return workers, SETTLE_CAP_QUEUES * max(queue or 0, workers)
 
 
+def with_decoder(rep: Repeat, loader) -> Repeat:
+    """``rep`` with the decoder ``loader`` ran (the torch backends'; ``None`` for others)."""
+    d = getattr(loader, "decoder", None)
+    return replace(rep, decoder=getattr(d, "value", d)) if d is not None else rep
+
+
 def drain(it: Iterator, batches: int) -> None:
     """Take ``batches`` batches from ``it`` and drop them."""
     for _ in range(batches):
@@ -415,8 +421,9 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
         it = endless(loader)
         progress = bar(repeats, f"compare {v.label}", "repeat")
         for r in range(repeats):
-            reps.append(time_repeat(it, step, steps=n, warmup=warmup, device=device, sync=sync,
-                                    cold=cold, queue=queue, settle=settle, agree=agree))
+            reps.append(with_decoder(time_repeat(
+                it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
+                queue=queue, settle=settle, agree=agree), loader))
             progress.update(1)
             say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}")
         progress.close()

@@ -34,6 +34,8 @@ def test_isolated_repeats_run_in_fresh_processes_in_the_recorded_order(tiny_root
              "pageable,pinned", "--steps", "2", "--repeats", "2")
     pids = [rep["pid"] for v in r["variants"] for rep in v["repeats"]]
     pids += [rep["pid"] for rep in r["ceiling"]["repeats"]]
+    assert {rep["decoder"] for v in r["variants"] for rep in v["repeats"]} == {"pil",
+                                                                              "torchvision"}
     assert len(pids) == 6 and len(set(pids)) == 6 and os.getpid() not in pids
     s = r["setup"]
     assert s["isolate"] is True and s["order_seed"] == 7
@@ -276,6 +278,9 @@ def test_pinned_repeats_record_their_settling_and_pageable_ones_do_not(tiny_root
     assert isinstance(rep["pinned"]["settled"], bool)
     summary = (tmp_path / "s" / "summary.md").read_text()
     assert "more warm-up batches until the workers were out of step" in summary
+    # each repeat names the decoder that ran: PIL for the baseline, pinned's from the data
+    assert (rep["pageable"]["decoder"], rep["pinned"]["decoder"]) == ("pil", "torchvision")
+    assert "torchvision decoder" in summary and "pil decoder" in summary
 
 
 def test_the_step_runs_its_first_calls_before_any_window():
