@@ -7,7 +7,6 @@ lines the commands print. ``GPU_FEED_PROGRESS=0`` turns bars off, ``=1`` forces 
 from __future__ import annotations
 
 
-
 class _Quiet:
     def update(self, n: int = 1) -> None:
         pass
