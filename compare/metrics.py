@@ -78,13 +78,9 @@ def percentile(xs: List[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def _same(flag: bool) -> bool:
-    return flag
-
-
 def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
             device: torch.device, settle: Optional[Tuple[int, int]] = None,
-            agree: Callable[[bool], bool] = _same) -> RunMeasure:
+            agree: Optional[Callable[[bool], bool]] = None) -> RunMeasure:
     """Run ``warmup`` untimed then ``steps`` timed steps of ``step(images, labels)``.
 
     ``batches`` yields ``(images, labels)``; it must not run out (see ``runner.endless``).
@@ -94,21 +90,22 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     the job's (``Job.all_agree`` under torchrun), so every rank settles for as many steps.
     """
     cuda = device.type == "cuda"
-    seen: List[float] = []
-    for _ in range(warmup):
-        t = time.perf_counter()
-        x, y = next(batches)
-        seen.append((time.perf_counter() - t) * 1e3)
-        step(x, y)
+    seen: List[float] = []  # the warm-up's data waits, which settling reads
+
+    def untimed(n: int) -> None:
+        for _ in range(n):
+            t = time.perf_counter()
+            x, y = next(batches)
+            seen.append((time.perf_counter() - t) * 1e3)
+            step(x, y)
+
+    untimed(warmup)
     extra, settled = (0, False) if settle else (None, None)
     if settle:
         period, cap = settle
-        while not (settled := agree(out_of_step(seen, period))) and extra < cap:
-            for _ in range(period):
-                t = time.perf_counter()
-                x, y = next(batches)
-                seen.append((time.perf_counter() - t) * 1e3)
-                step(x, y)
+        job = agree or (lambda flag: flag)
+        while not (settled := job(out_of_step(seen, period))) and extra < cap:
+            untimed(period)
             extra += period
     if cuda:
         torch.cuda.synchronize(device)

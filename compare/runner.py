@@ -372,8 +372,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     cpu = CpuUtil()
     cpu.start()
     with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
-        m = measure(it, step, steps, warmup, device, settle=settle,
-                    **({"agree": agree} if agree is not None else {}))
+        m = measure(it, step, steps, warmup, device, settle=settle, agree=agree)
     return Repeat(
         samples_per_s=m.samples_per_s, loader_only_per_s=lo,
         wait_p50_ms=m.wait_pct(50), wait_p95_ms=m.wait_pct(95), idle_pct=m.idle_pct,
