@@ -32,8 +32,8 @@ EXIF_ORIENTATION = 0x0112
 # NOTE [the default decoder]: ``pinned`` decodes with torchvision unless the recipe starts with
 # a step the scaled path runs and the median image of the dataset (from the headers of
 # ``SIZE_SAMPLE`` files spread over the listing) has at least ``SCALED_FROM_MP`` megapixels.
-# On this project's CPU, per image, torchvision's decoder beat the scaled one on sets of up to
-# about 3 megapixels a photo (by less as the photos grow) and lost on photos of about 8
+# On this project's CPU, per image, torchvision's decoder beat the scaled one on smaller photos
+# (by less as they grow) and lost on large ones; the threshold sits between the two
 # (docs/results/cpu/README.md: decode-modes.json, decode-sizes.json). The rule depends only on
 # the files, so a resumed job decodes as the first run did. Not yet measured on a GPU host.
 SCALED_FROM_MP = 4.0
