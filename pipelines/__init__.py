@@ -10,8 +10,8 @@ Example:
     ...             ...
 """
 from .augment import AugmentSpec, Mode
-from .config import (BadFilePolicy, CpuBinding, Decoder, LastBatchPolicy, LoaderConfig,
-                     OutputDType, PinMode, default_workers, usable_cores)
+from .config import (BadFilePolicy, CpuBinding, Decoder, Handoff, LastBatchPolicy,
+                     LoaderConfig, OutputDType, PinMode, default_workers, usable_cores)
 from .distributed import Placement, local_world_size, placement
 from .factory import (Backend, available_backends, create_loader, dali_available, options_for,
                       preload)
@@ -32,7 +32,7 @@ from .validate import BadFileError, check_image_bytes
 
 __all__ = [
     "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig",
-    "OutputDType", "PinMode", "CpuBinding", "Decoder", "scaled_crop", "Backend", "DaliOptions",
+    "OutputDType", "PinMode", "CpuBinding", "Decoder", "Handoff", "scaled_crop", "Backend", "DaliOptions",
     "Options", "TorchOptions", "LoaderBase",
     "Recipe", "available_backends", "create_loader", "dali_available", "options_for", "preload",
     "DatasetRootError", "check_nonempty", "epoch_batches", "list_samples", "num_batches",

@@ -96,6 +96,22 @@ class Decoder(str, enum.Enum):
     SCALED = "scaled"
 
 
+class Handoff(str, enum.Enum):
+    """On which CUDA stream the ``dali`` backend takes each batch from DALI
+    (``DaliOptions.handoff``; ``pipelines.dali.loader`` NOTE [handoff]).
+
+    * ``CURRENT``: on the consumer's current stream, as ``DALIGenericIterator`` does: the batch
+      is DALI's own output memory, and it goes back to DALI only once the work the consumer
+      queued on that stream before the batch is done.
+    * ``STREAM``: on the loader's own stream: the batch is copied (or cast) out of DALI's
+      memory there, DALI's memory goes back as soon as that copy is done, and the consumer's
+      stream waits for the copy only.
+    """
+
+    CURRENT = "current"
+    STREAM = "stream"
+
+
 class OutputDType(str, enum.Enum):
     """The dtype of ``Batch.images``."""
 

@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from .config import CpuBinding, Decoder, PinMode, enum_option, int_option
+from .config import CpuBinding, Decoder, Handoff, PinMode, enum_option, int_option
 
 
 def option(default: Any, *, lo: float | None = None, hi: float | None = None,
@@ -174,6 +174,10 @@ class DaliOptions(Options):
             random draws). The cost of keeping it on: docs/results/h200/README.md.
         device_memory_padding, host_memory_padding: nvJPEG buffer padding in bytes.
         preallocate_width_hint, preallocate_height_hint: decoder preallocation hints (0: none).
+        handoff: a ``Handoff``: on which CUDA stream each batch leaves DALI, the consumer's
+            current stream (``"current"``, as ``DALIGenericIterator`` does) or the loader's own
+            (``"stream"``: the batch is copied out of DALI's memory there). Why it matters:
+            ``pipelines.dali.loader`` NOTE [handoff]. No effect on CPU operators.
     """
 
     backends: ClassVar[Tuple[str, ...]] = ("dali",)
@@ -188,6 +192,7 @@ class DaliOptions(Options):
     host_memory_padding: int = option(140544512, lo=0)
     preallocate_width_hint: int = option(0, lo=0)
     preallocate_height_hint: int = option(0, lo=0)
+    handoff: Handoff = option(Handoff.CURRENT)
 
     def threads(self, num_workers: int) -> int:
         """The reader threads for ``num_workers`` decoder threads (``reader_threads``)."""

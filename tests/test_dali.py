@@ -206,3 +206,40 @@ def test_gpu_train_contract(gpu_root, dtype, cl, pipes):
             assert x.is_contiguous(memory_format=torch.channels_last) == cl
             ys.append(y)
         assert sorted(ld.last_indices.tolist()) == list(range(512))
+
+
+def test_handoff_stream_is_a_no_op_on_cpu_operators(tiny_root):
+    spec = AugmentSpec(mode="eval", size=32, resize_size=40)
+    outs = []
+    for handoff in ("current", "stream"):
+        with make("dali", _cfg(tiny_root, augment=spec), handoff=handoff) as ld:
+            assert ld._stream is None
+            outs.append(torch.cat([x for x, _ in ld]))
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, cl", [("bfloat16", True), ("float32", False)])
+def test_gpu_handoff_stream_gives_the_same_batches_to_a_busy_consumer(gpu_root, dtype, cl):
+    """NOTE [handoff]: the batches taken on the loader's stream equal those taken on the
+    current one, in the config's dtype and layout, and stay intact while the consumer's stream
+    is still busy with earlier work (the copies' memory is not reused under it)."""
+    spec = AugmentSpec(mode="eval", size=224)
+    cfg = LoaderConfig(root=gpu_root, batch_size=64, device="cuda", num_workers=4, dtype=dtype,
+                       channels_last=cl, augment=spec, shuffle=False)
+    outs = {}
+    busy = torch.randn(4096, 4096, device="cuda")
+    for handoff in ("current", "stream"):
+        with make("dali", cfg, handoff=handoff) as ld:
+            assert (ld._stream is not None) == (handoff == "stream")
+            kept = []
+            for x, y in ld:
+                for _ in range(20):  # queue work ahead of the consumer's use of x
+                    busy = (busy @ busy).clamp_(-1, 1)
+                assert x.dtype == getattr(torch, dtype) and y.is_cuda
+                assert x.is_contiguous(memory_format=torch.channels_last) == cl
+                kept.append((x.float().sum(dim=(1, 2, 3)), x[:2].float().clone(), y.clone()))
+            torch.cuda.synchronize()
+            outs[handoff] = [torch.cat([k[i] for k in kept]) for i in range(3)]
+    for a, b in zip(outs["current"], outs["stream"]):
+        assert torch.equal(a, b)

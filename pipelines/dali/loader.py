@@ -34,6 +34,19 @@ afresh.
 An epoch that ends early (``break``, an exception) leaves the pipelines with at most
 ``queue_depth`` batches in flight; the next ``iter()`` stops the source and drains only those
 (or rebuilds, after a failure), so it always starts clean.
+
+NOTE [handoff]
+``DALIGenericIterator`` hands a batch over on the consumer's current stream, which in training
+already holds the step the loop queued ahead. With DALI's dynamic executor the batch is DALI's
+own output memory (DLPack), and it can return to DALI only after that queued work (and the
+consumer's use of the batch) is done. ``DaliOptions.handoff="stream"`` takes the batch on the
+loader's own stream instead: the stream waits for DALI's output only, the batch is copied (or
+cast to the output dtype) out of DALI's memory there, DALI's references are dropped, and the
+consumer's stream waits for that copy, an event, not a host wait. The copy's memory is the
+caching allocator's, marked as used on the consumer's stream (``record_stream``), so it is not
+reused before the consumer is done. The question it answers, whether DALI's decoders (the
+hardware decoder above all) wait for memory held behind the training step:
+docs/results/h200/README.md.
 """
 from __future__ import annotations
 
@@ -46,7 +59,7 @@ import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from ..config import LoaderConfig, OutputDType
+from ..config import Handoff, LoaderConfig, OutputDType
 from ..device import resolve_device
 from ..loader import LoaderBase
 from ..options import DaliOptions
@@ -86,6 +99,8 @@ class DaliLoader(LoaderBase):
         self._in_epoch = False
         self._broken = False
         self.recoveries = 0
+        self._stream = (torch.cuda.Stream(self.device)
+                        if self.gpu and options.handoff is Handoff.STREAM else None)
 
     def _on_device(self):
         """Make this loader's GPU current while DALI builds or runs: its iterator places
@@ -241,8 +256,11 @@ class DaliLoader(LoaderBase):
                 turn += 1
                 continue
             try:
-                with self._on_device():
+                with self._on_device(), self._handoff():
                     out = next(self._its[k])
+                    x, y = self._own(out[0], cast)
+                    idx = out[0]["indices"] if want_idx else None
+                    del out
             except StopIteration:
                 live[k] = False
                 while self.source.in_flight(k):  # trailing wholly-bad batches
@@ -254,14 +272,34 @@ class DaliLoader(LoaderBase):
                 continue
             turn += 1
             self._account(k)
-            d = out[0]
-            x, y = d["images"], d["labels"].view(-1)
-            if self.config.channels_last:
-                x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
-            if cast:
-                x = x.to(torch.bfloat16, memory_format=torch.preserve_format)
-            yield Batch(x, y), (d["indices"].view(-1).cpu().numpy() if want_idx else None)
+            if self._stream is not None:  # NOTE [handoff]: the consumer waits for the copy
+                consumer = torch.cuda.current_stream(self.device)
+                consumer.wait_stream(self._stream)
+                x.record_stream(consumer)
+                y.record_stream(consumer)
+            yield Batch(x, y), (idx.view(-1).cpu().numpy() if want_idx else None)
         self._in_epoch = False
+
+    def _handoff(self):
+        """The stream each batch is taken on (module NOTE [handoff]): the loader's own, or the
+        current one."""
+        return torch.cuda.stream(self._stream) if self._stream is not None \
+            else contextlib.nullcontext()
+
+    def _own(self, d: Dict[str, torch.Tensor], cast: bool):
+        """The batch's ``(images, labels)`` from DALI's outputs ``d``: images in the config's
+        layout and dtype. With a handoff stream they are copies in memory of this process's
+        allocator, so DALI's output memory can go back (NOTE [handoff])."""
+        x, y = d["images"], d["labels"].view(-1)
+        if self.config.channels_last:
+            x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
+        if cast:
+            x = x.to(torch.bfloat16, memory_format=torch.preserve_format)
+        elif self._stream is not None:
+            x = x.clone(memory_format=torch.preserve_format)
+        if self._stream is not None:
+            y = y.clone()
+        return x, y
 
     def _release(self) -> None:
         """Release the pipelines, their threads and their GPU memory."""
