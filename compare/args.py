@@ -141,6 +141,11 @@ def parse_args(argv):
                    help="evict the dataset's files from the page cache before each timed run "
                         "(posix_fadvise, no root) and check with mincore that it took "
                         "(compare.pagecache); the report marks the run cold")
+    p.add_argument("--compute-stream", choices=("default", "side", "high"), default="default",
+                   help="the CUDA stream the model step runs on: the default stream (as a plain "
+                        "script has it), a new stream (side) or a new one at the highest "
+                        "priority (high), so the loader's GPU work yields to the step "
+                        "(compare.runner.ComputeStream; recorded)")
     p.add_argument("--mix", metavar="SPEC",
                    help="batch MixUp/CutMix on the device, every backend alike (pipelines.mix): "
                         "e.g. \"mixup=0.2,cutmix=1.0\" (keys mixup, cutmix, switch, prob, "

@@ -83,6 +83,27 @@ def host_changes(a: SuiteResult, b: SuiteResult) -> List[str]:
             if ea.get(k) is not None and eb.get(k) is not None and ea[k] != eb[k]]
 
 
+# How a run was timed, where two runs may differ on purpose (the point of the comparison):
+# (setup key, what it is, its words for a run without and with it).
+MODES = (("cold", "page cache", ("warm", "cold (--cold)")),
+         ("long", "window", ("default", "long (--long)")),
+         ("compute_stream", "model step's stream", None))
+
+
+def mode_changes(a: SuiteResult, b: SuiteResult) -> List[str]:
+    """A note for each way of timing (``MODES``) that differs between the two runs."""
+    out = []
+    for key, what, words in MODES:
+        va, vb = a.setup.get(key), b.setup.get(key)
+        if words:
+            va, vb = words[bool(va)], words[bool(vb)]
+        else:
+            va, vb = va or "default", vb or "default"
+        if va != vb:
+            out.append(f"{what}: {va} in A, {vb} in B")
+    return out
+
+
 def incompatible(a: SuiteResult, b: SuiteResult) -> List[str]:
     """``"key: A -> B"`` for each fact that differs between the two runs."""
     fa, fb = _facts(a), _facts(b)
@@ -286,10 +307,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sa, sb = a.setup.get("source", "folder"), b.setup.get("source", "folder")
     if sa != sb:  # the same images (data_gen's statistics match) read from another source
         notes.append(f"the same images, read from a {sa} in A and from {sb} in B")
-    ca, cb = bool(a.setup.get("cold")), bool(b.setup.get("cold"))
-    if ca != cb:  # a --cold run against a warm one: the point of the comparison
-        word = lambda c: "cold (--cold)" if c else "warm"  # noqa: E731
-        notes.append(f"page cache: {word(ca)} in A, {word(cb)} in B")
+    notes += mode_changes(a, b)
     table = table_rows(a, b)
     if not table:
         return cli.fail(PROG, "the runs share no variant label")

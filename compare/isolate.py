@@ -96,12 +96,7 @@ class Job:
     long: bool = False
     user_step: Optional[str] = None  # --step MODULE:FUNCTION
     cold: bool = False               # --cold: evict the dataset before each timed run
-
-
-def _device(cfg):
-    import torch
-
-    return cfg.resolved().torch_device if torch.cuda.is_available() else torch.device("cpu")
+    compute: str = "default"         # --compute-stream (runner.ComputeStream)
 
 
 def _step(job: Job):
@@ -136,15 +131,22 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
     """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches, loader)``;
     the loader is still open (``None`` for a ceiling unit, which takes one batch and closes
     its loader before the clock starts). On an error the loader is closed, then it raises."""
-    from .runner import (ceiling_repeat, endless, open_loader, queue_depth, settle_of,
-                         time_repeat, window, with_decoder)
+    from .runner import ComputeStream, device_of, on_compute_stream
 
     phases = phases if phases is not None else Phases()
     t = time.perf_counter()
     v = job.variants[unit.index]
     cfg = v.config_of(job.base)
-    device = _device(cfg)
+    device = device_of(cfg)
     step = _step(job)
+    with on_compute_stream(ComputeStream(job.compute), device):
+        return _timed(job, unit, v, cfg, device, step, phases, t)
+
+
+def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
+    from .runner import (ceiling_repeat, endless, open_loader, queue_depth, settle_of,
+                         time_repeat, window, with_decoder)
+
     if unit.ceiling:
         with open_loader(v, cfg) as loader:
             it = endless(loader)

@@ -271,6 +271,8 @@ def markdown(res: SuiteResult) -> str:
         f"{s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
         f"channels_last {s.get('channels_last')}, workers {s.get('workers')}",
         f"- augmentation: {s.get('augment')}",
+        *([f"- model step on the {s['compute_stream']} stream (--compute-stream)"]
+          if s.get("compute_stream", "default") != "default" else []),
         *([job] if job else []),
         "",
         "Values are medians over repeats, ± half the range. % ceiling compares with the same step "

@@ -6,7 +6,7 @@ import gc
 import itertools
 import os
 import typing
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -260,6 +260,45 @@ def _nothing() -> None:
     return None
 
 
+class ComputeStream(str, enum.Enum):
+    """The CUDA stream the model step (and the loader's hand-over) runs on (``--compute-stream``).
+
+    * ``DEFAULT``: the default stream, as a plain training script has it. It is the legacy
+      default stream, which waits for (and holds up) work on other blocking streams.
+    * ``SIDE``: a new stream at normal priority (torch's streams do not block on others).
+    * ``HIGH``: a new stream at the highest priority, so the GPU schedules the step's blocks
+      before those of the loader's GPU work when both wait (DALI's decode and augmentation).
+    """
+
+    DEFAULT = "default"
+    SIDE = "side"
+    HIGH = "high"
+
+
+def device_of(cfg: LoaderConfig) -> torch.device:
+    """The device ``cfg``'s batches land on: its CUDA device, or the CPU without CUDA."""
+    return cfg.resolved().torch_device if torch.cuda.is_available() else torch.device("cpu")
+
+
+@contextmanager
+def on_compute_stream(which: ComputeStream, device: torch.device):
+    """Make ``which`` the current stream of ``device`` (nothing on the CPU or for ``DEFAULT``).
+    Everything a run does runs in it, the loader's construction included, so the loader hands
+    batches over to the stream the step runs on. The device is synchronised on entry (a new
+    stream does not wait for the model's set-up on the default stream) and on exit."""
+    if device.type != "cuda" or which is ComputeStream.DEFAULT:
+        yield
+        return
+    top = min(torch.cuda.Stream.priority_range())  # a lower number is a higher priority
+    s = torch.cuda.Stream(device, priority=top if which is ComputeStream.HIGH else 0)
+    torch.cuda.synchronize(device)
+    try:
+        with torch.cuda.stream(s):
+            yield
+    finally:
+        torch.cuda.synchronize(device)
+
+
 def open_loader(v: Variant, cfg: LoaderConfig):
     """The loader of variant ``v`` for ``cfg``: a backend, or a plain reference recipe."""
     if v.reference:
@@ -411,7 +450,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
             the ranks settle together (NOTE [settling]).
     """
     cfg = v.config_of(base)
-    device = cfg.resolved().torch_device if torch.cuda.is_available() else torch.device("cpu")
+    device = device_of(cfg)
     reps: List[Repeat] = []
     with open_loader(v, cfg) as loader:
         queue = queue_depth(loader)

@@ -22,8 +22,8 @@ from .env import environment
 from .models import parse_model
 from .report import markdown, plots, table, warnings_for
 from .results import SuiteResult
-from .runner import (ORDER, Variant, make_step, parse_sweep, preset, run_ceiling,
-                     run_variant)
+from .runner import (ORDER, ComputeStream, Variant, device_of, make_step, on_compute_stream,
+                     parse_sweep, preset, run_ceiling, run_variant)
 
 
 
@@ -319,6 +319,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         "world_size": job.world, "local_world_size": job.local_world, "nodes": job.nodes,
         "step": getattr(a, "step", None), "long": bool(getattr(a, "long", False)),
         "isolate": bool(getattr(a, "isolate", False)), "cold": bool(getattr(a, "cold", False)),
+        "compute_stream": getattr(a, "compute_stream", "default"),
     }
     env = environment()
     results: list = []
@@ -380,7 +381,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
             setup["order_seed"] = getattr(a, "order_seed", 0)
             setup["order"] = [u.name(labels) for u in units]
             work = isolate.Job(tuple(p.variants), base, a.model, p.classes, a.steps, a.warmup,
-                               long, getattr(a, "step", None), cold is not None)
+                               long, getattr(a, "step", None), cold is not None,
+                               setup["compute_stream"])
 
             def done(got, c):
                 nonlocal ceiling
@@ -393,21 +395,22 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         else:
             setup["order"] = [f"{v.label} #{r + 1}" for v in p.variants
                               for r in range(a.repeats)]
-            for v in p.variants:
-                stage = _where(v)
-                want = None if (captured or a.no_ceiling or a.model == "none") else captured
-                mine = run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
-                                   repeats=a.repeats, log=log, capture=want, sync=job.barrier,
-                                   long=long, cold=cold,
-                                   agree=job.all_agree if job.group else None)
-                results.append(ddp.merge(job.gather(mine)))
-                save(False)
-            if captured:
-                stage = "the ceiling run"
-                mine = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
-                                   repeats=a.repeats, device=captured[0][0].device, log=log,
-                                   sync=job.barrier)
-                ceiling = ddp.merge(job.gather(mine))
+            with on_compute_stream(ComputeStream(setup["compute_stream"]), device_of(base)):
+                for v in p.variants:
+                    stage = _where(v)
+                    want = None if (captured or a.no_ceiling or a.model == "none") else captured
+                    mine = run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
+                                       repeats=a.repeats, log=log, capture=want,
+                                       sync=job.barrier, long=long, cold=cold,
+                                       agree=job.all_agree if job.group else None)
+                    results.append(ddp.merge(job.gather(mine)))
+                    save(False)
+                if captured:
+                    stage = "the ceiling run"
+                    mine = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
+                                       repeats=a.repeats, device=captured[0][0].device,
+                                       log=log, sync=job.barrier)
+                    ceiling = ddp.merge(job.gather(mine))
     except KeyboardInterrupt:
         return late(130, f"interrupted during {stage}")
     except Exception as e:  # noqa: BLE001 - reported in one line, traceback kept in error.log

@@ -157,6 +157,16 @@ def test_a_cold_run_against_a_warm_one_is_compared_and_noted(tmp_path, capsys):
     assert "page cache" not in _diff(tmp_path, capsys, warm, warm)
 
 
+def test_a_long_window_and_another_compute_stream_are_noted(tmp_path, capsys):
+    a = _run({"pageable": SAME_A})
+    b = SuiteResult(a.env, {**a.setup, "long": True, "compute_stream": "high"}, a.ceiling,
+                    a.variants)
+    out = _diff(tmp_path, capsys, a, b)
+    assert "note: window: default in A, long (--long) in B" in out
+    assert "note: model step's stream: default in A, high in B" in out
+    assert "window" not in _diff(tmp_path, capsys, b, b)
+
+
 def test_another_host_or_software_is_noted_and_not_refused(tmp_path, capsys):
     a = _run({"pinned": SAME_A})
     env = {"gpu": "H200", "platform": "Linux-6.18-v657", "torch": "2.11.0", "pillow": "12.3.0"}
