@@ -131,9 +131,10 @@ def parse_args(argv):
     p.add_argument("--order-seed", type=int, default=0,
                    help="the seed of the interleaved order of --isolate (recorded)")
     p.add_argument("--reference", action="store_true",
-                   help="add a row for the plain recipe: torchvision.datasets.ImageFolder + PIL "
-                        "+ the same v2 transforms, a DataLoader with no pinning and blocking "
-                        "copies (compare.reference), to check pageable against it")
+                   help="add a row for each plain recipe: with a torch backend, "
+                        "torchvision.datasets.ImageFolder + PIL + the same v2 transforms, a "
+                        "DataLoader with no pinning and blocking copies, to check pageable "
+                        "against it; with dali, DALI's file reader recipe (compare.reference)")
     p.add_argument("--long", action="store_true",
                    help="time a window of at least 10x each loader's queue, across an epoch "
                         "boundary (the steady-state check)")

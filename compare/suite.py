@@ -110,7 +110,8 @@ def _variants(a, note: Callable[[str], None]) -> List[Variant]:
     if getattr(a, "reference", False):
         from .reference import DALI_LABEL, LABEL
 
-        out.insert(0, Variant(LABEL, Backend.PAGEABLE, reference=True))
+        if any(v.backend is not Backend.DALI for v in out):  # the torch backends' recipe
+            out.insert(0, Variant(LABEL, Backend.PAGEABLE, reference=True))
         if any(v.backend is Backend.DALI for v in out):
             out.append(Variant(DALI_LABEL, Backend.DALI, reference=True))
     return out

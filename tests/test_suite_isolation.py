@@ -207,12 +207,12 @@ def test_the_reference_rows_of_a_run_with_dali(tiny_root, tmp_path, capsys):
     r = _run(tiny_root, tmp_path / "ref", "--no-isolate", "--backends", "dali", "--steps", "2",
              "--repeats", "1", "--reference")
     rows = {v["label"]: v for v in r["variants"]}
-    assert list(rows) == ["imagefolder (reference)", "dali", "dali file reader (reference)"]
+    assert list(rows) == ["dali", "dali file reader (reference)"]  # no torch backend: no ImageFolder
     assert rows["dali file reader (reference)"]["backend"] == "reference"
     assert rows["dali file reader (reference)"]["repeats"][0]["loader_only_per_s"] > 0
-    r = _run(tiny_root, tmp_path / "eval", "--no-isolate", "--backends", "dali", "--steps", "2",
-             "--repeats", "1", "--reference", "--mode", "eval")
-    assert [v["label"] for v in r["variants"]] == ["imagefolder (reference)", "dali"]
+    r = _run(tiny_root, tmp_path / "eval", "--no-isolate", "--backends", "pinned,dali", "--steps",
+             "2", "--repeats", "1", "--reference", "--mode", "eval")
+    assert [v["label"] for v in r["variants"]] == ["imagefolder (reference)", "pinned", "dali"]
     assert "no DALI file-reader row: --mode is eval" in capsys.readouterr().err
 
 
