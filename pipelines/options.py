@@ -158,7 +158,7 @@ class DaliOptions(Options):
         hw_decoder_load: share of the JPEGs sent to the GPU's hardware JPEG decoder (0..1),
             where the GPU has one. The default 0.0 suits training; 1.0 suits loader-bound work
             (light models, evaluation). Evidence: docs/results/h200/dali-hw-table-train and
-            dali-hw-table-loader.
+            dali-hw-table-loader; what does not cause the training loss: dali-handoff.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
             order. Each has its own augmentation seed, so the random crops differ from a
@@ -176,8 +176,10 @@ class DaliOptions(Options):
         preallocate_width_hint, preallocate_height_hint: decoder preallocation hints (0: none).
         handoff: a ``Handoff``: on which CUDA stream each batch leaves DALI, the consumer's
             current stream (``"current"``, as ``DALIGenericIterator`` does) or the loader's own
-            (``"stream"``: the batch is copied out of DALI's memory there). Why it matters:
-            ``pipelines.dali.loader`` NOTE [handoff]. No effect on CPU operators.
+            (``"stream"``: the batch is copied out of DALI's memory there; ``pipelines.dali.loader``
+            NOTE [handoff]). Measured: ``"stream"`` does not remove the hardware decoder's
+            training loss and costs some loader-only rate, hence the default
+            (docs/results/h200/README.md, dali-handoff). No effect on CPU operators.
     """
 
     backends: ClassVar[Tuple[str, ...]] = ("dali",)
