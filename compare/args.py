@@ -65,7 +65,8 @@ AUTO = {  # option -> (default with CUDA, default without)
 
 def fill_defaults(a: argparse.Namespace) -> argparse.Namespace:
     """Fill the machine-dependent defaults the user did not give (imports torch)."""
-    a.given_num_images = a.num_images  # --preset large has its own default (compare.suite)
+    a.given_num_images = a.num_images  # --preset large has its own defaults (compare.suite)
+    a.given_batch_size = a.batch_size
     if any(getattr(a, k) is None for k in AUTO):
         import torch
 
@@ -91,8 +92,8 @@ def parse_args(argv):
     p.add_argument("--preset", choices=PRESETS,
                    help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned with "
                         "torchvision's decoder, dali; large: pageable, pinned, pinned scaled, dali on "
-                        "a default set of 2000-4000 px photos (restricted to --backends; not "
-                        "with --sweep)")
+                        "a default set of 2000-4000 px photos, batch 64 with CUDA unless given "
+                        "(restricted to --backends; not with --sweep)")
     p.add_argument("--sweep", help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 "
                    "pipelines=1,2'. Keys: num_workers and the fields of TorchOptions and "
                    "DaliOptions; pin=on/off picks pinned/pageable. A key runs only on the "

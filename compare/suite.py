@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 
-from pipelines import (Backend, LoaderConfig, SourceKind, available_backends, shard_paths,
-                       source_kind)
+from pipelines import (Backend, LoaderConfig, SourceKind, available_backends, num_batches,
+                       shard_paths, source_kind)
 
 from . import cli, ddp
 from .args import PROG, parse_args
@@ -35,6 +35,7 @@ def default_cache() -> Path:
 
 LARGE = (2000, 4000)  # --preset large: photo widths, as phones and DSLRs make them
 LARGE_IMAGES = (1024, 128)  # its default image count with CUDA, without
+LARGE_BATCH = 64  # its default --batch-size with CUDA: 16 batches an epoch, one per worker or more
 
 
 def default_gen_config(num_images: int, large: bool = False):
@@ -148,10 +149,14 @@ def plan(a, note: Callable[[str], None]) -> Plan:
     variants = _variants(a, note)
     transform = load_transform(a.transform) if a.transform else None
     large = a.preset == "large"
-    if large and getattr(a, "given_num_images", a.num_images) is None:
+    if large:
         import torch
 
-        a.num_images = LARGE_IMAGES[0 if torch.cuda.is_available() else 1]
+        cuda = torch.cuda.is_available()
+        if getattr(a, "given_num_images", a.num_images) is None:
+            a.num_images = LARGE_IMAGES[0 if cuda else 1]
+        if getattr(a, "given_batch_size", a.batch_size) is None and cuda:
+            a.batch_size = LARGE_BATCH
     gen = None if a.data else default_gen_config(a.num_images, large)
     base = cli.loader_config(
         root=a.data if a.data else gen.out, batch_size=a.batch_size,
@@ -189,6 +194,8 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         classes = len(names)
     elif not Path(gen.out).exists():  # about to be generated: check its size first
         check_dataset(gen.num_images, variants, configs)
+    for line in short_epochs(len(paths) if gen is None else gen.num_images, variants, configs):
+        note(line)
     out = cli.writable_dir(a.out, "--out")
     return Plan(variants, configs, base, out, gen, classes)
 
@@ -213,6 +220,26 @@ def check_dataset(n: int, variants: List[Variant], configs: List[LoaderConfig]) 
     """Every variant gets at least one batch per epoch from ``n`` images (``check_nonempty``)."""
     for v, cfg in zip(variants, configs):
         cli.check_batches(n, cfg, {**cli.FLAGS, **v.sources}, _where(v))
+
+
+def short_epochs(n: int, variants: List[Variant], configs: List[LoaderConfig]) -> List[str]:
+    """A line for each torch row whose epoch of ``n`` images has fewer batches than it has
+    workers: at every epoch start at most that many workers decode, so the row times epoch
+    starts rather than decoding."""
+    out = []
+    for v, cfg in zip(variants, configs):
+        cfg = cfg.resolved()
+        if v.backend is Backend.DALI or cfg.num_workers < 2:
+            continue
+        k = num_batches(n, batch_size=cfg.batch_size, policy=cfg.last_batch, rank=cfg.rank,
+                        world_size=cfg.world_size)
+        if k < cfg.num_workers:
+            need = cfg.num_workers * cfg.batch_size * cfg.world_size
+            out.append(f"{v.label}: an epoch of {n} images is {k} batches of {cfg.batch_size}, "
+                       f"fewer than its {cfg.num_workers} workers, so it times epoch starts "
+                       f"more than decoding; use at least {need} images or a smaller "
+                       "--batch-size")
+    return out
 
 
 def prepare(p: Plan, a, log, job: ddp.Job = ddp.Job(), build_step: bool = True):

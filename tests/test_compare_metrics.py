@@ -9,7 +9,7 @@ from compare.metrics import loader_only, measure, percentile
 from compare.results import Repeat, SuiteResult, VariantResult
 from compare.report import markdown, table, warnings_for
 from compare.runner import Variant, parse_sweep, preset
-from pipelines import Backend
+from pipelines import Backend, LoaderConfig
 
 CPU = torch.device("cpu")
 
@@ -313,3 +313,34 @@ def test_window_shorter_than_the_dataloader_queue_is_flagged():
         VariantResult("pinned", "pinned", {}, 1.0, (Repeat(1.0, 1.0, 1.0, 1.0, 1.0, steps=8),), 30)))
     (w,) = [x for x in warnings_for(rec) if "queue" in x]
     assert w.startswith("pinned: 8 timed steps are fewer than the DataLoader's queue of 30")
+
+
+def test_an_epoch_with_fewer_batches_than_workers_is_noted(tiny_root):
+    from compare.suite import short_epochs
+
+    vs = [Variant("pageable", Backend.PAGEABLE), Variant("pinned", Backend.PINNED),
+          Variant("dali", Backend.DALI)]
+    cfg = LoaderConfig(root=tiny_root, batch_size=64, num_workers=14, device="cpu")
+    lines = short_epochs(256, vs, [cfg] * 3)
+    assert [x.split(":")[0] for x in lines] == ["pageable", "pinned"]  # DALI has no workers
+    assert "an epoch of 256 images is 4 batches of 64, fewer than its 14 workers" in lines[0]
+    assert "use at least 896 images" in lines[0]
+    assert short_epochs(1024, vs, [cfg] * 3) == []  # 16 batches for 14 workers
+
+
+def test_the_large_preset_defaults_to_batch_64_with_cuda(tmp_path, monkeypatch):
+    from compare.args import parse_args
+    from compare.suite import LARGE_BATCH, plan
+    from data_gen.generate import GenConfig, generate
+
+    root = tmp_path / "d"
+    generate(GenConfig(out=str(root), num_images=64, classes=2, seed=0, width_range=(32, 48)),
+             progress=False)
+    for cuda, want in ((False, 32), (True, LARGE_BATCH)):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        a = parse_args(["--preset", "large", "--data", str(root), "--device", "cpu",
+                        "--out", str(tmp_path)])
+        assert plan(a, lambda m: None).base.batch_size == want
+    a = parse_args(["--preset", "large", "--data", str(root), "--device", "cpu",
+                    "--batch-size", "16", "--out", str(tmp_path)])
+    assert plan(a, lambda m: None).base.batch_size == 16  # given: kept
