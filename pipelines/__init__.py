@@ -32,8 +32,8 @@ from .validate import BadFileError, check_image_bytes
 
 __all__ = [
     "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig",
-    "OutputDType", "PinMode", "CpuBinding", "Decoder", "Handoff", "scaled_crop", "Backend", "DaliOptions",
-    "Options", "TorchOptions", "LoaderBase",
+    "OutputDType", "PinMode", "CpuBinding", "Decoder", "Handoff", "scaled_crop", "Backend",
+    "DaliOptions", "Options", "TorchOptions", "LoaderBase",
     "Recipe", "available_backends", "create_loader", "dali_available", "options_for", "preload",
     "DatasetRootError", "check_nonempty", "epoch_batches", "list_samples", "num_batches",
     "Batch", "BatchLoader", "InvalidTransformError", "TransformError",
