@@ -233,7 +233,7 @@ def short_epochs(n: int, variants: List[Variant], configs: List[LoaderConfig]) -
             continue
         k = num_batches(n, batch_size=cfg.batch_size, policy=cfg.last_batch, rank=cfg.rank,
                         world_size=cfg.world_size)
-        if k < cfg.num_workers:
+        if 0 < k < cfg.num_workers:  # no batch at all: check_dataset refuses it
             need = cfg.num_workers * cfg.batch_size * cfg.world_size
             out.append(f"{v.label}: an epoch of {n} images is {k} batches of {cfg.batch_size}, "
                        f"fewer than its {cfg.num_workers} workers, so it times epoch starts "

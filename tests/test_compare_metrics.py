@@ -320,12 +320,14 @@ def test_an_epoch_with_fewer_batches_than_workers_is_noted(tiny_root):
 
     vs = [Variant("pageable", Backend.PAGEABLE), Variant("pinned", Backend.PINNED),
           Variant("dali", Backend.DALI)]
-    cfg = LoaderConfig(root=tiny_root, batch_size=64, num_workers=14, device="cpu")
+    cfg = LoaderConfig(root=tiny_root, batch_size=64, num_workers=14, device="cpu",
+                       last_batch="drop")
     lines = short_epochs(256, vs, [cfg] * 3)
     assert [x.split(":")[0] for x in lines] == ["pageable", "pinned"]  # DALI has no workers
     assert "an epoch of 256 images is 4 batches of 64, fewer than its 14 workers" in lines[0]
     assert "use at least 896 images" in lines[0]
     assert short_epochs(1024, vs, [cfg] * 3) == []  # 16 batches for 14 workers
+    assert short_epochs(32, vs, [cfg] * 3) == []  # no batch: check_dataset's error, not a note
 
 
 def test_the_large_preset_defaults_to_batch_64_with_cuda(tmp_path, monkeypatch):

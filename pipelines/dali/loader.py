@@ -258,10 +258,7 @@ class DaliLoader(LoaderBase):
                 continue
             try:
                 with self._on_device(), self._handoff():
-                    out = next(self._its[k])
-                    x, y = self._own(out[0], cast)
-                    idx = out[0]["indices"] if want_idx else None
-                    del out
+                    out = next(self._its[k])  # from_dlpack: on the handoff stream, if any
             except StopIteration:
                 live[k] = False
                 while self.source.in_flight(k):  # trailing wholly-bad batches
@@ -272,6 +269,10 @@ class DaliLoader(LoaderBase):
                     self._recover(e, epoch)
                 continue
             turn += 1
+            with self._on_device(), self._handoff():  # not a DALI failure if this raises
+                x, y = self._own(out[0], cast)
+            idx = out[0]["indices"] if want_idx else None
+            del out
             self._account(k)
             if self._stream is not None:  # NOTE [handoff]: the consumer waits for the copy
                 consumer = torch.cuda.current_stream(self.device)
