@@ -112,9 +112,9 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
                     f"{cuda.get('driver') or '?'}, torch CUDA {cuda.get('runtime')}"))
         hw = HW_JPEG_CAPABILITIES.get(tuple(cuda["cc"]))
         if hw:
-            out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI default "
-                        "hw_decoder_load=0.0 is best for training on an H200; use 1.0 (and "
-                        "pipelines=2) when the loader alone is the job (DaliOptions)"))
+            out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI's default "
+                        "hw_decoder_load=None measures the job's loop and picks 0.0 or 1.0 "
+                        "(cached per machine); set it to fix the share (DaliOptions)"))
         else:
             out.append(("INFO", "JPEG hardware decoder", "none on this GPU: DALI decodes with "
                         "nvJPEG's CUDA path (hw_decoder_load has no effect)"))

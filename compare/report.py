@@ -178,6 +178,10 @@ def window_lines(res: SuiteResult) -> List[str]:
         decoders = sorted({r.decoder for r in v.repeats if r.decoder})
         dec = f", {'/'.join(decoders)} decoder" if decoders else ""
         line = f"{v.label}: {max(steps)} batches, {min(secs):.1f}-{max(secs):.1f} s{rel}{dec}"
+        cal = [f"{r.calibration[-1]} after {len(r.calibration)} decision(s)"
+               for r in v.repeats if r.calibration]
+        if cal:
+            line += "; calibration's last choice per repeat: " + " | ".join(cal)
         extra = [r.settle_batches for r in v.repeats if r.settle_batches is not None]
         if extra:
             stuck = sum(r.settled is False for r in v.repeats)

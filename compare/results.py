@@ -54,6 +54,9 @@ class Repeat:
     settled: Optional[bool] = None
     # the torch backends' decoder (TorchOptions.decoder, or the one pinned chose from the data)
     decoder: Optional[str] = None
+    # DALI with hw_decoder_load=None: the calibration's decisions in this repeat's process,
+    # oldest first (``Decision.describe``; NOTE [calibration] in pipelines.dali.calibrate)
+    calibration: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,7 @@ class SuiteResult:
                 return None
             reps = tuple(Repeat(**{**r, "waits_ms": tuple(r.get("waits_ms", ())),
                                    "ranks": tuple(r.get("ranks", ())),
+                                   "calibration": tuple(r.get("calibration", ())),
                                    "halves": tuple(r["halves"]) if r.get("halves") else None})
                          for r in v["repeats"])
             return VariantResult(v["label"], v["backend"], dict(v["overrides"]),

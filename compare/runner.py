@@ -89,8 +89,10 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
       ``pinned scaled`` (which one is faster depends on the image size:
       docs/results/cpu/README.md), and ``dali``;
     * ``large``: ``pageable``, ``pinned`` (torchvision's decoder), ``pinned scaled`` (the scaled
-      decode, the fastest on large photos) and ``dali``, for the large photos the suite
-      generates for it (``compare.suite.LARGE``).
+      decode, the fastest on large photos), ``dali`` (its defaults: the calibrated hardware
+      decoder share and preallocation hints sized from the data) and ``dali hw 0`` (no
+      hardware decoder, no hints: DALI as it ran before those defaults), for the large photos
+      the suite generates for it (``compare.suite.LARGE``).
     """
     if name not in PRESETS:
         raise ValueError(f"--preset {name!r} is unknown; choose one of {', '.join(PRESETS)}")
@@ -100,7 +102,9 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
         out = [Variant("pageable", Backend.PAGEABLE),
                Variant("pinned", Backend.PINNED, dec(Decoder.TORCHVISION), src),
                Variant("pinned scaled", Backend.PINNED, dec(Decoder.SCALED), src),
-               Variant("dali", Backend.DALI)]
+               Variant("dali", Backend.DALI),
+               Variant("dali hw 0", Backend.DALI, {"hw_decoder_load": 0.0},
+                       {"hw_decoder_load": f"--preset {name}"})]
     else:
         out = [Variant("pageable", Backend.PAGEABLE),
                Variant("pin-only", Backend.PINNED, {"streams": 0, "decoder": Decoder.PIL}, src),
@@ -369,9 +373,14 @@ def settle_of(loader, queue: Optional[int], agreed: bool = False) -> Optional[Tu
 
 
 def with_decoder(rep: Repeat, loader) -> Repeat:
-    """``rep`` with the decoder ``loader`` ran (the torch backends'; ``None`` for others)."""
+    """``rep`` with the decoder ``loader`` ran, and a calibrated DALI loader's decisions."""
     d = getattr(loader, "decoder", None)
-    return replace(rep, decoder=getattr(d, "value", d)) if d is not None else rep
+    if d is not None:
+        rep = replace(rep, decoder=getattr(d, "value", d))
+    cal = getattr(loader, "calibrator", None)
+    if cal is not None:
+        rep = replace(rep, calibration=tuple(x.describe() for x in cal.decisions))
+    return rep
 
 
 def drain(it: Iterator, batches: int) -> None:

@@ -11,16 +11,38 @@ cached (``pipelines.listcache``): made once, then read back while the files are 
 from __future__ import annotations
 
 import enum
+import io
 import os
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from PIL import Image
+
 from .filelist import is_file_list, list_file
 from .listcache import cached_listing
 from .listing import IMAGE_EXTENSIONS, check_extensions, walk_folder
 from .shards import ShardReader, is_shard_root, list_shards
+
+
+SIZE_SAMPLE = 16  # files whose headers stand for a dataset's image sizes
+
+
+def header_sizes(source: "Source", k: int = SIZE_SAMPLE) -> List[Tuple[int, int]]:
+    """``(width, height)`` of ``k`` images spread evenly over ``source``, from their headers
+    (PIL reads no pixels). Files PIL cannot open are left out: the loader reports them later."""
+    count = len(source.names)
+    picks = sorted({i * count // k for i in range(min(k, count))})
+    out = []
+    for i in picks:
+        try:
+            f = source.names[i] if source.by_path else io.BytesIO(source.read(i))
+            with Image.open(f) as im:
+                out.append(im.size)
+        except Exception:  # an unreadable or non-image file
+            continue
+    return out
 
 
 class SourceKind(str, enum.Enum):

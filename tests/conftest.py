@@ -37,7 +37,10 @@ def gpu_root(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def _listing_cache(tmp_path_factory):
-    """Keep the tests' listing cache (``pipelines.listcache``) out of the user's cache."""
+    """Keep the tests' listing cache (``pipelines.listcache``) and DALI calibration cache
+    (``pipelines.dali.calibrate``) out of the user's cache."""
     import os
 
     os.environ.setdefault("GPU_FEED_LISTING_CACHE", str(tmp_path_factory.mktemp("listings")))
+    os.environ.setdefault("GPU_FEED_CALIBRATION_CACHE",
+                          str(tmp_path_factory.mktemp("calibration") / "dali-calibration.json"))

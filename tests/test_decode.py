@@ -138,21 +138,39 @@ def test_pinned_picks_the_scaled_decoder_for_large_photos_only(photos, tiny_root
     assert chosen(photos, decoder="torchvision") is Decoder.TORCHVISION
     assert chosen(photos, "pageable") is Decoder.PIL  # the baseline is never tuned
     jitter = as_steps(v2.Compose([v2.ColorJitter(0.1), v2.RandomResizedCrop(64)]))
-    assert decode.default_decoder(jitter, 24, lambda i: io.BytesIO(_jpeg())) == "torchvision"
+    assert decode.default_decoder(jitter, _source([_jpeg()] * 24)) == "torchvision"
+
+
+def _source(blobs):
+    """A shard-like ``Source`` (read by bytes) of ``blobs``."""
+    from pipelines.sources import Source, SourceKind
+    return Source(SourceKind.SHARDS, [f"s/{i}.jpg" for i in range(len(blobs))],
+                  np.zeros(len(blobs), np.int64), ["c"], lambda i: blobs[i])
 
 
 def test_median_megapixels_reads_the_headers_of_a_spread_sample(tmp_path):
+    from pipelines.sources import Source, SourceKind
     from pipelines.torch_backend.decode import SIZE_SAMPLE, median_megapixels
 
     files = []
     for i, (w, h) in enumerate([(100, 100), (1000, 1000), (1000, 1000), (2000, 1000)] * 15):
-        files.append(tmp_path / f"{i}.jpg")
+        files.append(str(tmp_path / f"{i}.jpg"))
         Image.new("RGB", (w, h)).save(files[-1], "JPEG")
+
+    class Seen(list):  # names that record which ones were read
+        def __getitem__(self, i):
+            seen.append(i)
+            return list.__getitem__(self, i)
+
     seen = []
-    mp = median_megapixels(len(files), lambda i: seen.append(i) or files[i])
+    src = Source(SourceKind.FOLDER, Seen(files), np.zeros(len(files), np.int64), ["c"], None)
+    mp = median_megapixels(src)
     assert mp == 1.0 and len(seen) == SIZE_SAMPLE and seen[-1] > 50  # across the listing
     (tmp_path / "bad.jpg").write_bytes(b"not an image")
-    assert median_megapixels(1, lambda i: tmp_path / "bad.jpg") is None
+    assert median_megapixels(_source([b"not an image"])) is None
+    big = io.BytesIO()
+    Image.new("RGB", (640, 480)).save(big, "JPEG")
+    assert median_megapixels(_source([big.getvalue()] * 3)) == 640 * 480 / 1e6  # by bytes
 
 
 def _jpeg(orientation=None, mode="RGB"):

@@ -64,7 +64,9 @@ from ..config import Handoff, LoaderConfig, OutputDType
 from ..device import resolve_device
 from ..loader import LoaderBase
 from ..options import DaliOptions
+from ..sources import header_sizes
 from ..types import Batch
+from .calibrate import CalibrationCache, Calibrator, EventTimer, cache_key
 from .graph import OUTPUTS, build_pipeline, conditional
 from .probe import DecodeProbe
 from .source import PlanSource
@@ -85,7 +87,9 @@ class DaliLoader(LoaderBase):
         if options.pipelines is None:  # the default follows the graph (DaliOptions)
             options = self.options = options.replace(
                 pipelines=options.lanes_for(conditional(self.plan_dali), config.num_workers))
+        options = self.options = self._sized(options)
         depth = options.queue_depth
+        self.calibrator = self._calibrator(config, options)  # NOTE [calibration]
         self.source = PlanSource(self.paths, self.labels, self.plan_of,
                                  readahead=depth + 1, threads=options.threads(config.num_workers),
                                  keep_alive=depth + 2, max_pixels=config.max_image_pixels,
@@ -109,8 +113,53 @@ class DaliLoader(LoaderBase):
         ``torch.cuda.set_device`` would get its batches on ``cuda:0``."""
         return torch.cuda.device(self.device_id) if self.gpu else contextlib.nullcontext()
 
+    def _sized(self, options: DaliOptions) -> DaliOptions:
+        """``options`` with the hardware decoder's preallocation hints resolved: unset, they
+        are the largest image (by area) among the headers ``header_sizes`` samples, when the
+        hardware decoder may run (a GPU and ``hw_decoder_load`` not 0), else 0 (none)."""
+        w, h = options.preallocate_width_hint, options.preallocate_height_hint
+        if w is not None and h is not None:
+            return options
+        sizes = (header_sizes(self.data_source)
+                 if self.gpu and options.hw_decoder_load != 0.0 else [])
+        big = max(sizes, key=lambda s: s[0] * s[1], default=(0, 0))
+        return options.replace(preallocate_width_hint=big[0] if w is None else w,
+                               preallocate_height_hint=big[1] if h is None else h)
+
+    def _calibrator(self, config: LoaderConfig, options: DaliOptions) -> Optional[Calibrator]:
+        """The calibration of ``hw_decoder_load=None`` on a GPU (``pipelines.dali.calibrate``
+        NOTE [calibration]), keyed by the GPU, DALI, the data, the recipe and the batch."""
+        if options.hw_decoder_load is not None or not self.gpu:
+            return None
+        from nvidia.dali import __version__ as dali_version
+        key = cache_key(torch.cuda.get_device_name(self.device_id), dali_version,
+                        len(self.paths), self.paths[:1], self.paths[-1:], repr(self.recipe),
+                        config.batch_size, config.dtype.value, config.world_size,
+                        config.num_workers, options.pipelines, options.queue_depth)
+        return Calibrator(settle=options.queue_depth + 2, timer=EventTimer(self.device),
+                          cache=CalibrationCache.default(), key=key)
+
+    @property
+    def hw_decoder_load(self) -> float:
+        """The hardware decoder's share the pipelines run with now (the calibrated one under
+        ``DaliOptions.hw_decoder_load=None``; 0.0 for CPU operators, which ignore it)."""
+        if self.calibrator is not None:
+            return self.calibrator.load
+        load = self.options.hw_decoder_load
+        return 0.0 if load is None else load
+
+    @property
+    def decoder(self) -> str:
+        """What decodes, for reports: nvJPEG with the hardware decoder's share, or DALI's CPU
+        decoder."""
+        if not self.gpu:
+            return "DALI CPU"
+        how = " calibrated" if self.calibrator is not None else ""
+        return f"nvJPEG hw {self.hw_decoder_load:g}{how}"
+
     def _build(self, checkpoints: Optional[List[bytes]] = None) -> None:
-        self.pipes = [build_pipeline(self.config, self.options, self.plan_dali,
+        opts = self.options.replace(hw_decoder_load=self.hw_decoder_load)
+        self.pipes = [build_pipeline(self.config, opts, self.plan_dali,
                                      self.source.lane(k), self.device_id, lane=k,
                                      checkpoint=checkpoints[k] if checkpoints else None,
                                      encoded=not self.data_source.by_path)
@@ -219,7 +268,7 @@ class DaliLoader(LoaderBase):
                 for i in fed.rows.tolist():
                     items.setdefault(i, self.paths[i])
         if self._probe is None:
-            kw = {"hw_decoder_load": self.options.hw_decoder_load} if self.gpu else {}
+            kw = {"hw_decoder_load": self.hw_decoder_load} if self.gpu else {}
             self._probe = DecodeProbe(self.config.batch_size, self.device_id, kw,
                                       read=None if self.data_source.by_path
                                       else self.data_source.read)
@@ -228,11 +277,18 @@ class DaliLoader(LoaderBase):
             raise RuntimeError(
                 f"DALI failed in epoch {epoch} and no file of the {len(items)} in flight "
                 f"fails to decode alone; DALI said: {err}") from err
+        self._restart(epoch)
+        self.recoveries += 1
+
+    def _restart(self, epoch: int) -> None:
+        """Rebuild the pipelines and start each lane at its first position not yet handed out
+        (after a recovery, or a calibration's switch of setting)."""
         resume = self.source.resume_positions()
         self._rebuild()
-        self.recoveries += 1
         self.source.start_epoch(epoch, resume=resume)
         self._its = self._iterators()
+        if self.calibrator is not None:
+            self.calibrator.restart()
 
     def _account(self, k: int) -> None:
         """Count (``skip``) or raise (``error``) the bad files of lane ``k``'s next batch."""
@@ -246,6 +302,9 @@ class DaliLoader(LoaderBase):
         with self._on_device():
             self._start(epoch, start)
         self._in_epoch = True
+        calib = self.calibrator
+        if calib is not None:
+            calib.restart()
         want_idx = self.config.debug_indices
         cast = self.config.dtype is OutputDType.BFLOAT16
         n = len(self._its)
@@ -280,6 +339,10 @@ class DaliLoader(LoaderBase):
                 x.record_stream(consumer)
                 y.record_stream(consumer)
             yield Batch(x, y), (idx.view(-1).cpu().numpy() if want_idx else None)
+            if calib is not None:  # the consumer asks for the next batch: NOTE [calibration]
+                with self._on_device():
+                    if calib.tick() is not None:
+                        self._restart(epoch)
         self._in_epoch = False
 
     def _handoff(self):

@@ -15,7 +15,6 @@ not depend on when it was made.
 from __future__ import annotations
 
 import functools
-import io
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -99,10 +98,7 @@ class TorchLoaderBase(LoaderBase):
             return options.decoder
         if in_workers == "full":
             return Decoder.PIL
-        src = self.data_source
-        read = ((lambda i: self.paths[i]) if src.by_path
-                else (lambda i: io.BytesIO(src.read(i))))
-        return Decoder(default_decoder(steps, len(self.paths), read))
+        return Decoder(default_decoder(steps, self.data_source))
 
     def _worker_cores(self, options: TorchOptions):
         """The cores the workers are bound to (``TorchOptions.cpu_binding``), ``None`` for the

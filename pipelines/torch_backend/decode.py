@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from ..sources import SIZE_SAMPLE, header_sizes  # noqa: F401 (SIZE_SAMPLE: NOTE below)
+
 EXIF_ORIENTATION = 0x0112
 # NOTE [the default decoder]: ``pinned`` decodes with torchvision unless the recipe starts with
 # a step the scaled path runs and the median image of the dataset (from the headers of
@@ -37,7 +39,6 @@ EXIF_ORIENTATION = 0x0112
 # (docs/results/cpu/README.md: decode-modes.json, decode-sizes.json). The rule depends only on
 # the files, so a resumed job decodes as the first run did. Not yet measured on a GPU host.
 SCALED_FROM_MP = 4.0
-SIZE_SAMPLE = 16
 _RESAMPLE = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
 
 
@@ -92,29 +93,19 @@ def first_crop(steps) -> Optional[object]:
     return t if _mode(t) in _RESAMPLE else None
 
 
-def median_megapixels(count: int, read) -> Optional[float]:
-    """The median size, in megapixels, of ``SIZE_SAMPLE`` images spread evenly over a dataset
-    of ``count``, from their headers; ``read(i)`` gives a file to ``PIL.Image.open`` (a path,
-    or a file-like object). Files PIL cannot open are left out; ``None`` when none opened."""
-    if count <= 0:
-        return None
-    picks = sorted({i * count // SIZE_SAMPLE for i in range(min(SIZE_SAMPLE, count))})
-    sizes = []
-    for i in picks:
-        try:
-            with Image.open(read(i)) as im:  # reads the header only
-                sizes.append(im.size[0] * im.size[1] / 1e6)
-        except Exception:  # an unreadable or non-image file: the loader reports it later
-            continue
+def median_megapixels(source) -> Optional[float]:
+    """The median size, in megapixels, of the images ``header_sizes`` samples from ``source``
+    (a ``pipelines.sources.Source``); ``None`` when none opened."""
+    sizes = [w * h / 1e6 for w, h in header_sizes(source)]
     return float(np.median(sizes)) if sizes else None
 
 
-def default_decoder(steps, count: int, read) -> str:
+def default_decoder(steps, source) -> str:
     """``pinned``'s decoder when ``TorchOptions.decoder`` is unset (NOTE [the default
     decoder]): ``"scaled"`` or ``"torchvision"``."""
     if first_crop(steps) is None:
         return "torchvision"
-    mp = median_megapixels(count, read)
+    mp = median_megapixels(source)
     return "scaled" if mp is not None and mp >= SCALED_FROM_MP else "torchvision"
 
 

@@ -1,0 +1,258 @@
+"""Choosing the hardware decoder's share by measurement (``DaliOptions.hw_decoder_load=None``).
+
+NOTE [calibration]
+On the H200 no one ``hw_decoder_load`` serves every use: 0.0 trains ResNet-50 closest to the
+ceiling, 1.0 decodes fastest when nothing else runs on the GPU (docs/results/h200/README.md:
+dali-hw-table-train, dali-hw-table-loader, dali-handoff). Which one wins depends on what the
+consumer does with the batches, and only the consumer's loop shows that. So with ``None`` the
+loader measures it on the job's own batches:
+
+1. It starts with ``CANDIDATES[0]`` and times windows of ``WINDOW`` batches, from the consumer's
+   side: the time from handing out one batch to handing out the next holds the consumer's work
+   and any wait for data. On a GPU the window is read from CUDA events recorded on the
+   consumer's stream as each batch is handed out (no host sync; the result is read a few
+   batches later, when the GPU has passed the second event), so it is the GPU's own timeline:
+   compute plus the idle gaps of waiting. Without a GPU it is the host clock.
+2. A window in a new use (the first one, or one whose period departs more than ``DRIFT`` from
+   the chosen setting's; once a use is decided its pace is watched in windows of half the
+   size, so a change is seen sooner) starts a calibration: each candidate in turn is built (the pipelines
+   are rebuilt and restart at the first batch not yet handed out, as after a recovery: NOTE
+   [recovery] in ``pipelines.dali.loader``), ``settle`` batches run untimed, then one window is
+   timed. The fastest candidate wins; ``CANDIDATES[0]`` is kept unless another is more than
+   ``MARGIN`` faster, so noise does not flip the choice.
+3. The choice is cached per machine (``CalibrationCache``: GPU, DALI version, data, recipe and
+   batch), with each candidate's period. A later job, or a later use in the same job, whose
+   first window at the running setting matches a cached period within ``DRIFT`` takes that
+   entry's choice without calibrating again.
+
+The cost counts wherever the loader runs: the candidates' windows (one at the slower setting)
+and a rebuild per switch. A rebuild restarts DALI's augmentation seeds (as a recovery does), so
+the crops after it differ from an uninterrupted run's; the samples and their order do not.
+Epochs shorter than ``settle + WINDOW`` batches never complete a window, and the loader stays at
+``CANDIDATES[0]``. ``DaliLoader.calibration`` records every decision.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+CANDIDATES: Tuple[float, ...] = (0.0, 1.0)  # the first is kept on a tie: the training default
+WINDOW = 16    # batches per timed window
+MARGIN = 0.03  # another candidate must be this much faster (period) to replace the first
+DRIFT = 0.25   # a window this far from the chosen setting's period is a new use
+VERSION = 1
+MAX_ENTRIES = 8  # cached uses per key; the oldest goes first
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One choice: the setting, each candidate's period in ms per batch, and whether it was
+    measured now (``"measured"``) or taken from the cache (``"cached"``)."""
+
+    load: float
+    periods_ms: Dict[str, float]
+    how: str
+
+    def describe(self) -> str:
+        per = ", ".join(f"{k}: {v:.1f}" for k, v in self.periods_ms.items())
+        return f"hw_decoder_load {self.load:g} ({self.how}; ms per batch {per})"
+
+
+class CalibrationCache:
+    """Calibrated choices on this machine: ``<cache>/dali-calibration.json``, the cache folder
+    being ``$GPU_FEED_CACHE``, else ``$XDG_CACHE_HOME/gpu-feed`` (``~/.cache``);
+    ``GPU_FEED_CALIBRATION_CACHE=off`` turns it off and a path there replaces the file. A file
+    that cannot be read or written costs a calibration, nothing else."""
+
+    def __init__(self, path: Optional[Path]):
+        self.path = path
+
+    @classmethod
+    def default(cls) -> "CalibrationCache":
+        env = os.environ.get("GPU_FEED_CALIBRATION_CACHE")
+        if env is not None and env.strip().lower() in ("off", "0", "no", "false"):
+            return cls(None)
+        if env:
+            return cls(Path(env))
+        base = os.environ.get("GPU_FEED_CACHE") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "gpu-feed")
+        return cls(Path(base) / "dali-calibration.json")
+
+    def _read(self) -> dict:
+        if self.path is None:
+            return {}
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) and data.get("version") == VERSION else {}
+
+    def lookup(self, key: str, load: float, period_ms: float) -> Optional[Decision]:
+        """The cached decision of a use whose period at ``load`` is within ``DRIFT`` of
+        ``period_ms``, or ``None``."""
+        for e in reversed(self._read().get("entries", {}).get(key, [])):
+            try:
+                got = float(e["periods_ms"][f"{load:g}"])
+                if abs(period_ms / got - 1.0) <= DRIFT:
+                    return Decision(float(e["load"]), dict(e["periods_ms"]), "cached")
+            except (KeyError, TypeError, ValueError, ZeroDivisionError):
+                continue
+        return None
+
+    def add(self, key: str, decision: Decision) -> None:
+        if self.path is None:
+            return
+        data = self._read() or {"version": VERSION, "entries": {}}
+        entries = data.setdefault("entries", {}).setdefault(key, [])
+        entries.append({"load": decision.load, "periods_ms": decision.periods_ms,
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        del entries[:-MAX_ENTRIES]
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+
+def cache_key(*parts: object) -> str:
+    """The cache key of a machine, data and recipe, from ``parts`` (their ``repr``)."""
+    raw = "\0".join(repr(p) for p in (VERSION, *parts))
+    return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+class HostTimer:
+    """Windows on the host clock (CPU operators)."""
+
+    def mark(self):
+        return time.perf_counter()
+
+    def seconds(self, a, b) -> Optional[float]:
+        return b - a
+
+
+class EventTimer:
+    """Windows on the consumer's CUDA stream: an event per mark, read once the GPU passed it."""
+
+    def __init__(self, device):
+        import torch
+        self._torch = torch
+        self.device = device
+
+    def mark(self):
+        ev = self._torch.cuda.Event(enable_timing=True)
+        ev.record(self._torch.cuda.current_stream(self.device))
+        return ev
+
+    def seconds(self, a, b) -> Optional[float]:
+        if not b.query():
+            return None
+        return a.elapsed_time(b) / 1000.0
+
+
+@dataclass
+class Calibrator:
+    """The state of NOTE [calibration]. The loader calls ``tick()`` as it hands out each batch
+    and ``restart()`` at every break in the flow (an epoch start, a rebuild); ``tick`` returns
+    the load to switch to, or ``None``.
+
+    Args:
+        settle: batches after a break before a window starts (the rebuilt queue fills).
+        timer: ``HostTimer`` or ``EventTimer``.
+        cache, key: where decisions are kept (``CalibrationCache``, ``cache_key``).
+    """
+
+    settle: int
+    timer: object = field(default_factory=HostTimer)
+    cache: CalibrationCache = field(default_factory=lambda: CalibrationCache(None))
+    key: str = ""
+    candidates: Tuple[float, ...] = CANDIDATES
+    window: int = WINDOW
+    load: float = field(init=False)
+    decisions: List[Decision] = field(default_factory=list, init=False)
+    windows: int = field(default=0, init=False)  # windows timed, all uses
+
+    def __post_init__(self) -> None:
+        self.load = self.candidates[0]
+        self._ref: Optional[float] = None          # the chosen setting's period, s per batch
+        self._trial: Optional[Dict[float, float]] = None
+        self.restart()
+
+    def restart(self) -> None:
+        """A break in the flow: the window under way is dropped and the next one waits
+        ``settle`` batches."""
+        self._n = -self.settle
+        self._start = None
+        self._end = None
+
+    def tick(self) -> Optional[float]:
+        if self._end is not None:  # a window closed: wait for its result
+            s = self.timer.seconds(self._start, self._end)
+            if s is None:
+                return None
+            self.windows += 1
+            size, self._start, self._end, self._n = self._n, None, None, 0
+            return self._measured(s / size)
+        self._n += 1
+        if self._n <= 0:
+            return None
+        if self._start is None:
+            self._start, self._n = self.timer.mark(), 0
+            return None
+        if self._n == self._size():
+            self._end = self.timer.mark()
+            return self.tick()  # already passed on the host clock
+        return None
+
+    def _size(self) -> int:
+        """Batches in this window: ``window`` while deciding, half that while watching the
+        pace of a decided use (a change of use is then seen sooner)."""
+        return self.window if self._ref is None or self._trial is not None \
+            else max(2, self.window // 2)
+
+    # -- decisions ------------------------------------------------------------------------
+    def _measured(self, period: float) -> Optional[float]:
+        if self._trial is not None:
+            self._trial[self.load] = period
+            rest = [c for c in self.candidates if c not in self._trial]
+            if rest:
+                return self._switch(rest[0])
+            first = self.candidates[0]
+            best = min(self._trial, key=self._trial.get)
+            choice = best if self._trial[best] < (1.0 - MARGIN) * self._trial[first] else first
+            d = Decision(choice, {f"{c:g}": round(p * 1e3, 3) for c, p in self._trial.items()},
+                         "measured")
+            self.decisions.append(d)
+            self.cache.add(self.key, d)
+            self._ref, self._trial = self._trial[choice], None
+            return self._switch(choice)
+        if self._ref is not None and abs(period / self._ref - 1.0) <= DRIFT:
+            return None  # the same use
+        hit = self.cache.lookup(self.key, self.load, period * 1e3)
+        if hit is not None and hit.load in self.candidates:
+            self.decisions.append(hit)
+            self._ref = hit.periods_ms.get(f"{hit.load:g}", period * 1e3) / 1e3
+            return self._switch(hit.load)
+        self._trial = {self.load: period}
+        return self._switch(next(c for c in self.candidates if c != self.load))
+
+    def _switch(self, load: float) -> Optional[float]:
+        if load == self.load:
+            return None
+        self.load = load
+        self.restart()
+        return load
+
+    def record(self) -> List[dict]:
+        """The decisions, for results and logs."""
+        return [asdict(d) for d in self.decisions]
+
+
+__all__ = ["CANDIDATES", "CalibrationCache", "Calibrator", "Decision", "EventTimer",
+           "HostTimer", "cache_key"]

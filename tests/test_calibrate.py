@@ -1,0 +1,190 @@
+"""DaliOptions.hw_decoder_load=None: the calibration's decisions (NOTE [calibration] in
+pipelines.dali.calibrate), the loader's switches, and the hints sized from the data."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from pipelines import AugmentSpec, LoaderConfig
+from pipelines.dali.calibrate import (CANDIDATES, DRIFT, MARGIN, CalibrationCache, Calibrator,
+                                      cache_key)
+
+from utils import make
+
+
+class Clock:
+    """A host timer whose time advances by the running setting's period at each tick; with
+    ``lag``, a window's end is readable only ``lag`` ticks later (as a CUDA event is)."""
+
+    def __init__(self, periods, lag=0):
+        self.periods, self.lag, self.t, self.calib = periods, lag, 0.0, None
+        self.wait = 0
+
+    def mark(self):
+        self.wait = self.lag
+        return self.t
+
+    def seconds(self, a, b):
+        if self.wait:
+            self.wait -= 1
+            return None
+        return b - a
+
+    def run(self, ticks):
+        """``ticks`` batches; the loads the calibrator switched to, in order."""
+        switches = []
+        for _ in range(ticks):
+            self.t += self.periods[self.calib.load]
+            new = self.calib.tick()
+            if new is not None:
+                switches.append(new)
+        return switches
+
+
+def _calibrator(periods, cache=None, lag=0, key="k"):
+    clock = Clock(periods, lag)
+    c = Calibrator(settle=2, timer=clock, cache=cache or CalibrationCache(None), key=key,
+                   window=4)
+    clock.calib = c
+    return c, clock
+
+
+@pytest.mark.parametrize("lag", [0, 3])
+def test_a_training_use_keeps_the_first_candidate_and_a_loader_bound_one_switches(lag):
+    c, clock = _calibrator({0.0: 0.060, 1.0: 0.066}, lag=lag)
+    assert c.load == CANDIDATES[0] == 0.0  # the training default first
+    assert clock.run(40) == [1.0, 0.0]  # tried 1.0, went back
+    (d,) = c.decisions
+    assert d.load == 0.0 and d.how == "measured"
+    assert d.periods_ms == {"0": pytest.approx(60.0), "1": pytest.approx(66.0)}
+    c, clock = _calibrator({0.0: 0.020, 1.0: 0.015}, lag=lag)
+    assert clock.run(40) == [1.0]  # tried 1.0 and kept it
+    assert c.load == 1.0 and c.decisions[0].load == 1.0
+
+
+def test_a_near_tie_keeps_the_first_candidate():
+    faster = 1.0 - MARGIN / 2
+    c, clock = _calibrator({0.0: 0.050, 1.0: 0.050 * faster})
+    clock.run(40)
+    assert c.load == 0.0 and c.decisions[0].load == 0.0
+
+
+def test_a_change_of_pace_recalibrates_and_a_steady_one_does_not():
+    c, clock = _calibrator({0.0: 0.020, 1.0: 0.015})  # loader-bound: 1.0
+    clock.run(60)
+    assert c.load == 1.0 and len(c.decisions) == 1
+    clock.periods = {0.0: 0.020 * (1 + DRIFT / 2), 1.0: 0.015 * (1 + DRIFT / 2)}
+    assert clock.run(60) == [] and len(c.decisions) == 1  # within DRIFT: the same use
+    clock.periods = {0.0: 0.060, 1.0: 0.066}  # a model step now: training
+    assert clock.run(60) == [0.0] and c.load == 0.0  # measured 1.0 first, then 0.0 won
+    assert [d.load for d in c.decisions] == [1.0, 0.0]
+
+
+def test_the_cache_gives_a_known_use_its_choice_without_calibrating(tmp_path):
+    cache = CalibrationCache(tmp_path / "c.json")
+    c, clock = _calibrator({0.0: 0.020, 1.0: 0.015}, cache=cache)
+    assert clock.run(40) == [1.0]
+    again, clock = _calibrator({0.0: 0.021, 1.0: 0.015}, cache=cache)
+    assert clock.run(40) == [1.0]  # one switch, straight to the cached choice
+    assert again.decisions[0].how == "cached" and again.decisions[0].load == 1.0
+    other, clock = _calibrator({0.0: 0.021, 1.0: 0.015}, cache=cache, key="another")
+    clock.run(40)
+    assert other.decisions[0].how == "measured"  # another key: calibrated afresh
+    slow, clock = _calibrator({0.0: 0.060, 1.0: 0.066}, cache=cache)
+    assert clock.run(40) == [1.0, 0.0] and slow.decisions[0].how == "measured"
+    (tmp_path / "c.json").write_text("{not json")
+    broken, clock = _calibrator({0.0: 0.020, 1.0: 0.015}, cache=cache)
+    clock.run(40)
+    assert broken.decisions[0].how == "measured"  # an unreadable cache costs a calibration
+    assert cache_key("gpu", 1) != cache_key("gpu", 2) and len(cache_key("x")) == 32
+
+
+def test_cache_is_off_by_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPU_FEED_CALIBRATION_CACHE", "off")
+    assert CalibrationCache.default().path is None
+    monkeypatch.setenv("GPU_FEED_CALIBRATION_CACHE", str(tmp_path / "x.json"))
+    assert CalibrationCache.default().path == tmp_path / "x.json"
+
+
+def _cfg(root, **kw):
+    base = dict(root=root, batch_size=2, device="cpu", num_workers=2, debug_indices=True,
+                augment=AugmentSpec(mode="eval", size=32, resize_size=40))
+    base.update(kw)
+    return LoaderConfig(**base)
+
+
+@pytest.mark.dali
+@pytest.mark.parametrize("pipes", [1, 2])
+def test_loader_switches_mid_epoch_without_losing_or_repeating_a_sample(tiny_root, pipes):
+    """Each switch rebuilds the pipelines and restarts them at the first batch not yet handed
+    out: the epoch's samples, order and (deterministic eval) pixels are those of a run that
+    never switched."""
+    with make("dali", _cfg(tiny_root), pipelines=pipes) as ld:
+        assert ld.calibrator is None and ld.hw_decoder_load == 0.0  # CPU operators: no need
+        assert ld.decoder == "DALI CPU"
+        want = [(torch.cat([x for x, _ in ld]), ld.last_indices.tolist()) for _ in range(2)]
+    with make("dali", _cfg(tiny_root), pipelines=pipes) as ld:
+        clock = Clock({0.0: 0.020, 1.0: 0.015})
+        ld.calibrator = clock.calib = Calibrator(settle=1, timer=clock, window=2)
+        built = []
+        real = ld._build
+        ld._build = lambda *a: (built.append(ld.hw_decoder_load), real(*a))[1]
+        got = []
+        for _ in range(2):
+            xs = []
+            for x, _ in ld:
+                clock.t += clock.periods[ld.hw_decoder_load]
+                xs.append(x)
+            got.append((torch.cat(xs), ld.last_indices.tolist()))
+        assert built[:1] == [1.0] and ld.hw_decoder_load == 1.0  # tried 1.0 and kept it
+        assert ld.calibrator.decisions[0].load == 1.0
+    for (xa, ia), (xb, ib) in zip(want, got):
+        assert ia == ib and sorted(ia) == list(range(37))
+        assert torch.equal(xa, xb)
+
+
+def test_hints_are_the_largest_image_when_the_hardware_decoder_may_run(tmp_path):
+    from pipelines.dali.loader import DaliLoader
+    from pipelines.options import DaliOptions
+    from pipelines.sources import Source, SourceKind
+
+    names = []
+    for i, (w, h) in enumerate([(300, 200), (200, 400), (350, 100)] * 3):
+        names.append(str(tmp_path / f"{i}.jpg"))
+        Image.new("RGB", (w, h)).save(names[-1], "JPEG")
+    src = Source(SourceKind.FOLDER, names, np.zeros(len(names), np.int64), ["c"], None)
+    gpu = SimpleNamespace(gpu=True, data_source=src)
+    sized = DaliLoader._sized(gpu, DaliOptions())  # calibrated: the hardware decoder may run
+    assert (sized.preallocate_width_hint, sized.preallocate_height_hint) == (200, 400)
+    assert DaliLoader._sized(gpu, DaliOptions(hw_decoder_load=0.5)).preallocate_height_hint == 400
+    none = DaliLoader._sized(gpu, DaliOptions(hw_decoder_load=0.0))
+    assert (none.preallocate_width_hint, none.preallocate_height_hint) == (0, 0)
+    cpu = DaliLoader._sized(SimpleNamespace(gpu=False, data_source=src), DaliOptions())
+    assert (cpu.preallocate_width_hint, cpu.preallocate_height_hint) == (0, 0)
+    given = DaliLoader._sized(gpu, DaliOptions(preallocate_width_hint=64))
+    assert (given.preallocate_width_hint, given.preallocate_height_hint) == (64, 400)
+
+
+@pytest.mark.cuda
+@pytest.mark.dali
+def test_gpu_calibration_decides_and_keeps_every_sample(gpu_root, tmp_path, monkeypatch):
+    """On the GPU (CUDA-event windows) a calibrated loader decides within two epochs of 32
+    batches, caches the decision, and every epoch still holds every sample once."""
+    monkeypatch.setenv("GPU_FEED_CALIBRATION_CACHE", str(tmp_path / "c.json"))
+    cfg = LoaderConfig(root=gpu_root, batch_size=16, device="cuda", num_workers=4,
+                       debug_indices=True)
+    busy = torch.randn(2048, 2048, device="cuda")
+    with make("dali", cfg) as ld:
+        assert ld.calibrator is not None and ld.options.preallocate_width_hint > 0
+        for epoch in range(3):
+            ld.set_epoch(epoch)
+            for x, _ in ld:
+                for _ in range(4):  # a consumer with work of its own
+                    busy = (busy @ busy).clamp_(-1, 1)
+            assert sorted(ld.last_indices.tolist()) == list(range(512))
+        print("decisions:", [d.describe() for d in ld.calibrator.decisions])
+        assert ld.calibrator.decisions and ld.calibrator.decisions[0].how == "measured"
+        assert "calibrated" in ld.decoder
+    assert (tmp_path / "c.json").exists()
