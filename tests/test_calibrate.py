@@ -180,10 +180,15 @@ def test_gpu_calibration_decides_and_keeps_every_sample(gpu_root, tmp_path, monk
         assert ld.calibrator is not None and ld.options.preallocate_width_hint > 0
         for epoch in range(3):
             ld.set_epoch(epoch)
+            kept, sums = [], []
             for x, _ in ld:
                 for _ in range(4):  # a consumer with work of its own
                     busy = (busy @ busy).clamp_(-1, 1)
+                kept.append(x)  # held across the switches' rebuilds
+                sums.append(x.float().sum())
             assert sorted(ld.last_indices.tolist()) == list(range(512))
+            later = torch.stack([x.float().sum() for x in kept])
+            assert torch.equal(torch.stack(sums), later)  # no batch was overwritten
         print("decisions:", [d.describe() for d in ld.calibrator.decisions])
         assert ld.calibrator.decisions and ld.calibrator.decisions[0].how == "measured"
         assert "calibrated" in ld.decoder
