@@ -117,20 +117,26 @@ def _cfg(root, **kw):
 
 @pytest.mark.dali
 @pytest.mark.parametrize("pipes", [1, 2])
-def test_loader_switches_mid_epoch_without_losing_or_repeating_a_sample(tiny_root, pipes):
-    """Each switch rebuilds the pipelines and restarts them at the first batch not yet handed
-    out: the epoch's samples, order and (deterministic eval) pixels are those of a run that
-    never switched."""
+@pytest.mark.parametrize("periods, loads", [({0.0: 0.020, 1.0: 0.015}, [1.0]),
+                                            ({0.0: 0.060, 1.0: 0.066}, [1.0, 0.0])])
+def test_loader_switches_mid_epoch_without_losing_or_repeating_a_sample(tiny_root, pipes,
+                                                                        periods, loads):
+    """Each switch drains the running pipelines and hands the lanes, from the first batch not
+    yet handed out, to the other setting's: the epoch's samples, order and (deterministic
+    eval) pixels are those of a run that never switched, and a switch back reuses the first
+    pipelines instead of building new ones."""
     with make("dali", _cfg(tiny_root), pipelines=pipes) as ld:
         assert ld.calibrator is None and ld.hw_decoder_load == 0.0  # CPU operators: no need
         assert ld.decoder == "DALI CPU"
         want = [(torch.cat([x for x, _ in ld]), ld.last_indices.tolist()) for _ in range(2)]
     with make("dali", _cfg(tiny_root), pipelines=pipes) as ld:
-        clock = Clock({0.0: 0.020, 1.0: 0.015})
+        clock = Clock(periods)
         ld.calibrator = clock.calib = Calibrator(settle=1, timer=clock, window=2)
-        built = []
-        real = ld._build
-        ld._build = lambda *a: (built.append(ld.hw_decoder_load), real(*a))[1]
+        first = ld.pipes
+        built, switched = [], []
+        real, real_switch = ld._pipes_for, ld._switch
+        ld._pipes_for = lambda load, *a: (built.append(load), real(load, *a))[1]
+        ld._switch = lambda old, e: (switched.append(ld.hw_decoder_load), real_switch(old, e))[1]
         got = []
         for _ in range(2):
             xs = []
@@ -138,8 +144,10 @@ def test_loader_switches_mid_epoch_without_losing_or_repeating_a_sample(tiny_roo
                 clock.t += clock.periods[ld.hw_decoder_load]
                 xs.append(x)
             got.append((torch.cat(xs), ld.last_indices.tolist()))
-        assert built[:1] == [1.0] and ld.hw_decoder_load == 1.0  # tried 1.0 and kept it
-        assert ld.calibrator.decisions[0].load == 1.0
+        assert switched == loads and ld.hw_decoder_load == loads[-1]
+        assert built == [1.0]  # the first pipelines were not built again for the switch back
+        assert ld.calibrator.decisions[0].load == loads[-1]
+        assert (ld.pipes is first) == (loads[-1] == 0.0)
     for (xa, ia), (xb, ib) in zip(want, got):
         assert ia == ib and sorted(ia) == list(range(37))
         assert torch.equal(xa, xb)

@@ -13,21 +13,27 @@ loader measures it on the job's own batches:
    consumer's stream as each batch is handed out (no host sync; the result is read a few
    batches later, when the GPU has passed the second event), so it is the GPU's own timeline:
    compute plus the idle gaps of waiting. Without a GPU it is the host clock.
-2. A window in a new use (the first one, or one whose period departs more than ``DRIFT`` from
-   the chosen setting's; once a use is decided its pace is watched in windows of half the
-   size, so a change is seen sooner) starts a calibration: each candidate in turn is built (the pipelines
-   are rebuilt and restart at the first batch not yet handed out, as after a recovery: NOTE
-   [recovery] in ``pipelines.dali.loader``), ``settle`` batches run untimed, then one window is
-   timed. The fastest candidate wins; ``CANDIDATES[0]`` is kept unless another is more than
-   ``MARGIN`` faster, so noise does not flip the choice.
+2. A window in a new use starts a calibration. A new use is the first window, or ``STRIKES``
+   windows in a row whose period departs more than ``DRIFT`` from the chosen setting's (once a
+   use is decided its pace is watched in windows of half the size, so a change is seen
+   sooner). Each candidate in turn takes over the lanes, ``settle`` batches run untimed, then
+   one window is timed. The fastest candidate wins; ``CANDIDATES[0]`` is kept unless another
+   is more than ``MARGIN`` faster, so noise does not flip the choice.
+   Every candidate's pipelines are built with the loader (memory for each: the nvJPEG
+   paddings of ``DaliOptions``), because a rebuild costs seconds: a first version that rebuilt
+   on every switch spent them inside the timed windows on the H200
+   (docs/results/h200/README.md, dali-calibration). A switch stops the running pipelines,
+   drains what they hold (those batches are made again) and hands each lane, from its first
+   batch not yet handed out, to the other candidate's pipelines, reset.
 3. The choice is cached per machine (``CalibrationCache``: GPU, DALI version, data, recipe and
    batch), with each candidate's period. A later job, or a later use in the same job, whose
    first window at the running setting matches a cached period within ``DRIFT`` takes that
    entry's choice without calibrating again.
 
 The cost counts wherever the loader runs: the candidates' windows (one at the slower setting)
-and a rebuild per switch. A rebuild restarts DALI's augmentation seeds (as a recovery does), so
-the crops after it differ from an uninterrupted run's; the samples and their order do not.
+and the batches a switch drains. After a switch the crops come from the other pipelines'
+random generators, so they differ from an uninterrupted run's; the samples and their order do
+not.
 Epochs shorter than ``settle + WINDOW`` batches never complete a window, and the loader stays at
 ``CANDIDATES[0]``. ``DaliLoader.calibration`` records every decision.
 """
@@ -44,7 +50,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 CANDIDATES: Tuple[float, ...] = (0.0, 1.0)  # the first is kept on a tie: the training default
 WINDOW = 16    # batches per timed window
 MARGIN = 0.03  # another candidate must be this much faster (period) to replace the first
-DRIFT = 0.25   # a window this far from the chosen setting's period is a new use
+DRIFT = 0.25   # a window this far from the chosen setting's period is a new use ...
+STRIKES = 2    # ... when this many watched windows in a row are
 VERSION = 1
 MAX_ENTRIES = 8  # cached uses per key; the oldest goes first
 
@@ -182,6 +189,7 @@ class Calibrator:
         self.load = self.candidates[0]
         self._ref: Optional[float] = None          # the chosen setting's period, s per batch
         self._trial: Optional[Dict[float, float]] = None
+        self._strikes = 0  # watched windows in a row off the chosen setting's pace
         self.restart()
 
     def restart(self) -> None:
@@ -232,8 +240,14 @@ class Calibrator:
             self.cache.add(self.key, d)
             self._ref, self._trial = self._trial[choice], None
             return self._switch(choice)
-        if self._ref is not None and abs(period / self._ref - 1.0) <= DRIFT:
-            return None  # the same use
+        if self._ref is not None:
+            if abs(period / self._ref - 1.0) <= DRIFT:
+                self._strikes = 0
+                return None  # the same use
+            self._strikes += 1
+            if self._strikes < STRIKES:
+                return None  # one window off the pace: a hiccup, or a new use? wait for one more
+        self._strikes = 0
         hit = self.cache.lookup(self.key, self.load, period * 1e3)
         if hit is not None and hit.load in self.candidates:
             self.decisions.append(hit)

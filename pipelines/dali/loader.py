@@ -98,8 +98,15 @@ class DaliLoader(LoaderBase):
                                  else self.data_source.read)
         self.pipes: list = []
         self._its: Optional[List[DALIGenericIterator]] = None
+        # NOTE [calibration]: the other candidates' pipelines, built up front and idle, as
+        # ``{load: (pipes, iterators or None)}``; a switch swaps them in without a rebuild
+        self._spare: Dict[float, tuple] = {}
         with self._on_device():
             self._build()
+            if self.calibrator is not None:
+                for load in self.calibrator.candidates:
+                    if load != self.hw_decoder_load:
+                        self._spare[load] = (self._pipes_for(load), None)
         self._probe: Optional[DecodeProbe] = None
         self._in_epoch = False
         self._broken = False
@@ -158,14 +165,18 @@ class DaliLoader(LoaderBase):
         return f"nvJPEG hw {self.hw_decoder_load:g}{how}"
 
     def _build(self, checkpoints: Optional[List[bytes]] = None) -> None:
-        opts = self.options.replace(hw_decoder_load=self.hw_decoder_load)
-        self.pipes = [build_pipeline(self.config, opts, self.plan_dali,
-                                     self.source.lane(k), self.device_id, lane=k,
-                                     checkpoint=checkpoints[k] if checkpoints else None,
-                                     encoded=not self.data_source.by_path)
-                      for k in range(self.options.pipelines)]
+        self.pipes = self._pipes_for(self.hw_decoder_load, checkpoints)
         self._its = None
         self._restored = checkpoints
+
+    def _pipes_for(self, load: float, checkpoints: Optional[List[bytes]] = None) -> list:
+        """One pipeline per lane, with the hardware decoder's share ``load``."""
+        opts = self.options.replace(hw_decoder_load=load)
+        return [build_pipeline(self.config, opts, self.plan_dali, self.source.lane(k),
+                               self.device_id, lane=k,
+                               checkpoint=checkpoints[k] if checkpoints else None,
+                               encoded=not self.data_source.by_path)
+                for k in range(self.options.pipelines)]
 
     # -- resume: the pipelines' random state travels with the position ------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -282,13 +293,44 @@ class DaliLoader(LoaderBase):
 
     def _restart(self, epoch: int) -> None:
         """Rebuild the pipelines and start each lane at its first position not yet handed out
-        (after a recovery, or a calibration's switch of setting)."""
+        (after a recovery)."""
         resume = self.source.resume_positions()
         self._rebuild()
         self.source.start_epoch(epoch, resume=resume)
         self._its = self._iterators()
         if self.calibrator is not None:
             self.calibrator.restart()
+
+    def _switch(self, old: float, epoch: int) -> None:
+        """Hand the lanes from the pipelines of share ``old`` to those of the calibrator's new
+        one (NOTE [calibration]): the old ones are stopped and drained (their batches in
+        flight are dropped, and made again by the new ones), then set aside, reset, for a
+        later switch back. No pipeline is rebuilt, unless the drain fails (then the old ones
+        are dropped and a bad file is found, as usual, when the new ones reach it)."""
+        self.source.stop()
+        keep = True
+        try:
+            for it in self._its or []:
+                for _ in it:
+                    pass
+        except Exception:  # noqa: BLE001 - a batch nobody will see; see the docstring
+            keep = False
+        resume = self.source.resume_positions()
+        if keep:
+            self._spare[old] = (self.pipes, self._its)
+        new = self.hw_decoder_load
+        pipes, its = self._spare.pop(new, (None, None))
+        if pipes is None:
+            pipes, its = self._pipes_for(new), None
+        self.pipes, self._its = pipes, None
+        self.source.start_epoch(epoch, resume=resume)
+        if its is None:
+            self._its = self._iterators()
+        else:
+            for it in its:
+                it.reset()
+            self._its = its
+        self.calibrator.restart()
 
     def _account(self, k: int) -> None:
         """Count (``skip``) or raise (``error``) the bad files of lane ``k``'s next batch."""
@@ -341,8 +383,9 @@ class DaliLoader(LoaderBase):
             yield Batch(x, y), (idx.view(-1).cpu().numpy() if want_idx else None)
             if calib is not None:  # the consumer asks for the next batch: NOTE [calibration]
                 with self._on_device():
+                    old = calib.load
                     if calib.tick() is not None:
-                        self._restart(epoch)
+                        self._switch(old, epoch)
         self._in_epoch = False
 
     def _handoff(self):
@@ -371,5 +414,6 @@ class DaliLoader(LoaderBase):
         self._its = None
         self.source.close()
         self.pipes = []
+        self._spare = {}
         self._probe = None
         gc.collect()
