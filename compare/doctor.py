@@ -113,8 +113,8 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
         hw = HW_JPEG_CAPABILITIES.get(tuple(cuda["cc"]))
         if hw:
             out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI's default "
-                        "hw_decoder_load=None measures the job's loop and picks 0.0 or 1.0 "
-                        "(cached per machine); set it to fix the share (DaliOptions)"))
+                        "hw_decoder_load=0.0 is best for training on an H200; use 1.0 when "
+                        "the loader alone is the job, or None to let it measure (DaliOptions)"))
         else:
             out.append(("INFO", "JPEG hardware decoder", "none on this GPU: DALI decodes with "
                         "nvJPEG's CUDA path (hw_decoder_load has no effect)"))

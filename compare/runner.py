@@ -89,10 +89,10 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
       ``pinned scaled`` (which one is faster depends on the image size:
       docs/results/cpu/README.md), and ``dali``;
     * ``large``: ``pageable``, ``pinned`` (torchvision's decoder), ``pinned scaled`` (the scaled
-      decode, the fastest on large photos), ``dali`` (its defaults: the calibrated hardware
-      decoder share and preallocation hints sized from the data) and ``dali hw 0`` (no
-      hardware decoder, no hints: DALI as it ran before those defaults), for the large photos
-      the suite generates for it (``compare.suite.LARGE``).
+      decode, the fastest on large photos), ``dali`` and ``dali calibrated`` (the hardware
+      decoder's share chosen by measurement and preallocation hints sized from the data:
+      ``hw_decoder_load=None`` and the hints ``None``), for the large photos the suite
+      generates for it (``compare.suite.LARGE``).
     """
     if name not in PRESETS:
         raise ValueError(f"--preset {name!r} is unknown; choose one of {', '.join(PRESETS)}")
@@ -103,8 +103,12 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
                Variant("pinned", Backend.PINNED, dec(Decoder.TORCHVISION), src),
                Variant("pinned scaled", Backend.PINNED, dec(Decoder.SCALED), src),
                Variant("dali", Backend.DALI),
-               Variant("dali hw 0", Backend.DALI, {"hw_decoder_load": 0.0},
-                       {"hw_decoder_load": f"--preset {name}"})]
+               Variant("dali calibrated", Backend.DALI,
+                       {"hw_decoder_load": None, "preallocate_width_hint": None,
+                        "preallocate_height_hint": None},
+                       {k: f"--preset {name}" for k in ("hw_decoder_load",
+                                                         "preallocate_width_hint",
+                                                         "preallocate_height_hint")})]
     else:
         out = [Variant("pageable", Backend.PAGEABLE),
                Variant("pin-only", Backend.PINNED, {"streams": 0, "decoder": Decoder.PIL}, src),

@@ -159,10 +159,12 @@ class DaliOptions(Options):
             where the GPU has one. On the H200 0.0 suits training and 1.0 loader-bound work
             (light models, evaluation): docs/results/h200/dali-hw-table-train and
             dali-hw-table-loader; what does not cause the training loss: dali-handoff.
-            ``None`` (default): chosen between the two by measuring the consumer's own loop on
-            the first batches, and again when the loop's pace changes, with the choice cached
-            per machine (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
-            ``calibrator.decisions`` say what it chose). CPU operators ignore it.
+            ``None``: chosen between the two by measuring the consumer's own loop on the
+            first batches, and again when the loop's pace changes, with the choice cached per
+            machine (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
+            ``calibrator.decisions`` say what it chose). Not the default: in the suite's short
+            windows its switches cost more than they bought (docs/results/h200/README.md,
+            dali-calibration). CPU operators ignore it.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
             order. Each has its own augmentation seed, so the random crops differ from a
@@ -178,9 +180,10 @@ class DaliOptions(Options):
             random draws). The cost of keeping it on: docs/results/h200/README.md.
         device_memory_padding, host_memory_padding: nvJPEG buffer padding in bytes.
         preallocate_width_hint, preallocate_height_hint: the hardware decoder's preallocation
-            hints, in pixels. ``None`` (default): the largest width and height among the
-            headers of ``SIZE_SAMPLE`` files spread over the dataset, when the hardware decoder
-            may run (``hw_decoder_load`` not 0) on a GPU; ``0``: none.
+            hints, in pixels; ``0`` (default): none. ``None``: the largest image (by area)
+            among the headers of ``SIZE_SAMPLE`` files spread over the dataset, when the
+            hardware decoder may run (``hw_decoder_load`` not 0) on a GPU. Not shown to help
+            on the H200's large photos (dali-calibration), hence the default.
         handoff: a ``Handoff``: on which CUDA stream each batch leaves DALI, the consumer's
             current stream (``"current"``, as ``DALIGenericIterator`` does) or the loader's own
             (``"stream"``: the batch is copied out of DALI's memory there; ``pipelines.dali.loader``
@@ -193,14 +196,14 @@ class DaliOptions(Options):
 
     queue_depth: int = option(2, lo=1)
     reader_threads: Optional[int] = option(None, lo=1)
-    hw_decoder_load: Optional[float] = option(None, lo=0.0, hi=1.0)
+    hw_decoder_load: Optional[float] = option(0.0, lo=0.0, hi=1.0)
     pipelines: Optional[int] = option(None, lo=1)
     use_mmap: bool = option(False)
     checkpointing: bool = option(True)
     device_memory_padding: int = option(211025920, lo=0)
     host_memory_padding: int = option(140544512, lo=0)
-    preallocate_width_hint: Optional[int] = option(None, lo=0)
-    preallocate_height_hint: Optional[int] = option(None, lo=0)
+    preallocate_width_hint: Optional[int] = option(0, lo=0)
+    preallocate_height_hint: Optional[int] = option(0, lo=0)
     handoff: Handoff = option(Handoff.CURRENT)
 
     def threads(self, num_workers: int) -> int:

@@ -125,7 +125,7 @@ def test_loader_switches_mid_epoch_without_losing_or_repeating_a_sample(tiny_roo
     yet handed out, to the other setting's: the epoch's samples, order and (deterministic
     eval) pixels are those of a run that never switched, and a switch back reuses the first
     pipelines instead of building new ones."""
-    with make("dali", _cfg(tiny_root), pipelines=pipes) as ld:
+    with make("dali", _cfg(tiny_root), pipelines=pipes, hw_decoder_load=None) as ld:
         assert ld.calibrator is None and ld.hw_decoder_load == 0.0  # CPU operators: no need
         assert ld.decoder == "DALI CPU"
         want = [(torch.cat([x for x, _ in ld]), ld.last_indices.tolist()) for _ in range(2)]
@@ -164,14 +164,20 @@ def test_hints_are_the_largest_image_when_the_hardware_decoder_may_run(tmp_path)
         Image.new("RGB", (w, h)).save(names[-1], "JPEG")
     src = Source(SourceKind.FOLDER, names, np.zeros(len(names), np.int64), ["c"], None)
     gpu = SimpleNamespace(gpu=True, data_source=src)
-    sized = DaliLoader._sized(gpu, DaliOptions())  # calibrated: the hardware decoder may run
+    auto = dict(preallocate_width_hint=None, preallocate_height_hint=None)
+    default = DaliLoader._sized(gpu, DaliOptions())  # the default: no hints
+    assert (default.preallocate_width_hint, default.preallocate_height_hint) == (0, 0)
+    sized = DaliLoader._sized(gpu, DaliOptions(hw_decoder_load=None, **auto))  # calibrated
     assert (sized.preallocate_width_hint, sized.preallocate_height_hint) == (200, 400)
-    assert DaliLoader._sized(gpu, DaliOptions(hw_decoder_load=0.5)).preallocate_height_hint == 400
-    none = DaliLoader._sized(gpu, DaliOptions(hw_decoder_load=0.0))
+    half = DaliLoader._sized(gpu, DaliOptions(hw_decoder_load=0.5, **auto))
+    assert half.preallocate_height_hint == 400
+    none = DaliLoader._sized(gpu, DaliOptions(hw_decoder_load=0.0, **auto))
     assert (none.preallocate_width_hint, none.preallocate_height_hint) == (0, 0)
-    cpu = DaliLoader._sized(SimpleNamespace(gpu=False, data_source=src), DaliOptions())
+    cpu = DaliLoader._sized(SimpleNamespace(gpu=False, data_source=src),
+                            DaliOptions(hw_decoder_load=None, **auto))
     assert (cpu.preallocate_width_hint, cpu.preallocate_height_hint) == (0, 0)
-    given = DaliLoader._sized(gpu, DaliOptions(preallocate_width_hint=64))
+    given = DaliLoader._sized(gpu, DaliOptions(hw_decoder_load=1.0, preallocate_width_hint=64,
+                                               preallocate_height_hint=None))
     assert (given.preallocate_width_hint, given.preallocate_height_hint) == (64, 400)
 
 
@@ -184,7 +190,8 @@ def test_gpu_calibration_decides_and_keeps_every_sample(gpu_root, tmp_path, monk
     cfg = LoaderConfig(root=gpu_root, batch_size=16, device="cuda", num_workers=4,
                        debug_indices=True)
     busy = torch.randn(2048, 2048, device="cuda")
-    with make("dali", cfg) as ld:
+    with make("dali", cfg, hw_decoder_load=None, preallocate_width_hint=None,
+              preallocate_height_hint=None) as ld:
         assert ld.calibrator is not None and ld.options.preallocate_width_hint > 0
         for epoch in range(3):
             ld.set_epoch(epoch)

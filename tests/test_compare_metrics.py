@@ -293,7 +293,7 @@ def test_sweep_and_preset_parsing():
     assert [v.options_of().decoder for v in seeds] == [None, "pil", "pil", "torchvision", "scaled"]
     assert preset("seeds", list(Backend))[-1].backend is Backend.DALI
     assert [v.label for v in preset("large", list(Backend))] == [
-        "pageable", "pinned", "pinned scaled", "dali", "dali hw 0"]
+        "pageable", "pinned", "pinned scaled", "dali", "dali calibrated"]
 
 
 def test_window_shorter_than_the_dataloader_queue_is_flagged():
