@@ -21,8 +21,10 @@ loader measures it on the job's own batches:
    is more than ``MARGIN`` faster, so noise does not flip the choice.
    Every candidate's pipelines are built with the loader (memory for each: the nvJPEG
    paddings of ``DaliOptions``), because a rebuild costs seconds: a first version that rebuilt
-   on every switch spent them inside the timed windows on the H200
-   (docs/results/h200/README.md, dali-calibration). A switch stops the running pipelines,
+   on every switch spent them inside the timed windows on the H200 (docs/results/h200/
+   README.md, dali-calibration v1). The second version's spare pipelines paid their first use
+   inside a window instead (v2), so each spare set now decodes one batch when the loader is
+   built (not yet measured on a GPU). A switch stops the running pipelines,
    drains what they hold (those batches are made again) and hands each lane, from its first
    batch not yet handed out, to the other candidate's pipelines, reset.
 3. The choice is cached per machine (``CalibrationCache``: GPU, DALI version, data, recipe and
