@@ -328,9 +328,10 @@ class DaliLoader(LoaderBase):
     def _switch(self, old: float, epoch: int) -> None:
         """Hand the lanes from the pipelines of share ``old`` to those of the calibrator's new
         one (NOTE [calibration]): the old ones are stopped and drained (their batches in
-        flight are dropped, and made again by the new ones), then set aside, reset, for a
-        later switch back. No pipeline is rebuilt, unless the drain fails (then the old ones
-        are dropped and a bad file is found, as usual, when the new ones reach it)."""
+        flight are dropped, and made again by the new ones), then set aside for a later
+        switch back, which resets them. No pipeline is rebuilt, unless the drain fails (then
+        the old ones are dropped and a bad file is found, as usual, when the new ones reach
+        it)."""
         self.source.stop()
         keep = True
         try:
