@@ -91,8 +91,9 @@ def parse_args(argv):
                    help="comma list of dali,pinned,pageable (default: all available)")
     p.add_argument("--preset", choices=PRESETS,
                    help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned with "
-                        "torchvision's decoder, dali; large: pageable, pinned, pinned scaled, dali, dali calibrated on "
-                        "a default set of 2000-4000 px photos, batch 64 with CUDA unless given "
+                        "torchvision's decoder, dali; large: pageable, pinned, pinned scaled, "
+                        "dali, dali calibrated on a default set of 2000-4000 px photos, batch 64 "
+                        "with CUDA unless given "
                         "(restricted to --backends; not with --sweep)")
     p.add_argument("--sweep", help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 "
                    "pipelines=1,2'. Keys: num_workers and the fields of TorchOptions and "

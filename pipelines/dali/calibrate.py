@@ -47,7 +47,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 CANDIDATES: Tuple[float, ...] = (0.0, 1.0)  # the first is kept on a tie: the training default
 WINDOW = 16    # batches per timed window
