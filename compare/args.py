@@ -67,6 +67,7 @@ def fill_defaults(a: argparse.Namespace) -> argparse.Namespace:
     """Fill the machine-dependent defaults the user did not give (imports torch)."""
     a.given_num_images = a.num_images  # --preset large has its own defaults (compare.suite)
     a.given_batch_size = a.batch_size
+    a.given_steps = a.steps  # not given: each window holds FIT_QUEUES x its queue (runner.window)
     if any(getattr(a, k) is None for k in AUTO):
         import torch
 

@@ -42,6 +42,9 @@ holds a number of boundaries that depends on how it falls, not on its share of t
 (docs/results/h200/seeds-reference). So a window is rounded up to whole
 epochs when an epoch is at most twice its length: any k x E consecutive batches hold exactly k
 epoch starts. Longer epochs are left alone, as their boundaries are rare in training too.
+Without ``--steps`` a window also holds at least ``FIT_QUEUES`` times its loader's queue: a
+CPU-bound loader's batches come in waves of its workers, and a window of about two queues
+swings with where it falls among them (docs/results/h200/seeds-reference/README.md, steady/).
 The step's first calls set up CUDA and cuDNN and take seconds; run inside the training
 warm-up, they let the loader fill its whole queue, and a window that then starts counts those
 batches. So every repeat first primes the step on one batch, before any window
@@ -97,6 +100,7 @@ class Job:
     user_step: Optional[str] = None  # --step MODULE:FUNCTION
     cold: bool = False               # --cold: evict the dataset before each timed run
     compute: str = "default"         # --compute-stream (runner.ComputeStream)
+    fit: bool = False                # --steps not given: runner.window's FIT_QUEUES x the queue
 
 
 def _step(job: Job):
@@ -162,7 +166,7 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
     try:
         queue = queue_depth(loader)
         it = endless(loader)
-        n = window(job.steps, job.long, queue, len(loader))
+        n = window(job.steps, job.long, queue, len(loader), job.fit)
         cold = None
         if job.cold:
             from .pagecache import evictor

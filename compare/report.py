@@ -9,7 +9,7 @@ from typing import List, Optional, Tuple
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
-from .results import OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
+from .results import FIT_QUEUES, OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
 from .waves import in_step
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
@@ -271,7 +271,9 @@ def markdown(res: SuiteResult) -> str:
         f"- data: {s.get('data')} ({s.get('dataset', {}).get('num_images', '?')} images, "
         f"mean {s.get('dataset', {}).get('mean_kib', '?')} KiB)",
         (f"- step {s['step']}" if s.get("step") else f"- model {s.get('model')}")
-        + f", batch {s.get('batch_size')}, {s.get('steps')} timed steps after "
+        + f", batch {s.get('batch_size')}, {s.get('steps')} timed steps"
+        + (f" (at least {FIT_QUEUES}x each loader's queue)" if s.get("fit_queue") else "")
+        + " after "
         f"{s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
         f"channels_last {s.get('channels_last')}, workers {s.get('workers')}",
         f"- augmentation: {s.get('augment')}",
@@ -322,8 +324,9 @@ def markdown(res: SuiteResult) -> str:
                   ] + [f"- {x}" for x in slow] + [""]
     windows = window_lines(res)
     if windows:
-        lines += ["**Timed windows** (training run; whole epochs when an epoch is at most "
-                  "twice the window; `--long` makes them at least 10x the queue)", ""] + [
+        lines += ["**Timed windows** (training run; without `--steps` at least "
+                  f"{FIT_QUEUES}x the queue; whole epochs when an epoch is at most twice the "
+                  "window; `--long` makes them at least 10x the queue)", ""] + [
                       f"- {x}" for x in windows] + [""]
     if s.get("notes"):
         lines += ["**Notes**", ""] + [f"- {x}" for x in s["notes"]] + [""]

@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 SCHEMA = "gpu-feed.compare/1"
+# the default window (no --steps) holds at least this many times the loader's queue, long
+# enough to average the workers' waves (docs/results/h200/seeds-reference/README.md, steady/:
+# stretches of a --long window); runner.window applies it
+FIT_QUEUES = 4
 SPREAD_WARN = 0.10  # warn when (max - min) >= 10% of the median, as pyperf does with std/mean
 OVER_CEILING = 105.0  # % of the ceiling above which a row is flagged (report.warnings_for)
 

@@ -18,7 +18,7 @@ from .cli import PRESETS
 from .metrics import CpuUtil, NvmlSampler, loader_only, measure
 from .models import TrainStep
 from .progress import bar
-from .results import Repeat, VariantResult
+from .results import FIT_QUEUES, Repeat, VariantResult
 
 
 # What a variant may change: how data is loaded, never the data, augmentation, batch or model.
@@ -335,11 +335,16 @@ def queue_depth(loader) -> Optional[int]:
     return None
 
 
-def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int) -> int:
-    """The timed window in batches: ``steps``, or with ``long`` at least 10x the queue and
-    past an epoch boundary; either rounded up to whole epochs when an epoch is at most twice
-    that long (NOTE [steady state] in compare.isolate)."""
-    n = max(steps, 10 * (queue or 0), epoch_batches + 1) if long else steps
+def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int,
+           fit: bool = False) -> int:
+    """The timed window in batches: ``steps``; with ``fit`` (``--steps`` not given) at least
+    ``FIT_QUEUES`` times the queue; with ``long`` at least 10x the queue and past an epoch
+    boundary; each rounded up to whole epochs when an epoch is at most twice that long (NOTE
+    [steady state] in compare.isolate)."""
+    if long:
+        n = max(steps, 10 * (queue or 0), epoch_batches + 1)
+    else:
+        n = max(steps, FIT_QUEUES * (queue or 0)) if fit else steps
     if 0 < epoch_batches <= 2 * n:
         n = -(-n // epoch_batches) * epoch_batches
     return n
@@ -450,7 +455,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 capture: Optional[list] = None,
                 sync: Callable[[], None] = _nothing, long: bool = False,
                 cold: Optional[Callable[[], object]] = None,
-                agree: Optional[Callable[[bool], bool]] = None) -> VariantResult:
+                agree: Optional[Callable[[bool], bool]] = None,
+                fit: bool = False) -> VariantResult:
     """Loader-only and model runs of one variant, ``repeats`` times each, in this process.
 
     Args:
@@ -458,6 +464,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
         sync: called before each timed run (``Job.barrier`` under torchrun: ranks start
             together).
         long: time at least 10x the loader's queue, across an epoch boundary (``window``).
+        fit: ``--steps`` was not given: time at least ``FIT_QUEUES`` x the queue (``window``).
         cold: evicts the dataset from the page cache (``--cold``; ``time_repeat``).
         agree: the job's verdict from this rank's (``Job.all_agree`` under torchrun), so that
             the ranks settle together (NOTE [settling]).
@@ -467,7 +474,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
     reps: List[Repeat] = []
     with open_loader(v, cfg) as loader:
         queue = queue_depth(loader)
-        n = window(steps, long, queue, len(loader))
+        n = window(steps, long, queue, len(loader), fit)
         settle = settle_of(loader, queue, agreed=agree is not None)
         it = endless(loader)
         progress = bar(repeats, f"compare {v.label}", "repeat")

@@ -157,6 +157,9 @@ def plan(a, note: Callable[[str], None]) -> Plan:
             a.num_images = LARGE_IMAGES[0 if cuda else 1]
         if getattr(a, "given_batch_size", a.batch_size) is None and cuda:
             a.batch_size = LARGE_BATCH
+        # its torch rows decode tens of photos a second: a window of FIT_QUEUES x their queue
+        # would take minutes a repeat, so --steps is the window, as if given
+        a.given_steps = a.steps
     gen = None if a.data else default_gen_config(a.num_images, large)
     base = cli.loader_config(
         root=a.data if a.data else gen.out, batch_size=a.batch_size,
@@ -348,6 +351,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         "step": getattr(a, "step", None), "long": bool(getattr(a, "long", False)),
         "isolate": bool(getattr(a, "isolate", False)), "cold": bool(getattr(a, "cold", False)),
         "compute_stream": getattr(a, "compute_stream", "default"),
+        # --steps not given: each window is at least FIT_QUEUES x its loader's queue
+        "fit_queue": getattr(a, "given_steps", a.steps) is None,
     }
     env = environment()
     results: list = []
@@ -410,7 +415,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
             setup["order"] = [u.name(labels) for u in units]
             work = isolate.Job(tuple(p.variants), base, a.model, p.classes, a.steps, a.warmup,
                                long, getattr(a, "step", None), cold is not None,
-                               setup["compute_stream"])
+                               setup["compute_stream"], setup["fit_queue"])
 
             def done(got, c):
                 nonlocal ceiling
@@ -430,7 +435,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                     mine = run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
                                        repeats=a.repeats, log=log, capture=want,
                                        sync=job.barrier, long=long, cold=cold,
-                                       agree=job.all_agree if job.group else None)
+                                       agree=job.all_agree if job.group else None,
+                                       fit=setup["fit_queue"])
                     results.append(ddp.merge(job.gather(mine)))
                     save(False)
                 if captured:

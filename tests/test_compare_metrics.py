@@ -346,3 +346,27 @@ def test_the_large_preset_defaults_to_batch_64_with_cuda(tmp_path, monkeypatch):
     a = parse_args(["--preset", "large", "--data", str(root), "--device", "cpu",
                     "--batch-size", "16", "--out", str(tmp_path)])
     assert plan(a, lambda m: None).base.batch_size == 16  # given: kept
+
+
+def test_windows_fit_the_queue_only_without_steps_and_not_in_the_large_preset(tmp_path):
+    """Without --steps a window holds FIT_QUEUES x its queue (runner.window); the run records
+    it. Given --steps, or in --preset large (whose torch rows decode tens of photos a second),
+    --steps is the window."""
+    from compare.args import parse_args
+    from compare.suite import plan
+
+    def fit(*extra):
+        a = parse_args(["--data", str(tmp_path), "--device", "cpu", "--out", str(tmp_path),
+                        *extra])
+        if a.preset == "large":
+            from data_gen.generate import GenConfig, generate
+
+            generate(GenConfig(out=str(tmp_path / "d"), num_images=64, classes=2, seed=0,
+                               width_range=(32, 48)), progress=False)
+            a.data = str(tmp_path / "d")
+            plan(a, lambda m: None)
+        return getattr(a, "given_steps", a.steps) is None
+
+    assert fit() is True
+    assert fit("--steps", "7") is False
+    assert fit("--preset", "large") is False

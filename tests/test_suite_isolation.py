@@ -45,6 +45,20 @@ def test_isolated_repeats_run_in_fresh_processes_in_the_recorded_order(tiny_root
                for rep in v["repeats"])  # 2 steps, rounded up to a whole 4-batch epoch
 
 
+@pytest.mark.parametrize("how", ["--isolate", "--no-isolate"])
+def test_without_steps_each_window_holds_four_queues(tiny_root, tmp_path, how):
+    """No --steps: every unit's window is FIT_QUEUES x its loader's queue (two workers x
+    prefetch 2 for pageable: 16 batches, four whole 4-batch epochs, where the CPU's default
+    5 steps make two), in the unit's process as in the suite's own, and the run says so."""
+    from compare.results import FIT_QUEUES
+
+    r = _run(tiny_root, tmp_path / "fit", how, "--backends", "pageable", "--repeats", "1",
+             "--no-ceiling", "--workers", "2")
+    (rep,) = r["variants"][0]["repeats"]
+    assert r["setup"]["fit_queue"] is True and r["variants"][0]["queue_batches"] == 4
+    assert rep["steps"] == FIT_QUEUES * 4 == 16
+
+
 def test_without_isolation_one_process_runs_every_repeat(tiny_root, tmp_path):
     r = _run(tiny_root, tmp_path / "one", "--no-isolate", "--backends", "pageable", "--steps",
              "2", "--repeats", "2")
@@ -376,20 +390,26 @@ def test_a_unit_and_its_workers_die_with_a_killed_suite(tmp_path):
                 pass
 
 
-@pytest.mark.parametrize("steps,long,queue,epoch,want", [
-    (50, False, 30, 31, 62),      # the H200 case: two whole 31-batch epochs, not 50 batches
-    (50, False, 30, 100, 100),    # an epoch at most twice the window: one whole epoch
-    (50, False, 30, 5000, 50),    # long epochs: their boundaries are rare in training too
-    (50, True, 28, 31, 310),      # --long: 10x the queue (280), rounded up to 10 epochs
-    (2, True, 2, 4, 20),
+@pytest.mark.parametrize("steps,long,queue,epoch,want,fit", [
+    (50, False, 30, 31, 62, False),    # the H200 case: two whole 31-batch epochs, not 50
+    (50, False, 30, 100, 100, False),  # an epoch at most twice the window: one whole epoch
+    (50, False, 30, 5000, 50, False),  # long epochs: their boundaries are rare in training too
+    (50, True, 28, 31, 310, False),    # --long: 10x the queue (280), rounded up to 10 epochs
+    (2, True, 2, 4, 20, False),
+    (50, False, 30, 31, 124, True),    # no --steps on the H200: 4x the queue (120), 4 epochs
+    (50, False, 28, 5000, 112, True),  # 4x the queue, long epochs left alone
+    (50, False, 2, 31, 62, True),      # a short queue (DALI's): steps decide, as before
+    (50, True, 30, 31, 310, True),     # --long wins
 ])
-def test_windows_hold_whole_epochs_when_epochs_are_short(steps, long, queue, epoch, want):
+def test_windows_hold_whole_epochs_when_epochs_are_short(steps, long, queue, epoch, want, fit):
     """Regression (H200): a 50-batch window over 31-batch epochs held one epoch start where
     the steady state has more, and pageable, which restarts its workers each epoch, trained
-    faster in the default window than in a --long one."""
+    faster in the default window than in a --long one. Without --steps (``fit``) the window
+    also holds FIT_QUEUES x the queue: two-epoch stretches of a --long window varied about
+    three times as much as four-epoch ones (seeds-reference/README.md)."""
     from compare.runner import window
 
-    n = window(steps, long, queue, epoch)
+    n = window(steps, long, queue, epoch, fit)
     assert n == want
     starts = {sum(1 for b in range(s, s + n) if b % epoch == 0) for s in range(epoch)}
     assert len(starts) == 1 or epoch > 2 * n  # every placement holds as many epoch starts
