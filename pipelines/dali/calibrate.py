@@ -37,7 +37,10 @@ and the batches a switch drains. After a switch the crops come from the other pi
 random generators, so they differ from an uninterrupted run's; the samples and their order do
 not.
 Epochs shorter than ``settle + WINDOW`` batches never complete a window, and the loader stays at
-``CANDIDATES[0]``. ``DaliLoader.calibration`` records every decision.
+``CANDIDATES[0]``. ``DaliLoader.calibrator.decisions`` records every decision.
+On the H200 the choices were right in both uses, but in the suite's 62-batch windows the
+switches cost more than the choice gained, so ``None`` is an option and 0.0 the default
+(dali-calibration in docs/results/h200/README.md).
 """
 from __future__ import annotations
 
