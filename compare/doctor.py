@@ -19,9 +19,6 @@ from typing import List, Tuple
 from . import cli
 from .env import nvidia_driver
 
-# GPUs with NVJPG hardware JPEG decoder engines (DALI uses them through hw_decoder_load).
-HW_JPEG_CAPABILITIES = {(8, 0): "A100/A30", (9, 0): "H100/H200/GH200", (10, 0): "B200/GB200"}
-
 Line = Tuple[str, str, str]  # (status, topic, message)
 
 
@@ -110,7 +107,9 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
     else:
         out.append(("OK", "CUDA", f"{cuda['name']} (sm_{cuda['cc'][0]}{cuda['cc'][1]}), driver "
                     f"{cuda.get('driver') or '?'}, torch CUDA {cuda.get('runtime')}"))
-        hw = HW_JPEG_CAPABILITIES.get(tuple(cuda["cc"]))
+        from pipelines.device import HW_JPEG_DECODERS
+
+        hw = HW_JPEG_DECODERS.get(tuple(cuda["cc"]))
         if hw:
             out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI's default "
                         "hw_decoder_load=0.0 is best for training on an H200; use 1.0 when "

@@ -13,6 +13,10 @@ import torch
 
 from .config import LoaderConfig
 
+# GPUs (by compute capability) with NVJPG hardware JPEG decoder engines, which DALI uses through
+# ``hw_decoder_load``; on others it has no effect
+HW_JPEG_DECODERS = {(8, 0): "A100/A30", (9, 0): "H100/H200/GH200", (10, 0): "B200/GB200"}
+
 _FALLBACK = {
     "dali": "running DALI's CPU operators",
     "pinned": "running as a plain CPU loader (no pinning, no side streams)",

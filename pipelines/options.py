@@ -164,7 +164,8 @@ class DaliOptions(Options):
             machine (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
             ``calibrator.decisions`` say what it chose). Not the default: in the suite's short
             windows its switches cost more than they bought (docs/results/h200/README.md,
-            dali-calibration). CPU operators ignore it.
+            dali-calibration). CPU operators ignore it, and a GPU without the hardware decoder
+            (``pipelines.device.HW_JPEG_DECODERS``) has nothing to choose: both run at 0.0.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
             order. Each has its own augmentation seed, so the random crops differ from a

@@ -210,3 +210,23 @@ def test_gpu_calibration_decides_and_keeps_every_sample(gpu_root, tmp_path, monk
         assert ld.calibrator.decisions and ld.calibrator.decisions[0].how == "measured"
         assert "calibrated" in ld.decoder
     assert (tmp_path / "c.json").exists()
+
+
+@pytest.mark.dali
+@pytest.mark.parametrize("cc, calibrates", [((9, 0), True), ((8, 6), False)])
+def test_only_a_gpu_with_the_hardware_decoder_calibrates(monkeypatch, tiny_root, cc, calibrates):
+    """``hw_decoder_load=None`` on a GPU without NVJPG engines (an RTX A6000, 8.6) has nothing
+    to choose, so it runs without a calibrator; an H200 (9.0) gets one, keyed by the GPU."""
+    from pipelines.dali.loader import DaliLoader
+    from pipelines.options import DaliOptions
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: cc)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "a GPU")
+    fake = SimpleNamespace(gpu=True, device_id=0, device=torch.device("cpu"),
+                           paths=["a", "b"], recipe="r")
+    cfg = _cfg(tiny_root)
+    cal = DaliLoader._calibrator(fake, cfg, DaliOptions(hw_decoder_load=None, pipelines=1))
+    assert (cal is not None) == calibrates
+    if cal is not None:
+        assert cal.load == 0.0 and len(cal.key) == 32
+    assert DaliLoader._calibrator(fake, cfg, DaliOptions(hw_decoder_load=1.0)) is None

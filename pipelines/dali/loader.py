@@ -61,7 +61,7 @@ from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
 from ..config import Handoff, LoaderConfig, OutputDType
-from ..device import resolve_device
+from ..device import HW_JPEG_DECODERS, resolve_device
 from ..loader import LoaderBase
 from ..options import DaliOptions
 from ..sources import header_sizes
@@ -136,6 +136,8 @@ class DaliLoader(LoaderBase):
         NOTE [calibration]), keyed by the GPU, DALI, the data, the recipe and the batch."""
         if options.hw_decoder_load is not None or not self.gpu:
             return None
+        if torch.cuda.get_device_capability(self.device_id) not in HW_JPEG_DECODERS:
+            return None  # no hardware decoder: nothing to choose (the share has no effect)
         from nvidia.dali import __version__ as dali_version
         key = cache_key(torch.cuda.get_device_name(self.device_id), dali_version,
                         len(self.paths), self.paths[:1], self.paths[-1:], repr(self.recipe),
@@ -147,7 +149,8 @@ class DaliLoader(LoaderBase):
     @property
     def hw_decoder_load(self) -> float:
         """The hardware decoder's share the pipelines run with now (the calibrated one under
-        ``DaliOptions.hw_decoder_load=None``; 0.0 for CPU operators, which ignore it)."""
+        ``DaliOptions.hw_decoder_load=None``; with ``None`` and no calibration, on CPU operators
+        or a GPU without the hardware decoder, 0.0, which has no effect there)."""
         if self.calibrator is not None:
             return self.calibrator.load
         load = self.options.hw_decoder_load
