@@ -184,7 +184,8 @@ class DaliOptions(Options):
             hints, in pixels; ``0`` (default): none. ``None``: the largest image (by area)
             among the headers of ``SIZE_SAMPLE`` files spread over the dataset, when the
             hardware decoder may run (``hw_decoder_load`` not 0) on a GPU. Not shown to help
-            on the H200's large photos (dali-calibration), hence the default.
+            on the H200's large photos (docs/results/h200/README.md, large-photos), hence
+            the default.
         handoff: a ``Handoff``: on which CUDA stream each batch leaves DALI, the consumer's
             current stream (``"current"``, as ``DALIGenericIterator`` does) or the loader's own
             (``"stream"``: the batch is copied out of DALI's memory there; ``pipelines.dali.loader``

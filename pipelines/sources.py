@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
-
 from PIL import Image
 
 from .filelist import is_file_list, list_file
