@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import cli
-from .results import SuiteResult, strict
+from .results import FIT_QUEUES, SuiteResult, strict
 
 PROG = "python -m compare diff"
 METRIC = "samples_per_s"
@@ -87,6 +87,8 @@ def host_changes(a: SuiteResult, b: SuiteResult) -> List[str]:
 # (setup key, what it is, its words for a run without and with it).
 MODES = (("cold", "page cache", ("warm", "cold (--cold)")),
          ("long", "window", ("default", "long (--long)")),
+         ("fit_queue", "window length", ("--steps batches",
+                                         f"at least {FIT_QUEUES}x the queue (no --steps)")),
          ("compute_stream", "model step's stream", None))
 
 

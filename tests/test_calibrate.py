@@ -230,3 +230,25 @@ def test_only_a_gpu_with_the_hardware_decoder_calibrates(monkeypatch, tiny_root,
     if cal is not None:
         assert cal.load == 0.0 and len(cal.key) == 32
     assert DaliLoader._calibrator(fake, cfg, DaliOptions(hw_decoder_load=1.0)) is None
+
+
+def test_the_summary_and_results_json_keep_the_calibrations_decisions(tmp_path):
+    """A repeat's decisions (``Repeat.calibration``) survive results.json and the summary's
+    window line names the last one of each repeat."""
+    from compare.report import markdown
+    from compare.results import Repeat, SuiteResult, VariantResult
+
+    d = ("hw_decoder_load 1 (measured; ms per batch 0: 34.8, 1: 12.2)",
+         "hw_decoder_load 0 (cached; ms per batch 0: 56.0, 1: 61.0)")
+    rep = Repeat(4500.0, 9000.0, 3.0, 30.0, 1.0, steps=62, window_s=3.5, decoder="nvJPEG hw 0 "
+                 "calibrated", calibration=d)
+    res = SuiteResult({"gpu": "H200"}, {"model": "resnet50", "batch_size": 256, "steps": 50,
+                                        "fit_queue": True}, None,
+                      (VariantResult("dali calibrated", "dali", {}, 67.0, (rep,), 2),))
+    res.dump(tmp_path / "results.json")
+    back = SuiteResult.load(tmp_path / "results.json")
+    assert back.variants[0].repeats[0].calibration == d
+    md = markdown(back)
+    assert ("calibration's last choice per repeat: hw_decoder_load 0 (cached; ms per batch 0: "
+            "56.0, 1: 61.0) after 2 decision(s)") in md
+    assert "50 timed steps (at least 4x each loader's queue)" in md

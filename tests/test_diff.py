@@ -159,11 +159,14 @@ def test_a_cold_run_against_a_warm_one_is_compared_and_noted(tmp_path, capsys):
 
 def test_a_long_window_and_another_compute_stream_are_noted(tmp_path, capsys):
     a = _run({"pageable": SAME_A})
-    b = SuiteResult(a.env, {**a.setup, "long": True, "compute_stream": "high"}, a.ceiling,
-                    a.variants)
+    b = SuiteResult(a.env, {**a.setup, "long": True, "compute_stream": "high",
+                            "fit_queue": True}, a.ceiling, a.variants)
     out = _diff(tmp_path, capsys, a, b)
     assert "note: window: default in A, long (--long) in B" in out
     assert "note: model step's stream: default in A, high in B" in out
+    # a run from before FIT_QUEUES (no fit_queue) against a default run after it
+    assert ("note: window length: --steps batches in A, at least 4x the queue (no --steps) "
+            "in B") in out
     assert "window" not in _diff(tmp_path, capsys, b, b)
 
 
