@@ -21,9 +21,11 @@ Which variants run:
 
 * By default one per backend of ``--backends`` (default: every backend installed here).
   A backend listed twice runs once (a one-line note); an empty list (``--backends ,``) is refused.
-* ``--preset seeds``: pageable, pin-only, pinned (2 streams) and dali, restricted to the
-  ``--backends`` given. A preset is a fixed set of variants, so ``--preset`` with ``--sweep``
-  is refused.
+* ``--preset seeds``: pageable, pin-only and pinned (2 streams) on the PIL decoder, pinned
+  torchvision, pinned scaled and dali; ``--preset large``: pageable, pinned (torchvision's
+  decoder), pinned scaled, dali and dali calibrated on a default set of 2000-4000 px photos.
+  Either is restricted to the ``--backends`` given. A preset is a fixed set of variants, so
+  ``--preset`` with ``--sweep`` is refused.
 * ``--sweep "KEY=V1,V2 ..."``: every combination, per backend. A key is ``num_workers`` or a
   field of a backend's options (``TorchOptions``: prefetch_factor, persistent_workers, and for
   pinned queue_depth, streams, pin_mode, cpu_binding; ``DaliOptions``: queue_depth, reader_threads,
@@ -91,8 +93,9 @@ def parse_args(argv):
     p.add_argument("--backends", default=None,
                    help="comma list of dali,pinned,pageable (default: all available)")
     p.add_argument("--preset", choices=PRESETS,
-                   help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned with "
-                        "torchvision's decoder, dali; large: pageable, pinned, pinned scaled, "
+                   help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned "
+                        "torchvision, pinned scaled, dali; large: pageable, pinned "
+                        "(torchvision's decoder), pinned scaled, "
                         "dali, dali calibrated on a default set of 2000-4000 px photos, batch 64 "
                         "with CUDA unless given "
                         "(restricted to --backends; not with --sweep)")

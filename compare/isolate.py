@@ -352,7 +352,8 @@ def run_all(job: Job, units: List[Unit], log: Callable[[str], None] = print,
         if not u.ceiling:
             meta[u.index] = (h2d, queue)
         say_repeat(log, "ceiling (batch on device)" if u.ceiling else labels[u.index], rep,
-                   f"[{k + 1}/{len(units)}] repeat {u.repeat + 1}, pid {rep.pid}, {phases}")
+                   f"[{k + 1}/{len(units)}] repeat {u.repeat + 1}, pid {rep.pid}, {phases}",
+                   gpu=str(job.base.device).startswith("cuda"))
         done(*results())
     progress.close()
     return results()

@@ -162,6 +162,12 @@ def in_step_lines(res: SuiteResult) -> List[str]:
     return out
 
 
+def _span(xs, fmt: str) -> str:
+    """``"lo-hi"`` of ``xs`` in format ``fmt``, or one value when they agree."""
+    lo, hi = format(min(xs), fmt), format(max(xs), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def window_lines(res: SuiteResult) -> List[str]:
     """Per variant: the timed window in batches and seconds against the loader's queue
     (compare.isolate NOTE [steady state]), the torch backends' decoder (``pinned`` picks one
@@ -177,7 +183,7 @@ def window_lines(res: SuiteResult) -> List[str]:
         rel = f", {max(steps) / q:.1f}x its queue of {q} batches" if q else ""
         decoders = sorted({r.decoder for r in v.repeats if r.decoder})
         dec = f", {'/'.join(decoders)} decoder" if decoders else ""
-        line = f"{v.label}: {max(steps)} batches, {min(secs):.1f}-{max(secs):.1f} s{rel}{dec}"
+        line = f"{v.label}: {max(steps)} batches, {_span(secs, '.1f')} s{rel}{dec}"
         cal = [f"{r.calibration[-1]} after {len(r.calibration)} decision(s)"
                for r in v.repeats if r.calibration]
         if cal:
@@ -185,7 +191,7 @@ def window_lines(res: SuiteResult) -> List[str]:
         extra = [r.settle_batches for r in v.repeats if r.settle_batches is not None]
         if extra:
             stuck = sum(r.settled is False for r in v.repeats)
-            line += (f"; after {min(extra)}-{max(extra)} more warm-up batches until the workers "
+            line += (f"; after {_span(extra, 'd')} more warm-up batches until the workers "
                      "were out of step" + (f" (still in step at the cap in {stuck} of "
                                            f"{len(v.repeats)} repeats)" if stuck else ""))
         out.append(line)

@@ -441,13 +441,17 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     )
 
 
-def say_repeat(log: Callable[[str], None], label: str, r: Repeat, where: str) -> None:
-    loader = (f"loader-only {r.loader_only_per_s:9.1f} img/s, wait p50 {r.wait_p50_ms:7.2f} ms, "
+def say_repeat(log: Callable[[str], None], label: str, r: Repeat, where: str,
+               gpu: bool = True) -> None:
+    """One repeat's line. GPU idle % only with a GPU: on the CPU it is not measured (the
+    report's table leaves it out too)."""
+    loader = (f"loader-only {r.loader_only_per_s:9.1f} img/s, wait p50 {r.wait_p50_ms:7.2f} ms"
               if r.loader_only_per_s == r.loader_only_per_s else "")  # NaN: the ceiling
+    idle = f"GPU idle {r.idle_pct:5.1f}%" if gpu else ""
     cold = ("" if r.cold_resident is None
-            else f", cold ({100 * r.cold_resident:.1f}% still cached)")
-    log(f"  {label:28s} {where}: {r.samples_per_s:9.1f} samples/s, {loader}"
-        f"idle {r.idle_pct:5.1f}%{cold}")
+            else f"cold ({100 * r.cold_resident:.1f}% still cached)")
+    rest = ", ".join(x for x in (loader, idle, cold) if x)
+    log(f"  {label:28s} {where}: {r.samples_per_s:9.1f} samples/s" + (f", {rest}" if rest else ""))
 
 
 def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, warmup: int,
@@ -483,7 +487,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
                 queue=queue, settle=settle, agree=agree), loader))
             progress.update(1)
-            say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}")
+            say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}",
+                       gpu=device.type == "cuda")
         progress.close()
         h2d = loader.h2d_bytes_per_sample()
         if capture is not None:
@@ -512,7 +517,8 @@ def run_ceiling(batch, step: Callable, *, steps: int, warmup: int, repeats: int,
         reps.append(ceiling_repeat(batch, step, steps=steps, warmup=warmup, device=device,
                                    sync=sync))
         log(f"  {'ceiling (batch on device)':28s} repeat {r + 1}/{repeats}: "
-            f"{reps[-1].samples_per_s:9.1f} samples/s, idle {reps[-1].idle_pct:5.1f}%")
+            f"{reps[-1].samples_per_s:9.1f} samples/s"
+            + (f", GPU idle {reps[-1].idle_pct:5.1f}%" if device.type == "cuda" else ""))
     return VariantResult("ceiling", "none", {}, 0.0, tuple(reps))
 
 
