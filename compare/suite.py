@@ -21,7 +21,7 @@ from .args import PROG, parse_args
 from .env import environment
 from .models import parse_model
 from .report import markdown, plots, table, warnings_for
-from .results import SuiteResult
+from .results import FIT_QUEUES, SuiteResult
 from .runner import (ORDER, ComputeStream, Variant, device_of, make_step, on_compute_stream,
                      parse_sweep, preset, run_ceiling, run_variant)
 
@@ -391,7 +391,10 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
              else "")
     what = f"step {a.step}" if getattr(a, "step", None) else f"model {a.model}"
     log(f"running {len(p.variants)} variants x {a.repeats} repeats, {what}, "
-        f"batch {a.batch_size}, {a.steps} steps (+{a.warmup} warm-up), workers "
+        f"batch {a.batch_size}, {a.steps} steps"
+        f"{f' (or {FIT_QUEUES}x the loader queue, if more)' if setup['fit_queue'] else ''} "
+        f"(+{a.warmup} warm-up), "
+        "workers "
         f"{base.num_workers}{ranks}")
     t0 = time.perf_counter()
     stage = "setup"
