@@ -107,7 +107,7 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
     else:
         out.append(("OK", "CUDA", f"{cuda['name']} (sm_{cuda['cc'][0]}{cuda['cc'][1]}), driver "
                     f"{cuda.get('driver') or '?'}, torch CUDA {cuda.get('runtime')}"))
-        from pipelines.device import HW_JPEG_DECODERS
+        from pipelines import HW_JPEG_DECODERS
 
         hw = HW_JPEG_DECODERS.get(tuple(cuda["cc"]))
         if hw:

@@ -12,6 +12,7 @@ Example:
 from .augment import AugmentSpec, Mode
 from .config import (BadFilePolicy, CpuBinding, Decoder, Handoff, LastBatchPolicy,
                      LoaderConfig, OutputDType, PinMode, default_workers, usable_cores)
+from .device import HW_JPEG_DECODERS
 from .distributed import Placement, local_world_size, placement
 from .factory import (Backend, available_backends, create_loader, dali_available, options_for,
                       preload)
@@ -41,7 +42,7 @@ __all__ = [
     "default_workers", "usable_cores", "SHM_HEADROOM", "fit_to_shm", "shm_free_bytes",
     "shm_need", "Placement", "placement", "local_world_size", "list_dataset", "Source",
     "SourceKind", "open_source", "source_kind", "ShardError", "shard_paths",
-    "MixSpec",
+    "MixSpec", "HW_JPEG_DECODERS",
 ]
 
 

@@ -165,7 +165,7 @@ class DaliOptions(Options):
             ``calibrator.decisions`` say what it chose). Not the default: in the suite's short
             windows its switches cost more than they bought (docs/results/h200/README.md,
             dali-calibration). CPU operators ignore it, and a GPU without the hardware decoder
-            (``pipelines.device.HW_JPEG_DECODERS``) has nothing to choose: both run at 0.0.
+            (``pipelines.HW_JPEG_DECODERS``) has nothing to choose: both run at 0.0.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
             order. Each has its own augmentation seed, so the random crops differ from a
