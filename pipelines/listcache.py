@@ -39,9 +39,14 @@ def cache_dir() -> Optional[Path]:
         return None
     if env:
         return Path(env)
-    base = os.environ.get("GPU_FEED_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "gpu-feed")
-    return Path(base) / "listings"
+    return cache_base() / "listings"
+
+
+def cache_base() -> Path:
+    """The project's cache folder: ``$GPU_FEED_CACHE``, else ``$XDG_CACHE_HOME/gpu-feed``
+    (``~/.cache``)."""
+    return Path(os.environ.get("GPU_FEED_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "gpu-feed"))
 
 
 def _key(root: str, extensions: Tuple[str, ...], allow_empty: bool) -> str:

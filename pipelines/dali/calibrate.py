@@ -38,7 +38,7 @@ random generators, so they differ from an uninterrupted run's; the samples and t
 not.
 Epochs shorter than ``settle + WINDOW`` batches never complete a window, and the loader stays at
 ``CANDIDATES[0]``. ``DaliLoader.calibrator.decisions`` records every decision.
-On the H200 the choices were right in both uses, but in the suite's 62-batch windows the
+On the H200 the choices were right in both uses, but in the suite's short windows the
 switches cost more than the choice gained, so ``None`` is an option and 0.0 the default
 (dali-calibration in docs/results/h200/README.md).
 """
@@ -48,9 +48,11 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
+
+from ..listcache import cache_base
 
 CANDIDATES: Tuple[float, ...] = (0.0, 1.0)  # the first is kept on a tie: the training default
 WINDOW = 16    # batches per timed window
@@ -91,9 +93,7 @@ class CalibrationCache:
             return cls(None)
         if env:
             return cls(Path(env))
-        base = os.environ.get("GPU_FEED_CACHE") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "gpu-feed")
-        return cls(Path(base) / "dali-calibration.json")
+        return cls(cache_base() / "dali-calibration.json")
 
     def _read(self) -> dict:
         if self.path is None:
@@ -188,7 +188,6 @@ class Calibrator:
     window: int = WINDOW
     load: float = field(init=False)
     decisions: List[Decision] = field(default_factory=list, init=False)
-    windows: int = field(default=0, init=False)  # windows timed, all uses
 
     def __post_init__(self) -> None:
         self.load = self.candidates[0]
@@ -209,7 +208,6 @@ class Calibrator:
             s = self.timer.seconds(self._start, self._end)
             if s is None:
                 return None
-            self.windows += 1
             size, self._start, self._end, self._n = self._n, None, None, 0
             return self._measured(s / size)
         self._n += 1
@@ -267,10 +265,6 @@ class Calibrator:
         self.load = load
         self.restart()
         return load
-
-    def record(self) -> List[dict]:
-        """The decisions, for results and logs."""
-        return [asdict(d) for d in self.decisions]
 
 
 __all__ = ["CANDIDATES", "CalibrationCache", "Calibrator", "Decision", "EventTimer",

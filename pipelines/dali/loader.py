@@ -250,14 +250,23 @@ class DaliLoader(LoaderBase):
             try:
                 for it in its:
                     next(it, None)
-                self.source.stop()
-                for it in its:  # drained: a switch resets them (as a set it swaps out)
-                    for _ in it:
-                        pass
             except Exception:  # noqa: BLE001 - see the docstring
                 self.source.stop()
                 continue
-            self._spare[load] = (pipes, its)
+            if self._drain(its):  # drained: a switch resets them (as a set it swaps out)
+                self._spare[load] = (pipes, its)
+
+    def _drain(self, its) -> bool:
+        """Stop the source and run ``its`` dry, dropping the batches they hold; ``False`` when
+        DALI failed on one of them (a batch nobody will see)."""
+        self.source.stop()
+        try:
+            for it in its:
+                for _ in it:
+                    pass
+        except Exception:  # noqa: BLE001 - the caller decides what a failed drain means
+            return False
+        return True
 
     def h2d_bytes_per_sample(self) -> Optional[float]:
         """The encoded file bytes (they go to the GPU decoder) and the int64 label."""
@@ -274,13 +283,8 @@ class DaliLoader(LoaderBase):
         if self._broken:
             self._rebuild()
         elif self._its is not None and self._in_epoch:  # the last epoch ended early
-            self.source.stop()
-            try:
-                for it in self._its:
-                    for _ in it:
-                        pass
-            except Exception:  # a failure in a batch nobody will see: start from scratch
-                self._rebuild()
+            if not self._drain(self._its):  # a failure in a batch nobody will see
+                self._rebuild()  # start from scratch
         self._in_epoch = False
         n = self.options.pipelines  # lane j serves positions j, j + n, ...: its first >= start
         self.source.start_epoch(epoch, resume=[start + (j - start) % n for j in range(n)])
@@ -335,14 +339,7 @@ class DaliLoader(LoaderBase):
         switch back, which resets them. No pipeline is rebuilt, unless the drain fails (then
         the old ones are dropped and a bad file is found, as usual, when the new ones reach
         it)."""
-        self.source.stop()
-        keep = True
-        try:
-            for it in self._its or []:
-                for _ in it:
-                    pass
-        except Exception:  # noqa: BLE001 - a batch nobody will see; see the docstring
-            keep = False
+        keep = self._drain(self._its or [])
         resume = self.source.resume_positions()
         if keep:
             self._spare[old] = (self.pipes, self._its)
