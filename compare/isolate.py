@@ -28,10 +28,17 @@ half a second (``die_with_parent``): on the H200 an orphaned unit's workers once
 through the next run's windows (docs/results/h200/seeds-reference).
 
 NOTE [steady state]
-A timed window starts with the loader's queue full: ``queue_depth`` batches (DataLoader
-workers x prefetch factor, plus the CUDA prefetch of ``pinned``; DALI's queue per pipeline)
-were made before the clock started, and a window not much longer than that counts them as if
-they were made at the steady rate. Each repeat records its window in batches and seconds
+A loader fills its queue whenever the consumer pauses: ``queue_depth`` batches (DataLoader
+workers x prefetch factor, plus the CUDA prefetch of ``pinned``; DALI's queue per pipeline). A
+window that starts on a full queue counts those batches as if they were made at the steady
+rate, which a loader-only window (the consumer never waits for a step) never is. Every repeat
+primes the step before its windows, so the loader-only window drains a whole queue before its
+warm-up (``runner.time_repeat``). Before that drain, the loader-only rates of the default
+windows of ``pageable`` and ``pinned`` ran above ``--long`` ones on the H200, as a queue counted
+in a shorter window would (docs/results/h200/seeds-reference/README.md, steady/). The training
+window needs no drain: it follows the loader-only window, which leaves the queue empty, and in
+training a queue is full in steady state only when the loader outruns the step. Each repeat
+records its window in batches and seconds
 (``Repeat.steps``, ``Repeat.window_s``) and each variant its queue (``VariantResult.
 queue_batches``); ``--long`` times at least 10x the queue, across an epoch boundary
 (``runner.window``).

@@ -406,9 +406,12 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 agree: Optional[Callable[[bool], bool]] = None) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
-    ``warmup``. ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs before each
-    of the two, and then the loader's ``queue`` (its depth in batches) is drained: the loader
-    filled it while the eviction ran, from files read before it. ``settle``: the training
+    ``warmup``. The loader fills its ``queue`` (its depth in batches) while the step is
+    primed, so that many batches are drained before the loader-only warm-up: counted in the
+    window, they were made before its clock started (NOTE [steady state] in compare.isolate).
+    ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs before each of the two
+    windows, and the queue is drained after it: the loader filled it while the eviction ran,
+    from files read before it. ``settle``: the training
     run's warm-up goes on until the workers are out of step (NOTE [settling]), on every rank
     (``agree``)."""
     x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
@@ -420,7 +423,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     sync()
     if cold is not None:
         cold()
-        drain(it, queue or 0)
+    drain(it, queue or 0)  # the queue made while the step was primed (or the eviction ran)
     lo = loader_only(it, steps, warmup, device)
     sync()
     evicted = cold() if cold is not None else None

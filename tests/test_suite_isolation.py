@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -317,6 +318,51 @@ def test_the_step_runs_its_first_calls_before_any_window():
     time_repeat(batches(), step, steps=3, warmup=2, device=torch.device("cpu"))
     assert events[:3] == ["batch", "step", "step"]  # primed on one batch, then the windows
     assert events[3:3 + 5] == ["batch"] * 5  # loader-only: warm-up 2 + 3 timed
+
+
+def test_the_loader_only_window_starts_after_the_queue_made_while_the_step_was_primed():
+    """Regression (H200, issue 19): the loader filled its queue while the step was primed,
+    and the loader-only window counted those batches, so a default window ran above a
+    ``--long`` one. A fake loader makes one batch every 20 ms into a queue of 8."""
+    import queue as q
+    import threading
+
+    import torch
+
+    from compare.runner import time_repeat
+
+    period, depth, stop = 0.02, 8, threading.Event()
+    made: "q.Queue" = q.Queue(maxsize=depth)
+    batch = torch.zeros(4, 3, 2, 2), torch.zeros(4, dtype=torch.long)
+
+    def produce():
+        while not stop.is_set():
+            time.sleep(period)
+            while not stop.is_set():
+                try:
+                    made.put(batch, timeout=0.05)
+                    break
+                except q.Full:
+                    continue
+
+    def batches():
+        while True:
+            yield made.get()
+
+    threading.Thread(target=produce, daemon=True).start()
+    try:
+        calls = []
+
+        def step(x, y):  # the priming (the first call) is long enough to fill the queue
+            calls.append(1)
+            time.sleep(0.3 if len(calls) == 1 else 0.0)
+
+        rep = time_repeat(batches(), step, steps=8, warmup=1, device=torch.device("cpu"),
+                          queue=depth)
+    finally:
+        stop.set()
+    # the steady rate is 4 images / 20 ms; counting the queue made 8 batches look instant
+    assert rep.loader_only_per_s == pytest.approx(4 / period, rel=0.3)
 
 
 _UNIT = '''
