@@ -37,8 +37,15 @@ warm-up (``runner.time_repeat``). Before that drain, the loader-only rates of th
 windows of ``pageable`` and ``pinned`` ran above ``--long`` ones on the H200, as a queue counted
 in a shorter window would (docs/results/h200/seeds-reference/README.md, steady/). The training
 window needs no drain: it follows the loader-only window, which leaves the queue empty, and in
-training a queue is full in steady state only when the loader outruns the step. Each repeat
-records its window in batches and seconds
+training a queue is full in steady state only when the loader outruns the step.
+A loader's first epoch also does one-time work: ``dali`` checks each file's bytes in Python the
+first time it reaches it (pipelines.dali.source NOTE [validated once]). The loader-only window
+timed that on the H200: with ``--model none`` a DALI row's loader-only rate, taken first,
+ran well below its training window's, taken later in the same process, and matched it once
+the warm-up passed the first epoch (docs/results/h200/README.md, steady-state-v2). So a new
+loader first runs the rest of its first epoch when the epoch is at most twice the window
+(``runner.first_epoch``); a longer first epoch holds the windows, as it would a job's first
+hours. Each repeat records its window in batches and seconds
 (``Repeat.steps``, ``Repeat.window_s``) and each variant its queue (``VariantResult.
 queue_batches``); ``--long`` times at least 10x the queue, across an epoch boundary
 (``runner.window``).
@@ -155,8 +162,8 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
 
 
 def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
-    from .runner import (ceiling_repeat, endless, open_loader, queue_depth, settle_of,
-                         time_repeat, window, with_decoder)
+    from .runner import (ceiling_repeat, endless, first_epoch, open_loader, queue_depth,
+                         settle_of, time_repeat, window, with_decoder)
 
     if unit.ceiling:
         with open_loader(v, cfg) as loader:
@@ -181,9 +188,9 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
             cold = evictor(cfg.root)
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
-        rep = with_decoder(time_repeat(it, step, steps=n, warmup=job.warmup, device=device,
-                                       cold=cold, queue=queue, settle=settle_of(loader, queue)),
-                           loader)
+        rep = with_decoder(time_repeat(
+            it, step, steps=n, warmup=job.warmup, device=device, cold=cold, queue=queue,
+            first=first_epoch(len(loader), n), settle=settle_of(loader, queue)), loader)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()
         it.close()

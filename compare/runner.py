@@ -398,20 +398,29 @@ def drain(it: Iterator, batches: int) -> None:
         next(it)
 
 
+def first_epoch(epoch_batches: int, steps: int) -> int:
+    """The batches of a new loader's first epoch that run before its loader-only window: all
+    of them when the epoch is at most twice the window, else none (NOTE [steady state] in
+    compare.isolate)."""
+    return epoch_batches if 0 < epoch_batches <= 2 * steps else 0
+
+
 def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 device: torch.device, sync: Callable[[], None] = _nothing,
                 cold: Optional[Callable[[], object]] = None,
-                queue: Optional[int] = None,
+                queue: Optional[int] = None, first: int = 0,
                 settle: Optional[Tuple[int, int]] = None,
                 agree: Optional[Callable[[bool], bool]] = None) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
     ``warmup``. The loader fills its ``queue`` (its depth in batches) while the step is
     primed, so that many batches are drained before the loader-only warm-up: counted in the
-    window, they were made before its clock started (NOTE [steady state] in compare.isolate).
-    ``cold`` (``--cold``: ``pagecache.evict`` of the dataset) runs before each of the two
-    windows, and the queue is drained after it: the loader filled it while the eviction ran,
-    from files read before it. ``settle``: the training
+    window, they were made before its clock started. ``first``: the batches of the loader's
+    first epoch (``first_epoch``) when this is the loader's first repeat; the rest of that
+    epoch runs before anything else, so its one-time work stays out of the windows (NOTE
+    [steady state] in compare.isolate). ``cold`` (``--cold``: ``pagecache.evict`` of the
+    dataset) runs before each of the two windows, and the queue is drained after it: the
+    loader filled it while the eviction ran, from files read before it. ``settle``: the training
     run's warm-up goes on until the workers are out of step (NOTE [settling]), on every rank
     (``agree``)."""
     x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
@@ -420,6 +429,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     del x, y
+    drain(it, max(0, first - 1))  # the priming took the first epoch's first batch
     sync()
     if cold is not None:
         cold()
@@ -488,7 +498,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
         for r in range(repeats):
             reps.append(with_decoder(time_repeat(
                 it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
-                queue=queue, settle=settle, agree=agree), loader))
+                queue=queue, first=first_epoch(len(loader), n) if r == 0 else 0,
+                settle=settle, agree=agree), loader))
             progress.update(1)
             say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}",
                        gpu=device.type == "cuda")

@@ -320,6 +320,32 @@ def test_the_step_runs_its_first_calls_before_any_window():
     assert events[3:3 + 5] == ["batch"] * 5  # loader-only: warm-up 2 + 3 timed
 
 
+def test_a_new_loader_runs_its_first_epoch_before_the_windows():
+    """Regression (H200): DALI's one-time file checks of the first epoch fell inside the
+    loader-only window, which then ran below the same process's later window. The rest of a
+    short first epoch now runs first, before an eviction (it would re-read the files)."""
+    import torch
+
+    from compare.runner import first_epoch, time_repeat
+
+    assert first_epoch(31, 62) == 31 and first_epoch(124, 62) == 124
+    assert first_epoch(125, 62) == 0 and first_epoch(0, 62) == 0  # long epochs hold windows
+    events = []
+
+    def batches():
+        while True:
+            events.append("batch")
+            yield torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.long)
+
+    time_repeat(batches(), lambda x, y: events.append("step"), steps=3, warmup=2,
+                device=torch.device("cpu"), cold=lambda: events.append("cold"), queue=2,
+                first=5)
+    assert events[:3] == ["batch", "step", "step"]  # primed on the first epoch's first batch
+    cold = events.index("cold")
+    assert events[3:cold] == ["batch"] * 4  # the rest of the first epoch, then the eviction
+    assert events[cold + 1:cold + 1 + 2 + 2 + 3] == ["batch"] * 7  # queue, warm-up, window
+    assert events[cold + 8] == "cold"
+
 def test_the_loader_only_window_starts_after_the_queue_made_while_the_step_was_primed():
     """Regression (H200, issue 19): the loader filled its queue while the step was primed,
     and the loader-only window counted those batches, so a default window ran above a

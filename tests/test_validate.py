@@ -87,3 +87,29 @@ def test_png_with_a_forged_height_is_refused_though_pil_loads_it():
                                         ("P", (1000, 1000)), ("I;16", (300, 200)), ("L", (1, 1))])
 def test_flat_pngs_at_the_best_deflate_ratio_pass(mode, size):
     assert check_image_bytes(_png(mode, size, optimize=True)) is None
+
+
+def test_the_end_of_image_shortcut_keeps_every_verdict(tmp_path):
+    """A file ending with FF D9 skips the search for the first FF D9 after the scan (it held
+    the GIL for every file of DALI's first epoch); cut anywhere, with data after the image or
+    with a second image, the verdicts are the search's."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from pipelines.validate import check_image_bytes
+
+    rng = np.random.default_rng(0)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (96, 128, 3), dtype=np.uint8)).save(buf, "JPEG")
+    jpg = buf.getvalue()
+    assert jpg.endswith(b"\xff\xd9") and check_image_bytes(jpg) is None
+    for cut in range(len(jpg) // 3, len(jpg) - 1, 97):  # truncated: every cut is caught
+        assert "truncated" in check_image_bytes(jpg[:cut])
+    assert check_image_bytes(jpg[:-2]) == "truncated JPEG (no end-of-image marker)"
+    assert check_image_bytes(jpg + b"\0" * 64) is None  # padding after the image
+    assert check_image_bytes(jpg + jpg) is None  # a second image (MPF)
+    # a truncated first image followed by a second one: both paths find an FF D9 after the
+    # scan (the second image's), as the search alone did
+    assert check_image_bytes(jpg[:len(jpg) // 2] + jpg) is None
