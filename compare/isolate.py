@@ -42,7 +42,7 @@ A loader's first epoch also does one-time work: ``dali`` checks each file's byte
 first time it reaches it (pipelines.dali.source NOTE [validated once]). The loader-only window
 timed that on the H200: with ``--model none`` a DALI row's loader-only rate, taken first,
 ran well below its training window's, taken later in the same process, and matched it once
-the warm-up passed the first epoch (docs/results/h200/README.md, steady-state-v2). So a new
+the warm-up passed the first epoch (docs/results/h200/README.md, dali-first-epoch). So a new
 loader first runs the rest of its first epoch when the epoch is at most twice the window
 (``runner.first_epoch``); a longer first epoch holds the windows, as it would a job's first
 hours. Each repeat records its window in batches and seconds

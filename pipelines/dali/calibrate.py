@@ -21,10 +21,10 @@ loader measures it on the job's own batches:
    is more than ``MARGIN`` faster, so noise does not flip the choice.
    Every candidate's pipelines are built with the loader (memory for each: the nvJPEG
    paddings of ``DaliOptions``), because a rebuild costs seconds: a first version that rebuilt
-   on every switch spent them inside the timed windows on the H200 (docs/results/h200/
-   README.md, dali-calibration v1). The second version's spare pipelines paid their first use
-   inside a window instead (v2), so each spare set now decodes one batch when the loader is
-   built (not yet measured on a GPU). A switch stops the running pipelines,
+   on every switch spent them inside the timed windows on the H200, and a second one's spare
+   pipelines paid their first use there instead, so each spare set decodes one batch when the
+   loader is built (docs/results/h200/README.md, dali-calibration and its History). A switch
+   stops the running pipelines,
    drains what they hold (those batches are made again) and hands each lane, from its first
    batch not yet handed out, to the other candidate's pipelines, reset.
 3. The choice is cached per machine (``CalibrationCache``: GPU, DALI version, data, recipe and
@@ -38,9 +38,11 @@ random generators, so they differ from an uninterrupted run's; the samples and t
 not.
 Epochs shorter than ``settle + WINDOW`` batches never complete a window, and the loader stays at
 ``CANDIDATES[0]``. ``DaliLoader.calibrator.decisions`` records every decision.
-On the H200 the choices were right in both uses, but in the suite's short windows the
-switches cost more than the choice gained, so ``None`` is an option and 0.0 the default
-(dali-calibration in docs/results/h200/README.md).
+On the H200 the choices were right in both uses and cost a few percent inside the suite's
+short windows (dali-calibration in docs/results/h200/README.md). ``None`` is an option and
+0.0 the default: a switch changes which pipelines' generators draw the crops, so a resumed
+run draws the saved run's crops only until either run switches (``pipelines.dali.loader``
+NOTE [resume]).
 """
 from __future__ import annotations
 
