@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from pipelines import AugmentSpec, LoaderConfig
-from pipelines.dali.calibrate import (CANDIDATES, DRIFT, MARGIN, CalibrationCache, Calibrator,
+from pipelines.dali.calibrate import (CANDIDATES, DRIFT, JUMP, MARGIN, CalibrationCache, Calibrator,
                                       cache_key)
 
 from utils import make
@@ -81,6 +81,32 @@ def test_a_change_of_pace_recalibrates_and_a_steady_one_does_not():
     assert clock.run(60) == [0.0] and c.load == 0.0  # measured 1.0 first, then 0.0 won
     assert [d.load for d in c.decisions] == [1.0, 0.0]
 
+
+
+def _ticks_to_first_switch(clock, limit=60):
+    for n in range(1, limit + 1):
+        clock.t += clock.periods[clock.calib.load]
+        if clock.calib.tick() is not None:
+            return n
+    return None
+
+
+def test_a_jump_in_pace_is_a_new_use_after_one_watched_window():
+    """Regression (H200, dali-calibration): from loader-only (1.0 chosen) to training, two
+    watched windows and an epoch start passed before the trial, and half the training window
+    ran at the loader-only setting. A window JUMP times off the pace is a new use at once; a
+    smaller change still needs STRIKES windows in a row."""
+    gaps = {}
+    for factor in (1.5, 2 * JUMP):
+        c, clock = _calibrator({0.0: 0.020, 1.0: 0.015})  # loader-bound: 1.0
+        clock.run(60)
+        assert c.load == 1.0 and len(c.decisions) == 1
+        clock.periods = {k: v * factor for k, v in clock.periods.items()}
+        gaps[factor] = _ticks_to_first_switch(clock)
+    # watched windows are window // 2 = 2 batches: the jump switches at the end of the first,
+    # the smaller change at the end of the second (a window starts one batch after the last)
+    assert gaps[2 * JUMP] is not None and gaps[2 * JUMP] <= 2
+    assert gaps[1.5] == gaps[2 * JUMP] + 3
 
 def test_the_cache_gives_a_known_use_its_choice_without_calibrating(tmp_path):
     cache = CalibrationCache(tmp_path / "c.json")

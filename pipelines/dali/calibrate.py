@@ -14,11 +14,14 @@ loader measures it on the job's own batches:
    batches later, when the GPU has passed the second event), so it is the GPU's own timeline:
    compute plus the idle gaps of waiting. Without a GPU it is the host clock.
 2. A window in a new use starts a calibration. A new use is the first window, or ``STRIKES``
-   windows in a row whose period departs more than ``DRIFT`` from the chosen setting's (once a
-   use is decided its pace is watched in windows of half the size, so a change is seen
-   sooner). Each candidate in turn takes over the lanes, ``settle`` batches run untimed, then
-   one window is timed. The fastest candidate wins; ``CANDIDATES[0]`` is kept unless another
-   is more than ``MARGIN`` faster, so noise does not flip the choice.
+   windows in a row whose period departs more than ``DRIFT`` from the chosen setting's, or one
+   window ``JUMP`` times slower or faster. Once a use is decided its pace is watched in windows
+   of half the size, so a change is seen sooner: on the H200 two watched windows and an epoch
+   start kept a training window at the loader-only setting for its first half
+   (docs/results/h200/README.md, dali-calibration). Each candidate in turn takes over the
+   lanes, ``settle`` batches run untimed, then one window is timed. The fastest candidate
+   wins; ``CANDIDATES[0]`` is kept unless another is more than ``MARGIN`` faster, so noise
+   does not flip the choice.
    Every candidate's pipelines are built with the loader (memory for each: the nvJPEG
    paddings of ``DaliOptions``), because a rebuild costs seconds: a first version that rebuilt
    on every switch spent them inside the timed windows on the H200, and a second one's spare
@@ -61,6 +64,7 @@ WINDOW = 16    # batches per timed window
 MARGIN = 0.03  # another candidate must be this much faster (period) to replace the first
 DRIFT = 0.25   # a window this far from the chosen setting's period is a new use ...
 STRIKES = 2    # ... when this many watched windows in a row are
+JUMP = 2.0     # ... or at once when one is this many times slower or faster
 VERSION = 1
 MAX_ENTRIES = 8  # cached uses per key; the oldest goes first
 
@@ -250,7 +254,7 @@ class Calibrator:
                 self._strikes = 0
                 return None  # the same use
             self._strikes += 1
-            if self._strikes < STRIKES:
+            if self._strikes < STRIKES and max(period / self._ref, self._ref / period) < JUMP:
                 return None  # one window off the pace: a hiccup, or a new use? wait for one more
         self._strikes = 0
         hit = self.cache.lookup(self.key, self.load, period * 1e3)
