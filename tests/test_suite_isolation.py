@@ -132,6 +132,15 @@ def test_cold_runs_evict_check_and_say_so(tiny_root, tmp_path):
     assert "A cold window needs at least 72 images" in md
 
 
+def _logged(events):
+    """An endless fake loader that logs each batch it hands out in ``events``."""
+    import torch
+
+    while True:
+        events.append("batch")
+        yield torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.long)
+
+
 def test_a_cold_window_starts_after_the_queue_filled_during_the_eviction():
     """Regression (H200): the loader filled its queue from cached files while the eviction
     ran, and the window counted those batches: a --cold row trained faster than the warm one."""
@@ -141,12 +150,7 @@ def test_a_cold_window_starts_after_the_queue_filled_during_the_eviction():
 
     events = []
 
-    def batches():
-        while True:
-            events.append("batch")
-            yield torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.long)
-
-    time_repeat(batches(), lambda x, y: events.append("step"), steps=3, warmup=2,
+    time_repeat(_logged(events), lambda x, y: events.append("step"), steps=3, warmup=2,
                 device=torch.device("cpu"), cold=lambda: events.append("cold"), queue=4)
     first, second = [i for i, e in enumerate(events) if e == "cold"]
     assert events[first + 1:second] == ["batch"] * (4 + 2 + 3)  # drain, then loader-only
@@ -307,15 +311,10 @@ def test_the_step_runs_its_first_calls_before_any_window():
 
     events = []
 
-    def batches():
-        while True:
-            events.append("batch")
-            yield torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.long)
-
     def step(x, y):
         events.append("step")
 
-    time_repeat(batches(), step, steps=3, warmup=2, device=torch.device("cpu"))
+    time_repeat(_logged(events), step, steps=3, warmup=2, device=torch.device("cpu"))
     assert events[:3] == ["batch", "step", "step"]  # primed on one batch, then the windows
     assert events[3:3 + 5] == ["batch"] * 5  # loader-only: warm-up 2 + 3 timed
 
@@ -332,12 +331,7 @@ def test_a_new_loader_runs_its_first_epoch_before_the_windows():
     assert first_epoch(125, 62) == 0 and first_epoch(0, 62) == 0  # long epochs hold windows
     events = []
 
-    def batches():
-        while True:
-            events.append("batch")
-            yield torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.long)
-
-    time_repeat(batches(), lambda x, y: events.append("step"), steps=3, warmup=2,
+    time_repeat(_logged(events), lambda x, y: events.append("step"), steps=3, warmup=2,
                 device=torch.device("cpu"), cold=lambda: events.append("cold"), queue=2,
                 first=5)
     assert events[:3] == ["batch", "step", "step"]  # primed on the first epoch's first batch
