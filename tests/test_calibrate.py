@@ -8,8 +8,8 @@ import torch
 from PIL import Image
 
 from pipelines import AugmentSpec, LoaderConfig
-from pipelines.dali.calibrate import (CANDIDATES, DRIFT, JUMP, MARGIN, CalibrationCache, Calibrator,
-                                      cache_key)
+from pipelines.dali.calibrate import (CANDIDATES, DRIFT, JUMP, MARGIN, MIN_WINDOW, WINDOW,
+                                      CalibrationCache, Calibrator, cache_key)
 
 from utils import make
 
@@ -107,6 +107,26 @@ def test_a_jump_in_pace_is_a_new_use_after_one_watched_window():
     # the smaller change at the end of the second (a window starts one batch after the last)
     assert gaps[2 * JUMP] is not None and gaps[2 * JUMP] <= 2
     assert gaps[1.5] == gaps[2 * JUMP] + 3
+
+
+def test_short_epochs_get_a_window_that_fits_and_a_window_ending_an_epoch_counts():
+    """Regression (H200, large-photos): epochs of 16 batches never held a settle + 16-batch
+    window, so the calibrated row never decided. The window now fits the epoch, and a window
+    that closes on an epoch's last batch keeps its result across the epoch start, though a
+    CUDA event gives it only some batches later."""
+    from pipelines.dali.calibrate import window_for
+
+    assert window_for(1000, 4) == WINDOW and window_for(16, 4) == 11
+    assert window_for(5, 4) == MIN_WINDOW  # too short to decide: never completes a window
+    epoch, settle = 10, 2
+    for lag in (0, 3):
+        clock = Clock({0.0: 0.020, 1.0: 0.015}, lag)
+        c = clock.calib = Calibrator(settle=settle, timer=clock, window=window_for(epoch, settle))
+        switches = []
+        for e in range(6):
+            c.restart()  # the loader restarts the calibrator at every epoch start
+            switches += clock.run(epoch)
+        assert switches == [1.0] and c.decisions[0].load == 1.0, lag
 
 def test_the_cache_gives_a_known_use_its_choice_without_calibrating(tmp_path):
     cache = CalibrationCache(tmp_path / "c.json")

@@ -39,7 +39,9 @@ The cost counts wherever the loader runs: the candidates' windows (one at the sl
 and the batches a switch drains. After a switch the crops come from the other pipelines'
 random generators, so they differ from an uninterrupted run's; the samples and their order do
 not.
-Epochs shorter than ``settle + WINDOW`` batches never complete a window, and the loader stays at
+In epochs shorter than ``settle + WINDOW + 1`` batches the window is what an epoch holds
+after ``settle`` (``window_for``; on the H200 16-batch epochs of large photos never decided);
+epochs shorter than ``settle + MIN_WINDOW + 1`` never complete one, and the loader stays at
 ``CANDIDATES[0]``. ``DaliLoader.calibrator.decisions`` records every decision.
 On the H200 the choices were right in both uses and cost a few percent inside the suite's
 short windows (dali-calibration in docs/results/h200/README.md). ``None`` is an option and
@@ -65,6 +67,7 @@ MARGIN = 0.03  # another candidate must be this much faster (period) to replace 
 DRIFT = 0.25   # a window this far from the chosen setting's period is a new use ...
 STRIKES = 2    # ... when this many watched windows in a row are
 JUMP = 2.0     # ... or at once when one is this many times slower or faster
+MIN_WINDOW = 4  # the shortest window, in epochs too short for ``WINDOW`` (``window_for``)
 VERSION = 1
 MAX_ENTRIES = 8  # cached uses per key; the oldest goes first
 
@@ -145,6 +148,13 @@ def cache_key(*parts: object) -> str:
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
+def window_for(epoch_batches: int, settle: int) -> int:
+    """The window for epochs of ``epoch_batches`` batches: ``WINDOW``, or what is left of an
+    epoch after ``settle`` and the batch that opens the window when that is less (a window
+    restarts at every epoch start), but at least ``MIN_WINDOW``."""
+    return max(MIN_WINDOW, min(WINDOW, epoch_batches - settle - 1))
+
+
 class HostTimer:
     """Windows on the host clock (CPU operators)."""
 
@@ -200,21 +210,25 @@ class Calibrator:
         self._ref: Optional[float] = None          # the chosen setting's period, s per batch
         self._trial: Optional[Dict[float, float]] = None
         self._strikes = 0  # watched windows in a row off the chosen setting's pace
+        self._start = self._end = None
+        self._closed = 0  # the size of the window awaiting its result
         self.restart()
 
     def restart(self) -> None:
         """A break in the flow: the window under way is dropped and the next one waits
-        ``settle`` batches."""
+        ``settle`` batches. A window that closed before the break keeps its result, which a
+        CUDA event gives only some batches later: a window that ends an epoch counts."""
         self._n = -self.settle
-        self._start = None
-        self._end = None
+        if self._end is None:
+            self._start = None
 
     def tick(self) -> Optional[float]:
         if self._end is not None:  # a window closed: wait for its result
             s = self.timer.seconds(self._start, self._end)
             if s is None:
                 return None
-            size, self._start, self._end, self._n = self._n, None, None, 0
+            size = self._closed
+            self._start, self._end, self._n = None, None, min(self._n, 0)
             return self._measured(s / size)
         self._n += 1
         if self._n <= 0:
@@ -223,7 +237,7 @@ class Calibrator:
             self._start, self._n = self.timer.mark(), 0
             return None
         if self._n == self._size():
-            self._end = self.timer.mark()
+            self._end, self._closed = self.timer.mark(), self._n
             return self.tick()  # already passed on the host clock
         return None
 
@@ -274,4 +288,4 @@ class Calibrator:
 
 
 __all__ = ["CANDIDATES", "CalibrationCache", "Calibrator", "Decision", "EventTimer",
-           "HostTimer", "cache_key"]
+           "HostTimer", "cache_key", "window_for"]

@@ -62,11 +62,12 @@ from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
 from ..config import Handoff, LoaderConfig, OutputDType
 from ..device import HW_JPEG_DECODERS, resolve_device
+from ..indexing import config_len
 from ..loader import LoaderBase
 from ..options import DaliOptions
 from ..sources import header_sizes
 from ..types import Batch
-from .calibrate import CalibrationCache, Calibrator, EventTimer, cache_key
+from .calibrate import CalibrationCache, Calibrator, EventTimer, cache_key, window_for
 from .graph import OUTPUTS, build_pipeline, conditional
 from .probe import DecodeProbe
 from .source import PlanSource
@@ -143,8 +144,10 @@ class DaliLoader(LoaderBase):
                         len(self.paths), self.paths[:1], self.paths[-1:], repr(self.recipe),
                         config.batch_size, config.dtype.value, config.world_size,
                         config.num_workers, options.pipelines, options.queue_depth)
-        return Calibrator(settle=options.queue_depth + 2, timer=EventTimer(self.device),
-                          cache=CalibrationCache.default(), key=key)
+        settle = options.queue_depth + 2
+        return Calibrator(settle=settle, timer=EventTimer(self.device),
+                          cache=CalibrationCache.default(), key=key,
+                          window=window_for(config_len(len(self.paths), config), settle))
 
     @property
     def hw_decoder_load(self) -> float:
