@@ -5,6 +5,7 @@ The plots are drawn by ``compare.plot`` (``python -m compare plot`` redraws them
 from __future__ import annotations
 
 import math
+import statistics
 from typing import List, Optional, Tuple
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
@@ -84,7 +85,7 @@ def warnings_for(res: SuiteResult) -> List[str]:
             w.append(f"{v.label}: at most {100 * c[0]:.0f}% of its window was read cold: the "
                      f"dataset is smaller than what the loader reads after the eviction. A cold "
                      f"window needs at least {c[2]} images")
-    w += in_step_lines(res)
+    w += in_step_lines(res) + below_training_lines(res)
     for v in res.variants:
         pct = res.pct_of_ceiling(v)
         if pct is not None and pct > OVER_CEILING:
@@ -159,6 +160,32 @@ def in_step_lines(res: SuiteResult) -> List[str]:
                        f"every {workers} batches: the {workers} workers delivered in step, a "
                        "start-up transient that can outlast the window, so this rate can be "
                        f"below the steady state. Time past it with {how}")
+    return out
+
+
+BELOW_TRAINING = 0.95  # loader-only under this share of the training rate is reported
+
+
+def below_training_lines(res: SuiteResult) -> List[str]:
+    """The rows whose loader-only rate fell below their training rate in every repeat, by
+    more than ``BELOW_TRAINING`` at the median. A loader cannot feed training faster than it
+    runs alone, so one of the two windows missed the steady state: on the H200 DALI's first
+    epoch fell in the loader-only window, and ``pinned``'s loader-only window ran below its
+    training one (docs/results/h200/README.md, dali-first-epoch; seeds-reference, steady/)."""
+    out = []
+    for v in res.variants:
+        pairs = [(r.loader_only_per_s, r.samples_per_s) for r in v.repeats
+                 if r.loader_only_per_s is not None and r.samples_per_s
+                 and r.loader_only_per_s == r.loader_only_per_s]  # NaN: no loader-only run
+        if not pairs or any(lo >= sps for lo, sps in pairs):
+            continue
+        ratio = statistics.median(lo / sps for lo, sps in pairs)
+        if ratio < BELOW_TRAINING:
+            out.append(f"{v.label}: its loader-only rate was below its training rate in every "
+                       f"repeat ({ratio:.2f}x at the median), which a steady loader cannot do: "
+                       "one of the two windows missed the steady state (a start-up transient "
+                       "in the loader-only window, or batches made before the training "
+                       "window's clock)")
     return out
 
 

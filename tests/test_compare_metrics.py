@@ -370,3 +370,30 @@ def test_windows_fit_the_queue_only_without_steps_and_not_in_the_large_preset(tm
     assert fit() is True
     assert fit("--steps", "7") is False
     assert fit("--preset", "large") is False
+
+
+def test_a_loader_only_rate_below_the_training_rate_is_reported():
+    """A loader cannot feed training faster than it runs alone: on the H200 DALI's first epoch
+    in the loader-only window and pinned's loader-only window showed it (docs/results/h200)."""
+    from pathlib import Path
+
+    from compare.report import below_training_lines
+
+    def row(label, pairs):
+        reps = tuple(Repeat(s, lo, 1.0, 2.0, 10.0, waits_ms=(1.0,)) for lo, s in pairs)
+        return VariantResult(label, "dali", {}, 100.0, reps)
+
+    res = SuiteResult({"gpu": "X", "cuda_available": True}, {"device": "cuda"}, None, (
+        row("below", [(90.0, 100.0), (80.0, 100.0), (91.0, 100.0)]),
+        row("one above", [(90.0, 100.0), (101.0, 100.0), (80.0, 100.0)]),
+        row("close", [(97.0, 100.0), (96.0, 100.0)]),
+        row("fast loader", [(300.0, 100.0), (310.0, 100.0)])))
+    lines = below_training_lines(res)
+    assert len(lines) == 1 and lines[0].startswith("below:") and "0.90x" in lines[0]
+    assert any(x.startswith("below:") for x in warnings_for(res))
+    here = Path(__file__).resolve().parent.parent / "docs/results/h200"
+    first = below_training_lines(SuiteResult.load(here / "dali-first-epoch/warmup10/results.json"))
+    assert [x.split(":")[0] for x in first] == ["dali hw_decoder_load=0", "dali hw_decoder_load=1"]
+    steady = below_training_lines(
+        SuiteResult.load(here / "seeds-reference/steady/default/results.json"))
+    assert [x.split(":")[0] for x in steady] == ["pinned"]
