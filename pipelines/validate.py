@@ -183,10 +183,11 @@ def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Opti
             return "truncated JPEG (no start of scan)"
         # 0xFF in scan data is always stuffed (FF 00), so the first FF D9 after the SOS ends
         # the image; data after it (motion photos, MPF's second image) is allowed. A file that
-        # ends with FF D9 is taken as ending there without the search, which holds the GIL while
-        # it scans the whole scan data, for every file of a DALI loader's first epoch
-        # (pipelines.dali.source NOTE [validated once]). The two differ only for a file that
-        # holds a second image after the first: then the scan-size bound below is looser.
+        # ends with FF D9 is taken as ending there without the search, which scans the whole
+        # scan data holding the GIL: the torch backends check every sample they read, and
+        # ``dali`` every file of its first epoch (pipelines.dali.source NOTE [validated once]).
+        # The two differ only for a file that holds a second image after the first: then the
+        # scan-size bound below is looser.
         eoi = (len(data) - 2 if data.endswith(b"\xff\xd9") and len(data) - 2 >= sos
                else data.find(b"\xff\xd9", sos))
         if eoi < 0:
