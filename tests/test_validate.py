@@ -91,8 +91,9 @@ def test_flat_pngs_at_the_best_deflate_ratio_pass(mode, size):
 
 def test_the_end_of_image_shortcut_keeps_every_verdict(tmp_path):
     """A file ending with FF D9 skips the search for the first FF D9 after the scan (it held
-    the GIL for every file of DALI's first epoch); cut anywhere, with data after the image or
-    with a second image, the verdicts are the search's."""
+    the GIL for every sample the torch backends read and every file of DALI's first epoch);
+    cut anywhere, with data after the image or with a second image, the verdicts are the
+    search's."""
     import io
 
     import numpy as np
