@@ -82,7 +82,6 @@ def test_a_change_of_pace_recalibrates_and_a_steady_one_does_not():
     assert [d.load for d in c.decisions] == [1.0, 0.0]
 
 
-
 def _ticks_to_first_switch(clock, limit=60):
     for n in range(1, limit + 1):
         clock.t += clock.periods[clock.calib.load]
@@ -127,6 +126,7 @@ def test_short_epochs_get_a_window_that_fits_and_a_window_ending_an_epoch_counts
             c.restart()  # the loader restarts the calibrator at every epoch start
             switches += clock.run(epoch)
         assert switches == [1.0] and c.decisions[0].load == 1.0, lag
+
 
 def test_the_cache_gives_a_known_use_its_choice_without_calibrating(tmp_path):
     cache = CalibrationCache(tmp_path / "c.json")
