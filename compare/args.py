@@ -95,9 +95,8 @@ def parse_args(argv):
     p.add_argument("--preset", choices=PRESETS,
                    help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned "
                         "torchvision, pinned scaled, dali; large: pageable, pinned "
-                        "(torchvision's decoder), pinned scaled, "
-                        "dali, dali calibrated on a default set of 2000-4000 px photos, batch 64 "
-                        "with CUDA unless given "
+                        "(torchvision's decoder), pinned scaled, dali, dali calibrated on a "
+                        "default set of 2000-4000 px photos, batch 64 with CUDA unless given "
                         "(restricted to --backends; not with --sweep)")
     p.add_argument("--sweep", help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 "
                    "pipelines=1,2'. Keys: num_workers and the fields of TorchOptions and "

@@ -393,9 +393,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
     log(f"running {len(p.variants)} variants x {a.repeats} repeats, {what}, "
         f"batch {a.batch_size}, {a.steps} steps"
         f"{f' (or {FIT_QUEUES}x the loader queue, if more)' if setup['fit_queue'] else ''} "
-        f"(+{a.warmup} warm-up), "
-        "workers "
-        f"{base.num_workers}{ranks}")
+        f"(+{a.warmup} warm-up), workers {base.num_workers}{ranks}")
     t0 = time.perf_counter()
     stage = "setup"
     long = bool(getattr(a, "long", False))

@@ -162,10 +162,12 @@ class DaliOptions(Options):
             ``None``: chosen between the two by measuring the consumer's own loop on the
             first batches, and again when the loop's pace changes, with the choice cached per
             machine (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
-            ``calibrator.decisions`` say what it chose). Not the default: in the suite's short
-            windows its switches cost more than they bought (docs/results/h200/README.md,
-            dali-calibration). CPU operators ignore it, and a GPU without the hardware decoder
-            (``pipelines.HW_JPEG_DECODERS``) has nothing to choose: both run at 0.0.
+            ``calibrator.decisions`` say what it chose). Not the default: a switch changes
+            which pipelines draw the crops, so a resumed run repeats the saved run's crops only
+            until either run switches (what it cost and bought on the H200:
+            docs/results/h200/README.md, dali-calibration). CPU operators ignore it, and a GPU
+            without the hardware decoder (``pipelines.HW_JPEG_DECODERS``) has nothing to
+            choose: both run at 0.0.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
             order. Each has its own augmentation seed, so the random crops differ from a
