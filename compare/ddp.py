@@ -128,6 +128,8 @@ def merge(parts: List[VariantResult]) -> VariantResult:
             ranks=tuple({k: getattr(r, k) for k in RANK_FIELDS} for r in rs),
             halves=(tuple(sum(h) for h in zip(*(r.halves for r in rs)))
                     if all(r.halves for r in rs) else None),  # the job's, like samples/s
+            loader_only_halves=(tuple(sum(h) for h in zip(*(r.loader_only_halves for r in rs)))
+                                if all(r.loader_only_halves for r in rs) else None),
         ))
     h2d = [p.h2d_bytes_per_sample for p in parts if p.h2d_bytes_per_sample is not None]
     return VariantResult(head.label, head.backend, dict(head.overrides),

@@ -20,7 +20,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -147,20 +147,37 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     return RunMeasure(n, wall, waits, compute, timeline, starts, extra, settled)
 
 
-def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device) -> float:
-    """Images per second of the loader alone (the last batch is synchronised before the clock)."""
+class LoaderOnly(NamedTuple):
+    """A loader-only window: images per second, and over its first and second halves (``None``
+    under 4 batches). The halves' gap shows a window still ramping up, such as a loader-only
+    rate below the training one (``compare.report.below_training_lines``)."""
+
+    rate: float
+    halves: Optional[Tuple[float, float]]
+
+
+def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device) -> LoaderOnly:
+    """The loader alone for ``steps`` batches after ``warmup``. The clock is read after the last
+    batch is synchronised; the midpoint is read on the host when its batch is handed over
+    (the loader's GPU work behind it is small against half a window)."""
     for _ in range(warmup):
         next(batches)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    n = 0
+    n, mid, at = 0, None, steps // 2
     t0 = time.perf_counter()
-    for _ in range(steps):
+    for i in range(steps):
+        if i == at:
+            mid = (time.perf_counter(), n)
         x, y = next(batches)
         n += len(y)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return n / (time.perf_counter() - t0)
+    t1 = time.perf_counter()
+    halves = None
+    if steps >= 4 and mid is not None and mid[0] > t0 and t1 > mid[0]:
+        halves = (round(mid[1] / (mid[0] - t0), 2), round((n - mid[1]) / (t1 - mid[0]), 2))
+    return LoaderOnly(n / (t1 - t0), halves)
 
 
 class CpuUtil:

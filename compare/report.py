@@ -181,11 +181,15 @@ def below_training_lines(res: SuiteResult) -> List[str]:
             continue
         ratio = statistics.median(lo / sps for lo, sps in pairs)
         if ratio < BELOW_TRAINING:
+            halves = [r.loader_only_halves for r in v.repeats if r.loader_only_halves]
+            ramp = (f"; the loader-only window's second half ran "
+                    f"{statistics.median(b / a for a, b in halves):.2f}x its first at the median"
+                    if halves and all(a > 0 for a, _ in halves) else "")
             out.append(f"{v.label}: its loader-only rate was below its training rate in every "
                        f"repeat ({ratio:.2f}x at the median), which a steady loader cannot do: "
                        "one of the two windows missed the steady state (a start-up transient "
                        "in the loader-only window, or batches made before the training "
-                       "window's clock)")
+                       f"window's clock){ramp}")
     return out
 
 

@@ -52,6 +52,8 @@ class Repeat:
     cold_resident: Optional[float] = None
     # samples/s over the training window's first and second halves (metrics.RunMeasure.halves)
     halves: Optional[Tuple[float, float]] = None
+    # img/s over the loader-only window's first and second halves (metrics.LoaderOnly)
+    loader_only_halves: Optional[Tuple[float, float]] = None
     # warm-up batches run after --warmup until the workers were out of step, and whether they
     # were by the cap (NOTE [settling] in compare.runner); None: the loader does not settle
     settle_batches: Optional[int] = None
@@ -180,7 +182,9 @@ class SuiteResult:
             reps = tuple(Repeat(**{**r, "waits_ms": tuple(r.get("waits_ms", ())),
                                    "ranks": tuple(r.get("ranks", ())),
                                    "calibration": tuple(r.get("calibration", ())),
-                                   "halves": tuple(r["halves"]) if r.get("halves") else None})
+                                   "halves": tuple(r["halves"]) if r.get("halves") else None,
+                                   "loader_only_halves": (tuple(r["loader_only_halves"])
+                                                          if r.get("loader_only_halves") else None)})
                          for r in v["repeats"])
             return VariantResult(v["label"], v["backend"], dict(v["overrides"]),
                                  v["h2d_bytes_per_sample"], reps, v.get("queue_batches"))

@@ -444,7 +444,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
         m = measure(it, step, steps, warmup, device, settle=settle, agree=agree)
     return Repeat(
-        samples_per_s=m.samples_per_s, loader_only_per_s=lo,
+        samples_per_s=m.samples_per_s, loader_only_per_s=lo.rate, loader_only_halves=lo.halves,
         wait_p50_ms=m.wait_pct(50), wait_p95_ms=m.wait_pct(95), idle_pct=m.idle_pct,
         cpu_util_pct=cpu.stop(), nvml_util_pct=getattr(nv, "mean_util", lambda: None)(),
         waits_ms=tuple(round(w, 3) for w in m.waits_ms), steps=steps,

@@ -1,5 +1,6 @@
 """The metric code, checked against fakes with known timings."""
 import json
+from dataclasses import replace
 import time
 
 import pytest
@@ -40,8 +41,21 @@ def test_fast_loader_means_no_idle():
 
 
 def test_loader_only_rate():
-    assert loader_only(sleepy_loader(0.01, bs=8), steps=10, warmup=1, device=CPU) == \
-        pytest.approx(800, rel=0.25)
+    lo = loader_only(sleepy_loader(0.01, bs=8), steps=10, warmup=1, device=CPU)
+    assert lo.rate == pytest.approx(800, rel=0.25)
+    assert lo.halves[0] == pytest.approx(800, rel=0.25) and lo.halves[1] == pytest.approx(800, rel=0.25)
+
+
+def test_loader_only_halves_show_a_ramp():
+    """A loader that speeds up halfway (20 ms, then 5 ms a batch of 8) shows it in its halves."""
+    def ramp():
+        for i in range(100):
+            time.sleep(0.02 if i < 6 else 0.005)  # the warm-up takes 1, the first half 5
+            yield torch.zeros(8, 1), torch.zeros(8)
+
+    lo = loader_only(ramp(), steps=10, warmup=1, device=CPU)
+    assert lo.halves[0] == pytest.approx(400, rel=0.3) and lo.halves[1] == pytest.approx(1600, rel=0.3)
+    assert loader_only(ramp(), steps=3, warmup=0, device=CPU).halves is None
 
 
 def test_percentile_interpolates():
@@ -390,6 +404,10 @@ def test_a_loader_only_rate_below_the_training_rate_is_reported():
         row("fast loader", [(300.0, 100.0), (310.0, 100.0)])))
     lines = below_training_lines(res)
     assert len(lines) == 1 and lines[0].startswith("below:") and "0.90x" in lines[0]
+    assert "half" not in lines[0]  # no halves recorded: nothing said of them
+    ramp = tuple(replace(r, loader_only_halves=(60.0, 120.0)) for r in res.variants[0].repeats)
+    res2 = replace(res, variants=(replace(res.variants[0], repeats=ramp),))
+    assert "second half ran 2.00x its first" in below_training_lines(res2)[0]
     assert any(x.startswith("below:") for x in warnings_for(res))
     here = Path(__file__).resolve().parent.parent / "docs/results/h200"
     first = below_training_lines(SuiteResult.load(here / "dali-first-epoch/warmup10/results.json"))

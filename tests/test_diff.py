@@ -189,7 +189,8 @@ def test_another_host_or_software_is_noted_and_not_refused(tmp_path, capsys):
 def _halved(label, sps, gap):
     """Repeats whose windows' halves differ by ``gap`` samples/s."""
     return VariantResult(label, label.split()[0], {}, 1.0, tuple(
-        Repeat(s, 1.0, 1.0, 1.0, 1.0, halves=(s + gap / 2, s - gap / 2)) for s in sps))
+        Repeat(s, 1.0, 1.0, 1.0, 1.0, halves=(s + gap / 2, s - gap / 2),
+               loader_only_halves=(0.5, 1.5)) for s in sps))
 
 
 def test_the_within_window_spread_is_reported_and_survives_json(tmp_path):
@@ -200,6 +201,7 @@ def test_the_within_window_spread_is_reported_and_survives_json(tmp_path):
     run.dump(tmp_path / "r.json")
     back = SuiteResult.load(tmp_path / "r.json").variants[0]
     assert back.repeats[0].halves == (1150.0, 850.0) and back.within_spread() == 300.0
+    assert back.repeats[0].loader_only_halves == (0.5, 1.5)
     assert "| pinned | 6.0 | 300.0 |" in markdown(run)
 
 
@@ -245,5 +247,7 @@ def test_a_jobs_halves_are_the_sum_of_its_ranks_like_its_rate():
     ranks = [_halved("pinned", [100.0], 20.0), _halved("pinned", [100.0], 10.0)]
     job = merge(ranks).repeats[0]
     assert job.samples_per_s == 200.0 and job.halves == (215.0, 185.0)
+    assert job.loader_only_halves == (1.0, 3.0)
     ranks[1] = VariantResult("pinned", "pinned", {}, 1.0, (Repeat(100.0, 1.0, 1.0, 1.0, 1.0),))
     assert merge(ranks).repeats[0].halves is None
+    assert merge(ranks).repeats[0].loader_only_halves is None
