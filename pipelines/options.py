@@ -194,6 +194,10 @@ class DaliOptions(Options):
             NOTE [handoff]). Measured: ``"stream"`` does not remove the hardware decoder's
             training loss and costs some loader-only rate, hence the default
             (docs/results/h200/README.md, dali-handoff). No effect on CPU operators.
+        run_on: at the end of an epoch the pipelines go on with the next epoch's batches, so
+            its first batches are ready when the consumer starts it (``pipelines.dali.loader``
+            NOTE [running on]). Off: every epoch starts with empty pipelines, and its first
+            batch waits for a whole batch's read, decode and augmentation.
     """
 
     backends: ClassVar[Tuple[str, ...]] = ("dali",)
@@ -209,6 +213,7 @@ class DaliOptions(Options):
     preallocate_width_hint: Optional[int] = option(0, lo=0)
     preallocate_height_hint: Optional[int] = option(0, lo=0)
     handoff: Handoff = option(Handoff.CURRENT)
+    run_on: bool = option(True)
 
     def threads(self, num_workers: int) -> int:
         """The reader threads for ``num_workers`` decoder threads (``reader_threads``)."""

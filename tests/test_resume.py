@@ -166,12 +166,18 @@ def test_a_resumed_epoch_does_not_decode_the_batches_it_skips(backend, tiny_root
 
 def test_a_resumed_dali_epoch_feeds_only_the_batches_it_yields(tiny_root):
     pytest.importorskip("nvidia.dali")
+    from pipelines import DaliOptions
+
     cfg = _cfg(tiny_root)
-    with create_loader("dali", cfg) as a:
+    with create_loader("dali", cfg, options=DaliOptions(run_on=False)) as a:
         state = {**a.state_dict(), "batches": len(a) - 2}
         a.load_state_dict(state)
         assert len(_batches(a)) == 2
         assert a.source.samples_read <= 2 * 4
+    with create_loader("dali", cfg) as a:  # and what it runs on into the next epoch (NOTE
+        a.load_state_dict(state)            # [running on]): at most the queue and the feed's one
+        assert len(_batches(a)) == 2
+        assert a.source.samples_read <= 2 * 4 + (a.options.queue_depth + 1) * 4
 
 
 def test_dali_with_two_pipelines_resumes_exactly_at_every_position(tiny_root):

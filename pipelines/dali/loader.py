@@ -35,6 +35,23 @@ An epoch that ends early (``break``, an exception) leaves the pipelines with at 
 ``queue_depth`` batches in flight; the next ``iter()`` stops the source and drains only those
 (or rebuilds, after a failure), so it always starts clean.
 
+NOTE [running on]
+With ``DaliOptions.run_on`` (the default) the pipelines do not stop at the end of an epoch: each
+lane goes on with the next epoch's batches (``pipelines.dali.source`` NOTE [running on]), so the
+first batches of the next epoch are made while the consumer finishes this one, and the next
+``iter()`` finds them ready. Without it every epoch starts with empty pipelines, and its first
+batch waits for a whole batch's read, decode and augmentation: at short epochs (large photos,
+many ranks) that wait is in a large share of the steps. The next epoch is guessed: the one after
+this, or this one again when the consumer repeated its last epoch (no ``set_epoch``). An
+``iter()`` of another epoch, a resumed position, a recovery or a calibration switch drops what
+was made ahead (drained, as after an early end) and starts afresh. In an epoch the loader asks a
+lane for a batch only while the lane's oldest batch not yet yielded is of this epoch, so a batch
+of the next one is never yielded early. When the guess is right, the random draws follow the
+batches in the same order as without running on: the same crops, and resumption (NOTE [resume])
+stays exact. Batches made ahead and dropped took their draws, as the batches drained after an
+early end always did, so after a wrong guess the crops differ from a loader that stops at each
+epoch end (tests/test_run_on.py).
+
 NOTE [handoff]
 ``DALIGenericIterator`` hands a batch over on the consumer's current stream, which in training
 already holds the step the loop queued ahead. With DALI's dynamic executor the batch is DALI's
@@ -107,7 +124,8 @@ class DaliLoader(LoaderBase):
             if self.calibrator is not None:
                 self._spares()
         self._probe: Optional[DecodeProbe] = None
-        self._in_epoch = False
+        self._in_epoch = False  # the pipelines may hold batches: drain before a fresh start
+        self._last_epoch: Optional[int] = None  # the epoch the last iter() read
         self._broken = False
         self.recoveries = 0
         self._stream = (torch.cuda.Stream(self.device)
@@ -172,6 +190,7 @@ class DaliLoader(LoaderBase):
         self.pipes = self._pipes_for(self.hw_decoder_load, checkpoints)
         self._its = None
         self._restored = checkpoints
+        self._ran_on: Optional[int] = None  # the epoch every lane ran on into (NOTE [running on])
 
     def _pipes_for(self, load: float, checkpoints: Optional[List[bytes]] = None) -> list:
         """One pipeline per lane, with the hardware decoder's share ``load``."""
@@ -280,9 +299,25 @@ class DaliLoader(LoaderBase):
             return None
         return src.bytes_read / src.samples_read + 8.0
 
+    def _target_after(self, epoch: int) -> Optional[int]:
+        """The epoch the lanes run on into after ``epoch`` (NOTE [running on]): this one again
+        when the consumer repeated its last epoch, else the next; ``None`` without ``run_on``."""
+        if not self.options.run_on:
+            return None
+        return epoch if self._last_epoch == epoch else epoch + 1
+
     def _start(self, epoch: int, start: int = 0) -> None:
         """Make the pipelines ready for a new epoch, from plan position ``start`` on (module
-        NOTE [recovery]; a resumed epoch starts past 0 and never reads what it skips)."""
+        NOTE [recovery]; a resumed epoch starts past 0 and never reads what it skips). When
+        every lane ran on into this epoch, it goes on where they are (NOTE [running on])."""
+        ran_on, self._ran_on = self._ran_on, None
+        target = self._target_after(epoch)
+        self._last_epoch = epoch
+        if (ran_on == epoch and start == 0 and not self._broken and self._its is not None):
+            self.source.continue_into(epoch)
+            self.source.run_on(target)
+            return
+        self.source.run_on(target)
         if self._broken:
             self._rebuild()
         elif self._its is not None and self._in_epoch:  # the last epoch ended early
@@ -366,6 +401,16 @@ class DaliLoader(LoaderBase):
         if fed is not None:
             self._report(fed.bad, fed.dropped)
 
+    def _more(self, k: int) -> bool:
+        """Whether lane ``k``'s next batch from DALI is one of this epoch (NOTE [running on]):
+        not once its oldest batch not yet yielded is of the next pass. The lane's trailing
+        wholly-bad batches of this epoch are accounted first."""
+        src = self.source
+        while (f := src.peek(k)) is not None and f.round == src.round and not len(f.rows):
+            self._account(k)
+        f = src.peek(k)
+        return f is None or f.round == src.round
+
     def _produce(self, epoch: int, start: int):
         if start >= len(self):  # a state saved at the end of an epoch: nothing is left
             return
@@ -379,17 +424,21 @@ class DaliLoader(LoaderBase):
         cast = self.config.dtype is OutputDType.BFLOAT16
         n = len(self._its)
         live = [True] * n
+        ran_on = [True] * n  # lanes that went on into the next pass (NOTE [running on])
         turn = start  # the lane that holds position start
         while any(live):
             k = turn % n
             if not live[k]:
                 turn += 1
                 continue
+            if not self._more(k):  # the lane's next batch is the next epoch's
+                live[k] = False
+                continue
             try:
                 with self._on_device(), self._handoff():
                     out = next(self._its[k])  # from_dlpack: on the handoff stream, if any
             except StopIteration:
-                live[k] = False
+                live[k] = ran_on[k] = False
                 while self.source.in_flight(k):  # trailing wholly-bad batches
                     self._account(k)
                 continue
@@ -414,7 +463,9 @@ class DaliLoader(LoaderBase):
                     old = calib.load
                     if calib.tick() is not None:
                         self._switch(old, epoch)
-        self._in_epoch = False
+        self._in_epoch = any(ran_on)  # those lanes' pipelines hold the next pass's batches
+        if all(ran_on):
+            self._ran_on = self.source.target
 
     def _handoff(self):
         """The stream each batch is taken on (module NOTE [handoff]): the loader's own, or the

@@ -48,6 +48,19 @@ by ``lane(k)`` with the epoch's batches k, k + n, k + 2n, ... and the loader yie
 round-robin, which restores the plan's order. All lanes share one plan, one verdict record and
 one read-ahead pool. A lane whose batch is wholly bad moves on to its next batch (that batch is
 counted in ``dropped_batches``), so the yielded order then differs from the plan's by that gap.
+
+NOTE [running on]
+A lane that reaches the end of its epoch raises ``StopIteration``, and its pipeline starts the
+next epoch empty: the consumer's first batch of it waits for a whole batch's read, decode and
+augmentation. With a target set (``run_on``), a lane goes on with the target epoch's batches
+instead, so DALI makes them while the consumer finishes this epoch, as DALI's own reader does
+across epochs. The target is usually the next epoch, or the same one again for a consumer that
+repeats it. Every fed batch's record carries its pass (``Fed.round``: the current epoch's is
+``PlanSource.round``, the target's the one after), and the loader yields a lane's batches of
+the current pass only (``pipelines.dali.loader`` NOTE [running on]). A lane crosses only while
+it still holds a fed batch of its pass that the loader has not taken, so the batch the loader
+asks DALI for next is always one of the pass it is reading (DALI returns its batches in the
+order they were fed), and only once: a lane already in the target stops at its end.
 """
 from __future__ import annotations
 
@@ -80,16 +93,18 @@ class Fed:
         rows: the dataset indices DALI was given (bad samples already replaced).
         bad: ``(path, reason)`` of every bad file in ``positions``.
         dropped: how many of ``positions`` were wholly bad and not fed.
+        round: the pass over an epoch it belongs to (``PlanSource.round``; NOTE [running on]).
     """
 
     positions: List[int]
     rows: np.ndarray
     bad: List[Tuple[str, str]] = field(default_factory=list)
     dropped: int = 0
+    round: int = 0
 
     @classmethod
-    def empty(cls) -> "Fed":
-        return cls([], np.empty(0, np.int64))
+    def empty(cls, round: int = 0) -> "Fed":
+        return cls([], np.empty(0, np.int64), round=round)
 
 
 class PlanSource:
@@ -107,13 +122,7 @@ class PlanSource:
         keep_alive: fed batches kept referenced per lane (``no_copy`` lifetime, see the module
             note).
         max_pixels: decompression-bomb limit.
-        lanes: pipelines fed side by side (``lane(k)``; NOTE [bytes]
-Tar shards (``read`` given: ``Source.read``, one ``os.pread`` per sample) cannot be read by
-path, so the source feeds the encoded bytes instead: the read-ahead pool reads every batch's
-samples, in every epoch, ``readahead`` batches ahead of DALI, and the graph skips
-``fn.io.file.read`` (``build_pipeline(encoded=True)``). A read that fails marks the sample bad.
-
-NOTE [lanes]).
+        lanes: pipelines fed side by side (``lane(k)``; NOTE [lanes]).
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray,
@@ -132,16 +141,20 @@ NOTE [lanes]).
         self.bytes_read = 0
         self.samples_read = 0
         self.lanes = lanes
-        self._batches: List[np.ndarray] = []
+        self._plans: Dict[int, List[np.ndarray]] = {}  # epoch -> its batches (this one, target)
         self._gen = 0            # bumped by start_epoch: one generation per epoch started
-        self._planned_gen = -1   # the generation self._batches was planned for
+        self._planned_gen = -1   # the generation self._plans was made for
         self._lane_gen = [-1] * lanes
+        self._lane_epoch = [0] * lanes  # the epoch each lane feeds (NOTE [running on])
+        self._lane_round = [0] * lanes  # and its pass: self.round, or the next once it crossed
+        self.round = 0  # the current pass: bumped by start_epoch and continue_into
         self._lane_pos = [0] * lanes
+        self._target: Optional[int] = None  # the epoch lanes run on into (NOTE [running on])
         self._start_pos: List[int] = list(range(lanes))
         self._stopped = False
         self._carry: List[Fed] = [Fed.empty() for _ in range(lanes)]
         self._fed: List[Deque[Fed]] = [deque() for _ in range(lanes)]
-        self._pending: Dict[int, Future] = {}
+        self._pending: Dict[Tuple[int, int], Future] = {}  # (epoch, position) -> its read
         self._alive: deque = deque(maxlen=keep_alive * lanes)
         self._status = np.zeros(len(self.paths), dtype=np.int8)  # _UNKNOWN / _GOOD / _BAD
         self._size = np.zeros(len(self.paths), dtype=np.int64)    # bytes, once checked
@@ -161,8 +174,29 @@ NOTE [lanes]).
         self._gen += 1
         self._stopped = False
         self._start_pos = list(resume) if resume is not None else list(range(self.lanes))
+        self.round += 1
         self._fed = [deque() for _ in range(self.lanes)]
-        self._carry = [Fed.empty() for _ in range(self.lanes)]
+        self._carry = [Fed.empty(self.round) for _ in range(self.lanes)]
+
+    def run_on(self, target: Optional[int]) -> None:
+        """The epoch a lane goes on with at the end of the current one, or ``None``: it stops
+        (NOTE [running on])."""
+        self._target = target
+
+    @property
+    def target(self) -> Optional[int]:
+        """The epoch lanes run on into (``run_on``)."""
+        return self._target
+
+    def continue_into(self, epoch: int) -> None:
+        """Make ``epoch``, which every lane ran on into, the current epoch, keeping each lane's
+        place and records (no new generation: the pipelines were not reset)."""
+        self.epoch = epoch
+        self.round += 1
+
+    def peek(self, k: int) -> Optional[Fed]:
+        """The record of the oldest batch of lane ``k`` not yet taken, left in place."""
+        return self._fed[k][0] if self._fed[k] else None
 
     def stop(self) -> None:
         """End the epoch early: every later call raises ``StopIteration``, so draining an
@@ -179,16 +213,22 @@ NOTE [lanes]).
         return list(self._fed[k])
 
     def resume_positions(self) -> List[int]:
-        """Per lane, the first plan position not yet taken (where a rebuilt pipeline starts)."""
+        """Per lane, the first plan position not yet taken (where a rebuilt pipeline starts).
+        A lane that ran on into the next epoch (NOTE [running on]) and has nothing left of this
+        one gets a position past this epoch's end."""
         out = []
         for k in range(self.lanes):
-            if self._fed[k]:
-                out.append(self._fed[k][0].positions[0])
-            elif self._carry[k].positions:
+            mine = [f for f in self._fed[k] if f.round == self.round]
+            if mine:
+                out.append(mine[0].positions[0])
+            elif self._carry[k].positions and self._carry[k].round == self.round:
                 out.append(self._carry[k].positions[0])
+            elif self._lane_gen[k] != self._gen:
+                out.append(self._start_pos[k])
+            elif self._lane_round[k] != self.round:
+                out.append(len(self._plan(self.epoch)) + k)
             else:
-                out.append(self._lane_pos[k] if self._lane_gen[k] == self._gen
-                           else self._start_pos[k])
+                out.append(self._lane_pos[k])
         return out
 
     def mark_bad(self, index: int, reason: str) -> None:
@@ -243,13 +283,7 @@ NOTE [lanes]).
     # -- serving (DALI's side) ------------------------------------------------------------------
     def lane(self, k: int) -> Callable:
         """The DALI batch callable of pipeline ``k`` of ``lanes``: it serves the epoch's batches
-        ``k, k + lanes, k + 2 * lanes, ...`` (see NOTE [bytes]
-Tar shards (``read`` given: ``Source.read``, one ``os.pread`` per sample) cannot be read by
-path, so the source feeds the encoded bytes instead: the read-ahead pool reads every batch's
-samples, in every epoch, ``readahead`` batches ahead of DALI, and the graph skips
-``fn.io.file.read`` (``build_pipeline(encoded=True)``). A read that fails marks the sample bad.
-
-NOTE [lanes])."""
+        ``k, k + lanes, k + 2 * lanes, ...`` (see NOTE [lanes])."""
         if not 0 <= k < self.lanes:
             raise ValueError(f"lane k={k!r} must be in [0, lanes={self.lanes})")
         return lambda info: self._serve(k, info)
@@ -259,28 +293,50 @@ NOTE [lanes])."""
             f.cancel()
         self._pending.clear()
 
+    def _plan(self, epoch: int) -> List[np.ndarray]:
+        """``epoch``'s batches, planned once per generation; only the current epoch's and the
+        target's are kept."""
+        if epoch not in self._plans:
+            self._plans = {e: b for e, b in self._plans.items() if e in (self.epoch, self._target)}
+            self._plans[epoch] = self.plan(epoch)
+        return self._plans[epoch]
+
+    def _may_cross(self, k: int) -> bool:
+        """Whether lane ``k``, at the end of its epoch, goes on with the target (NOTE
+        [running on]): a target is set, the lane is in the current pass, and the loader has a
+        fed batch of it still to take."""
+        return (self._target is not None and self._lane_round[k] == self.round
+                and any(f.round == self.round and len(f.rows) for f in self._fed[k]))
+
     def _serve(self, k: int, info):
         if self._stopped:
             raise StopIteration
         if info.iteration == 0 or self._lane_gen[k] != self._gen:
             if self._planned_gen != self._gen:  # the first lane to start this epoch plans it
                 self._cancel_pending()
-                self._batches = self.plan(self.epoch)
+                self._plans = {}
                 self._planned_gen = self._gen
             self._lane_gen[k] = self._gen
+            self._lane_epoch[k], self._lane_round[k] = self.epoch, self.round
             self._lane_pos[k] = self._start_pos[k]
         carry = self._carry[k]
         while True:
-            pos = self._lane_pos[k]
-            if pos >= len(self._batches):
+            epoch, pos = self._lane_epoch[k], self._lane_pos[k]
+            batches = self._plan(epoch)
+            if pos >= len(batches):
                 if carry.positions:  # trailing wholly-bad batches: the loader takes them last
                     self._fed[k].append(carry)
-                    self._carry[k] = Fed.empty()
-                raise StopIteration
-            for q in range(pos, min(pos + 1 + self.readahead * self.lanes, len(self._batches))):
-                if q not in self._pending:
-                    self._pending[q] = self._pool.submit(self._load, self._batches[q])
-            rows, bad, any_good, encoded = self._pending.pop(pos).result()
+                    carry = self._carry[k] = Fed.empty(carry.round)
+                if not self._may_cross(k):
+                    raise StopIteration
+                self._lane_epoch[k], self._lane_pos[k] = self._target, k
+                self._lane_round[k] += 1
+                carry = self._carry[k] = Fed.empty(self._lane_round[k])
+                continue
+            for q in range(pos, min(pos + 1 + self.readahead * self.lanes, len(batches))):
+                if (epoch, q) not in self._pending:
+                    self._pending[(epoch, q)] = self._pool.submit(self._load, batches[q])
+            rows, bad, any_good, encoded = self._pending.pop((epoch, pos)).result()
             self._lane_pos[k] += self.lanes
             carry.positions.append(pos)
             carry.bad += bad
@@ -289,7 +345,7 @@ NOTE [lanes])."""
             carry.dropped += 1  # every file of this batch was bad: skip the batch
         carry.rows = rows
         self._fed[k].append(carry)
-        self._carry[k] = Fed.empty()
+        self._carry[k] = Fed.empty(carry.round)
         if encoded is not None:
             paths = [np.frombuffer(d, dtype=np.uint8) for d in encoded]
         else:
