@@ -116,3 +116,22 @@ def test_a_bad_file_at_an_epoch_end_is_counted_once_per_epoch(tiny_root, tmp_pat
     assert [c[0] for c in counts] == [size - len(last)] * 3
     assert counts[0][1] == len(last) and counts[1][1] - counts[0][1] == len(last) \
         and counts[2][1] - counts[1][1] == len(last)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("hw", [0.0, 1.0])
+def test_running_on_yields_what_stopping_yields_on_the_gpu(gpu_root, hw):
+    """nvJPEG (and the hardware decoder where the GPU has one) with the fused crop: three
+    epochs, the same indices, labels and pixels with and without running on."""
+    kw = dict(device="cuda", batch_size=48, augment=AugmentSpec(size=64))
+    opts = dict(hw_decoder_load=hw)
+    runs = []
+    for run_on in (False, True):
+        out = []
+        with create_loader("dali", _cfg(gpu_root, **kw),
+                           options=DaliOptions(run_on=run_on, **opts)) as ld:
+            for e in range(3):
+                ld.set_epoch(e)
+                out.append(([(x.cpu(), y.cpu()) for x, y in ld], ld.last_indices.copy()))
+        runs.append(out)
+    _same(*runs)
