@@ -19,6 +19,10 @@ bootstrap confidence interval of that ratio and a verdict, ``faster``, ``slower`
   the noise floor: the largest of the two runs' spreads across repeats (max - min over them:
   across processes when the repeats ran in fresh processes, within one process otherwise) and
   of their spreads within a window, put on the same scale (``within_as_range``).
+* and (4) the change is not one the host alone can make: when both runs probed the host's CPU
+  (``compare.hostprobe``) and their medians differ by more than 5%, a change in the same
+  direction no larger than the host's is ``no significant difference`` (the host's): a
+  CPU-bound rate follows the CPU's speed at most in proportion (NOTE [host speed] there).
 * otherwise ``no significant difference``, with the reason on a ``note:`` line under the table;
   a row with fewer than 2 repeats in either run is always ``no significant difference``
   (``too few repeats``): one value has no spread and no interval.
@@ -45,6 +49,7 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import cli
+from .hostprobe import HOST_TOLERANCE, explained_by_host, host_speed, median_ms
 from .results import FIT_QUEUES, SuiteResult, strict
 
 PROG = "python -m compare diff"
@@ -190,8 +195,17 @@ def within_as_range(v) -> float:
     return gap * D2[min(n, 10)] / 1.349  # beyond 10 repeats: d2(10), a slight underestimate
 
 
-def judge(va, vb) -> Judgement:
-    """The verdict of B's ``VariantResult`` against A's (the rule in the module docstring)."""
+def run_speed(a: SuiteResult, b: SuiteResult) -> Optional[float]:
+    """How much faster B's host CPU ran than A's, by the medians of their units' probes
+    (``compare.hostprobe.host_speed``); ``None`` when either run has none."""
+    def med(r: SuiteResult):
+        return median_ms([x.cpu_probe_ms for v in r.variants for x in v.repeats])
+    return host_speed(med(a), med(b))
+
+
+def judge(va, vb, speed: Optional[float] = None) -> Judgement:
+    """The verdict of B's ``VariantResult`` against A's (the rule in the module docstring);
+    ``speed``: B's host CPU speed over A's (``run_speed``)."""
     a, b = va.values(METRIC), vb.values(METRIC)
     ma, mb = va.median(METRIC), vb.median(METRIC)
     nan = float("nan")
@@ -216,6 +230,10 @@ def judge(va, vb) -> Judgement:
         return Judgement(ratio, lo, hi, NO_DIFF,
                          f"the gap of the medians ({abs(mb - ma):.1f}) is within the largest "
                          f"spread ({noise:.1f}, across repeats or within a window)")
+    if explained_by_host(ratio, speed):
+        return Judgement(ratio, lo, hi, NO_DIFF,
+                         f"the change ({change:+.1%}) is no larger than the host's: its CPU ran "
+                         f"{speed:.2f}x as fast in B by the probe (compare.hostprobe)")
     return Judgement(ratio, lo, hi, "faster" if mb > ma else "slower", "")
 
 
@@ -246,8 +264,9 @@ def table_rows(a: SuiteResult, b: SuiteResult) -> List[Row]:
     pairs = [("ceiling", a.ceiling, b.ceiling)] if a.ceiling and b.ceiling else []
     labels_b = {v.label: v for v in b.variants}
     pairs += [(v.label, v, labels_b[v.label]) for v in a.variants if v.label in labels_b]
+    speed = run_speed(a, b)
     for label, va, vb in pairs:
-        j = judge(va, vb)
+        j = judge(va, vb, speed)
         out.append(Row(label, va.median(METRIC), vb.median(METRIC), j.ratio, j.lo, j.hi,
                        j.verdict, j.note, len(va.values(METRIC)), len(vb.values(METRIC))))
     return out
@@ -310,6 +329,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if sa != sb:  # the same images (data_gen's statistics match) read from another source
         notes.append(f"the same images, read from a {sa} in A and from {sb} in B")
     notes += mode_changes(a, b)
+    speed = run_speed(a, b)
+    if speed is not None:
+        notes.append(f"host CPU probe: B's ran {speed:.2f}x as fast as A's"
+                     + (" (the same host speed)" if abs(speed - 1) <= HOST_TOLERANCE else
+                        ": a CPU-bound row can move that much with no change in the code"))
+    else:
+        notes.append("host CPU probe: not in both runs, so a change of the host's speed between "
+                     "them cannot be told from a change of the code")
     table = table_rows(a, b)
     if not table:
         return cli.fail(PROG, "the runs share no variant label")

@@ -74,7 +74,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .results import Repeat, VariantResult
@@ -162,6 +162,7 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
 
 
 def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
+    from .hostprobe import probe_ms
     from .runner import (ceiling_repeat, endless, first_epoch, open_loader, queue_depth,
                          settle_of, time_repeat, window, with_decoder)
 
@@ -176,6 +177,7 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
         rep = ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup, device=device)
         phases.timed = time.perf_counter() - t
         return rep, 0.0, None, None
+    probe = probe_ms()  # before the loader's threads and workers start (NOTE [host speed])
     loader = open_loader(v, cfg)
     try:
         queue = queue_depth(loader)
@@ -191,6 +193,7 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
         rep = with_decoder(time_repeat(
             it, step, steps=n, warmup=job.warmup, device=device, cold=cold, queue=queue,
             first=first_epoch(len(loader), n), settle=settle_of(loader, queue)), loader)
+        rep = replace(rep, cpu_probe_ms=probe)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()
         it.close()

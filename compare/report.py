@@ -86,6 +86,11 @@ def warnings_for(res: SuiteResult) -> List[str]:
                      f"dataset is smaller than what the loader reads after the eviction. A cold "
                      f"window needs at least {c[2]} images")
     w += in_step_lines(res) + below_training_lines(res)
+    probe = probe_span(res)
+    if probe is not None and probe[2] > HOST_SPREAD_WARN:
+        w.append(f"the host's CPU speed varied by {probe[2]:.0%} across units (probe "
+                 f"{probe[0]:.2f}-{probe[1]:.2f} ms; compare.hostprobe): the CPU-bound rows' "
+                 "spread holds the host's as well as the loaders'")
     for v in res.variants:
         pct = res.pct_of_ceiling(v)
         if pct is not None and pct > OVER_CEILING:
@@ -191,6 +196,18 @@ def below_training_lines(res: SuiteResult) -> List[str]:
                        "in the loader-only window, or batches made before the training "
                        f"window's clock){ramp}")
     return out
+
+
+HOST_SPREAD_WARN = 0.10  # a probe range wider than this share of its low end is reported
+
+
+def probe_span(res: SuiteResult) -> Optional[Tuple[float, float, float]]:
+    """``(fastest, slowest, slowest / fastest - 1)`` of the run's host CPU probes
+    (``Repeat.cpu_probe_ms``), or ``None`` without any."""
+    got = [r.cpu_probe_ms for v in res.variants for r in v.repeats if r.cpu_probe_ms]
+    if not got:
+        return None
+    return min(got), max(got), max(got) / min(got) - 1
 
 
 def _span(xs, fmt: str) -> str:
@@ -340,6 +357,11 @@ def markdown(res: SuiteResult) -> str:
                   "| backend | across repeats | within a window |", "|---|---|---|"]
         lines += [f"| {label} | {a:.1f} | {w:.1f} |" for label, a, w in within]
         lines += [""]
+    probe = probe_span(res)
+    if probe is not None:
+        lines += [f"**Host CPU probe** (one core decoding a fixed JPEG with PIL, in each unit "
+                  f"before its loader; compare.hostprobe): {probe[0]:.2f}-{probe[1]:.2f} ms "
+                  f"across units. `compare diff` compares two runs' medians.", ""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "
                   "(`--cold`; compare.pagecache), then the loader's queue, filled from files "

@@ -63,6 +63,9 @@ class Repeat:
     # DALI with hw_decoder_load=None: the calibration's decisions in this repeat's process,
     # oldest first (``Decision.describe``; NOTE [calibration] in pipelines.dali.calibrate)
     calibration: Tuple[str, ...] = ()
+    # the host's CPU speed in this repeat's process: ms for one core to decode a fixed JPEG
+    # (compare.hostprobe NOTE [host speed]); None in runs before the probe
+    cpu_probe_ms: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import torch
 from pipelines import Backend, Decoder, LoaderConfig, Options, create_loader, options_for
 
 from .cli import PRESETS
+from .hostprobe import probe_ms
 from .metrics import CpuUtil, NvmlSampler, loader_only, measure
 from .models import TrainStep
 from .progress import bar
@@ -489,6 +490,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
     cfg = v.config_of(base)
     device = device_of(cfg)
     reps: List[Repeat] = []
+    probe = probe_ms()  # before the loader's workers start (compare.hostprobe)
     with open_loader(v, cfg) as loader:
         queue = queue_depth(loader)
         n = window(steps, long, queue, len(loader), fit)
@@ -500,6 +502,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
                 queue=queue, first=first_epoch(len(loader), n) if r == 0 else 0,
                 settle=settle, agree=agree), loader))
+            reps[-1] = replace(reps[-1], cpu_probe_ms=probe)
             progress.update(1)
             say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}",
                        gpu=device.type == "cuda")

@@ -251,3 +251,55 @@ def test_a_jobs_halves_are_the_sum_of_its_ranks_like_its_rate():
     ranks[1] = VariantResult("pinned", "pinned", {}, 1.0, (Repeat(100.0, 1.0, 1.0, 1.0, 1.0),))
     assert merge(ranks).repeats[0].halves is None
     assert merge(ranks).repeats[0].loader_only_halves is None
+
+
+def _probed(run, ms):
+    """``run`` with every repeat's host CPU probe at ``ms``."""
+    from dataclasses import replace
+
+    return replace(run, variants=tuple(
+        replace(v, repeats=tuple(replace(r, cpu_probe_ms=ms) for r in v.repeats))
+        for v in run.variants))
+
+
+def test_a_change_the_host_alone_can_make_is_not_called(tmp_path, capsys):
+    """B's host ran 1.25x as fast (probe 4.0 against 5.0 ms): a CPU-bound row 20% faster is the
+    host's; 40% faster, or 20% slower, is more than (or against) the host's and is called.
+    Without a probe in both runs the rows are judged as before, with a note saying so."""
+    a = _run({"pageable": SAME_A, "pinned": SAME_A, "dali": SAME_A})
+    b = _run({"pageable": [1200, 1210, 1195, 1205, 1190], "pinned": [1400, 1410, 1395, 1405, 1390],
+              "dali": [800, 810, 795, 805, 798]})
+    out = _diff(tmp_path, capsys, _probed(a, 5.0), _probed(b, 4.0))
+    t = _table(out)
+    assert t["pageable"].endswith(NO_DIFF) and "no larger than the host's" in out
+    assert "1.25x as fast" in out
+    assert t["pinned"].endswith("faster") and t["dali"].endswith("slower")
+    plain = _diff(tmp_path, capsys, a, b)
+    assert _table(plain)["pageable"].endswith("faster") and "probe: not in both runs" in plain
+    same = _diff(tmp_path, capsys, _probed(a, 5.0), _probed(b, 4.9))  # within the tolerance
+    assert _table(same)["pageable"].endswith("faster") and "the same host speed" in same
+
+
+def test_host_probe_rules():
+    from compare.hostprobe import explained_by_host, host_speed, median_ms, probe_ms
+
+    assert host_speed(5.0, 4.0) == 1.25 and host_speed(None, 4.0) is None
+    assert median_ms([None, 3.0, 5.0, 4.0]) == 4.0 and median_ms([None]) is None
+    assert explained_by_host(1.2, 1.25) and explained_by_host(1.3, 1.25)  # within 5% over
+    assert not explained_by_host(1.4, 1.25) and not explained_by_host(0.8, 1.25)
+    assert explained_by_host(0.85, 0.8) and not explained_by_host(1.1, 0.8)
+    assert not explained_by_host(1.03, 1.04) and not explained_by_host(1.2, None)
+    ms = probe_ms(decodes=2, rounds=2)
+    assert 0 < ms < 1000
+
+
+def test_the_summary_gives_the_host_probe_and_warns_of_a_wide_one():
+    from dataclasses import replace
+
+    run = _probed(_run({"pinned": SAME_A}), 4.0)
+    assert "**Host CPU probe**" in markdown(run) and "4.00-4.00 ms" in markdown(run)
+    v = run.variants[0]
+    wide = replace(run, variants=(replace(v, repeats=(replace(v.repeats[0], cpu_probe_ms=5.0),)
+                                       + v.repeats[1:]),))
+    assert "the host's CPU speed varied by 25% across units" in markdown(wide)
+    assert "Host CPU probe" not in markdown(_run({"pinned": SAME_A}))

@@ -38,6 +38,9 @@ def test_isolated_repeats_run_in_fresh_processes_in_the_recorded_order(tiny_root
     assert {rep["decoder"] for v in r["variants"] for rep in v["repeats"]} == {"pil",
                                                                               "torchvision"}
     assert len(pids) == 6 and len(set(pids)) == 6 and os.getpid() not in pids
+    # each unit probed its host's CPU before its loader (compare.hostprobe); the ceiling not
+    assert all(rep["cpu_probe_ms"] > 0 for v in r["variants"] for rep in v["repeats"])
+    assert all(rep["cpu_probe_ms"] is None for rep in r["ceiling"]["repeats"])
     s = r["setup"]
     assert s["isolate"] is True and s["order_seed"] == 7
     labels = ["pageable", "pinned"]
