@@ -175,8 +175,8 @@ def below_training_lines(res: SuiteResult) -> List[str]:
     """The rows whose loader-only rate fell below their training rate in every repeat, by
     more than ``BELOW_TRAINING`` at the median. A loader cannot feed training faster than it
     runs alone, so one of the two windows missed the steady state: on the H200 DALI's first
-    epoch fell in the loader-only window, and ``pinned``'s loader-only window ran below its
-    training one (docs/results/h200/README.md, dali-first-epoch; seeds-reference, steady/)."""
+    epoch fell in the loader-only window (docs/results/h200/README.md, dali-first-epoch), and
+    the suite's windows did before their fixes (suite-steady-state)."""
     out = []
     for v in res.variants:
         pairs = [(r.loader_only_per_s, r.samples_per_s) for r in v.repeats
