@@ -1,4 +1,4 @@
-"""``python -m compare.microbench {decode,validate,feed} --data DIR``: the small measurements
+"""``python -m compare.microbench {decode,validate,feed,...} --data DIR``: the small measurements
 behind design choices quoted in the README and docstrings (single thread, median of repeats).
 
 * ``decode``: decode + RandomResizedCrop(224) + flip per image (``--mode eval``: decode +
@@ -22,6 +22,11 @@ behind design choices quoted in the README and docstrings (single thread, median
   rate against the smallest P's. Per-process rates that fall as P grows mean the cores are not
   independent (SMT siblings on the host, shared caches or memory bandwidth), so half of the
   cores is more than half of the host.
+* ``host-probe``: the suite's host CPU probe (``compare.hostprobe.probe_ms``, one core
+  decoding a fixed JPEG with PIL) on one core shared with each count of ``--busy`` processes
+  that spin there: median and range of ``--repeats`` probes per count, and the median against
+  the first count's. It shows that the probe follows the share of a core the host gives a
+  process; no data needed.
 * ``early-exit``: per backend of ``--backends``, the seconds from ``iter()`` of an epoch to its
   first batch (on the device), after the previous epoch ran to its end and after it was left at
   its first batch (``break``); median of ``--repeats`` pairs, and every trial.
@@ -264,6 +269,51 @@ def cpu_scaling(paths, processes, seconds: float) -> dict:
     return {"cores": cores, "rows": rows}
 
 
+def _spin(stop, cpu: int) -> None:
+    import os
+
+    os.sched_setaffinity(0, {cpu})
+    while not stop.is_set():
+        for _ in range(10_000):
+            pass
+
+
+def host_probe(busy, repeats: int) -> dict:
+    import multiprocessing as mp
+
+    from .hostprobe import probe_ms
+
+    import os
+
+    ctx = mp.get_context("spawn")
+    probe_ms()  # the probe's JPEG is made once, outside the timing
+    mask = os.sched_getaffinity(0)
+    cpu = min(mask)
+    rows = []
+    os.sched_setaffinity(0, {cpu})  # the probe and the spinners share one core
+    try:
+        for count in busy:
+            stop = ctx.Event()
+            procs = [ctx.Process(target=_spin, args=(stop, cpu), daemon=True)
+                     for _ in range(count)]
+            for pr in procs:
+                pr.start()
+            time.sleep(2.0 if count else 0.0)  # every spinner has started and spins
+            try:
+                ms = [probe_ms() for _ in range(repeats)]
+            finally:
+                stop.set()
+                for pr in procs:
+                    pr.join(timeout=30)
+            rows.append({"busy_processes": count, "probe_ms": round(statistics.median(ms), 3),
+                         "min_max": [round(min(ms), 3), round(max(ms), 3)]})
+    finally:
+        os.sched_setaffinity(0, mask)
+    for r in rows:
+        r["vs_first"] = round(r["probe_ms"] / rows[0]["probe_ms"], 3)
+    return {"core": cpu, "rows": rows}
+
+
 def early_exit(data: str, backends, batch_size: int, trials: int, device: str) -> dict:
     from pipelines import LoaderConfig, create_loader
 
@@ -305,7 +355,7 @@ def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__,
                    formatter_class=cli.HelpFormatter)
     p.add_argument("what", choices=["decode", "validate", "feed", "listing", "early-exit",
-                                           "shard-read", "cpu-scaling"])
+                                           "shard-read", "cpu-scaling", "host-probe"])
     p.add_argument("--data", help="an ImageFolder root")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
@@ -315,6 +365,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=256, help="early-exit: batch size")
     p.add_argument("--device", default="cuda", help="early-exit: device")
     p.add_argument("--processes", default="1,2", help="cpu-scaling: process counts, e.g. 8,16,32")
+    p.add_argument("--busy", default="0,1,2,4",
+                   help="host-probe: counts of spinning processes beside the probe")
     p.add_argument("--seconds", type=float, default=5.0, help="cpu-scaling: seconds per count")
     p.add_argument("--mode", choices=["train", "eval"], default="train",
                    help="decode: RandomResizedCrop(224) + flip (train) or Resize(256) + "
@@ -335,6 +387,17 @@ def main(argv=None) -> int:
             return cli.fail(PROG, e)
         print(json.dumps({"what": "cpu-scaling", "images": len(paths), "seconds": a.seconds,
                           **res}, indent=1))
+        return 0
+    if a.what == "host-probe":
+        try:
+            busy = [int(x) for x in a.busy.split(",") if x.strip()]
+            if not busy or min(busy) < 0:
+                raise ValueError(f"--busy {a.busy!r} must be counts >= 0, e.g. 0,1,2,4")
+            cli.at_least("--repeats", a.repeats, 1)
+        except ValueError as e:
+            return cli.fail(PROG, e)
+        print(json.dumps({"what": "host-probe", "repeats": a.repeats,
+                          **host_probe(busy, a.repeats)}, indent=1))
         return 0
     if a.what == "early-exit":
         try:

@@ -261,6 +261,8 @@ def test_memory_missing_data_and_unwritable_out(tmp_path, root, capsys):
     (["cpu-scaling", "--data", "ROOT", "--processes", "0"], "--processes '0'"),
     (["cpu-scaling", "--data", "ROOT", "--processes", "100000"], "exceed the"),
     (["cpu-scaling"], "--data DIR"),
+    (["host-probe", "--busy", "-1"], "--busy '-1'"),
+    (["host-probe", "--repeats", "0"], "--repeats 0"),
 ])
 def test_microbench_refuses_bad_arguments(root, capsys, args, name):
     from compare.microbench import main as mb

@@ -118,6 +118,17 @@ def test_microbench_cpu_scaling_runs_one_process_per_core(tiny_root, capsys):
     assert row["processes"] == 1 and row["img_per_s"] > 0 and row["per_process_vs_first"] == 1.0
 
 
+def test_microbench_host_probe_is_slower_beside_spinning_processes(capsys):
+    """The host CPU probe (compare.hostprobe) on a core shared with two spinning processes takes
+    longer: it follows the share of a core the host gives a process."""
+    from compare.microbench import main as mb
+
+    assert mb(["host-probe", "--busy", "0,2", "--repeats", "5"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["busy_processes"] for r in rows] == [0, 2] and rows[0]["vs_first"] == 1.0
+    assert rows[1]["probe_ms"] > 1.5 * rows[0]["probe_ms"]
+
+
 def test_fuzz_subcommand_is_dispatched(monkeypatch):
     import sys
     import types
