@@ -12,7 +12,7 @@ run's repeats cannot show that, and no spread model of one run can: the probe me
 thread, and returns the fastest of a few rounds (the fastest is the least disturbed by the
 scheduler). Each unit takes it before it builds its loader (``Repeat.cpu_probe_ms``);
 ``compare diff`` compares the two runs' medians (``host_speed``), and the summary gives the
-spread across units. A row's rate can follow the CPU's speed at most in proportion: a change
+spread across the run. A row's rate can follow the CPU's speed at most in proportion: a change
 no larger than the host's, in the same direction, is what the host alone can make
 (``compare.diff.judge``).
 """

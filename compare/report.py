@@ -88,7 +88,7 @@ def warnings_for(res: SuiteResult) -> List[str]:
     w += in_step_lines(res) + below_training_lines(res)
     probe = probe_span(res)
     if probe is not None and probe[2] > HOST_SPREAD_WARN:
-        w.append(f"the host's CPU speed varied by {probe[2]:.0%} across units (probe "
+        w.append(f"the host's CPU speed varied by {probe[2]:.0%} across the run (probe "
                  f"{probe[0]:.2f}-{probe[1]:.2f} ms; compare.hostprobe): the CPU-bound rows' "
                  "spread holds the host's as well as the loaders'")
     for v in res.variants:
@@ -359,9 +359,9 @@ def markdown(res: SuiteResult) -> str:
         lines += [""]
     probe = probe_span(res)
     if probe is not None:
-        lines += [f"**Host CPU probe** (one core decoding a fixed JPEG with PIL, in each unit "
-                  f"before its loader; compare.hostprobe): {probe[0]:.2f}-{probe[1]:.2f} ms "
-                  f"across units. `compare diff` compares two runs' medians.", ""]
+        lines += [f"**Host CPU probe** (one core decoding a fixed JPEG with PIL, before each "
+                  f"loader is built; compare.hostprobe): {probe[0]:.2f}-{probe[1]:.2f} ms "
+                  f"across the run. `compare diff` compares two runs' medians.", ""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "
                   "(`--cold`; compare.pagecache), then the loader's queue, filled from files "
