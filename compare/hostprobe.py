@@ -3,10 +3,11 @@
 NOTE [host speed]
 The torch backends decode on the CPU, so their rates follow the speed the host's cores give
 them, and a shared machine (a VM among other tenants) does not give the same speed from one
-hour to the next. On the H200 machine two calls of the same lease, 15 minutes apart, started
-their unit processes in 3.7 and 3.0 s, and the CPU-bound rows ran 21% faster in the second
-while DALI's did not move (docs/results/h200/seeds-reference/README.md, steady section). A
-run's repeats cannot show that, and no spread model of one run can: the probe measures it.
+hour to the next. On the H200 machine two calls of one lease started their unit processes at
+different speeds, and the CPU-bound rows moved with them while DALI's did not
+(docs/results/h200/seeds-reference/README.md, steady section). A run's repeats cannot show
+that, and no spread model of one run can: the probe measures it
+(docs/results/cpu/host-probe.txt: it follows the share of a core a process gets).
 
 ``probe_ms`` decodes one fixed JPEG with PIL, the baseline's own decoder, on the calling
 thread, and returns the fastest of a few rounds (the fastest is the least disturbed by the
