@@ -20,9 +20,10 @@ bootstrap confidence interval of that ratio and a verdict, ``faster``, ``slower`
   across processes when the repeats ran in fresh processes, within one process otherwise) and
   of their spreads within a window, put on the same scale (``within_as_range``).
 * and (4) the change is not one the host alone can make: when both runs probed the host's CPU
-  (``compare.hostprobe``) and their medians differ by more than 5%, a change in the same
-  direction no larger than the host's is ``no significant difference`` (the host's): a
-  CPU-bound rate follows the CPU's speed at most in proportion (NOTE [host speed] there).
+  (``compare.hostprobe``), every probe of one run was slower than every probe of the other,
+  and their medians differ by more than 5%, a change in the same direction no larger than
+  the host's is ``no significant difference`` (the host's): a CPU-bound rate follows the
+  CPU's speed at most in proportion (NOTE [host speed] there).
 * otherwise ``no significant difference``, with the reason on a ``note:`` line under the table;
   a row with fewer than 2 repeats in either run is always ``no significant difference``
   (``too few repeats``): one value has no spread and no interval.
@@ -49,7 +50,7 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import cli
-from .hostprobe import HOST_TOLERANCE, explained_by_host, host_speed, median_ms
+from .hostprobe import HOST_TOLERANCE, explained_by_host, host_shift, host_speed, median_ms
 from .results import FIT_QUEUES, SuiteResult, strict
 
 PROG = "python -m compare diff"
@@ -195,12 +196,14 @@ def within_as_range(v) -> float:
     return gap * D2[min(n, 10)] / 1.349  # beyond 10 repeats: d2(10), a slight underestimate
 
 
+def _probes(r: SuiteResult) -> List[Optional[float]]:
+    return [x.cpu_probe_ms for v in r.variants for x in v.repeats]
+
+
 def run_speed(a: SuiteResult, b: SuiteResult) -> Optional[float]:
-    """How much faster B's host CPU ran than A's, by the medians of their units' probes
-    (``compare.hostprobe.host_speed``); ``None`` when either run has none."""
-    def med(r: SuiteResult):
-        return median_ms([x.cpu_probe_ms for v in r.variants for x in v.repeats])
-    return host_speed(med(a), med(b))
+    """How much faster B's host CPU ran than A's, when the two runs' probes tell the hosts
+    apart (``compare.hostprobe.host_shift``); else ``None``."""
+    return host_shift(_probes(a), _probes(b))
 
 
 def judge(va, vb, speed: Optional[float] = None) -> Judgement:
@@ -330,10 +333,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         notes.append(f"the same images, read from a {sa} in A and from {sb} in B")
     notes += mode_changes(a, b)
     speed = run_speed(a, b)
+    medians = host_speed(median_ms(_probes(a)), median_ms(_probes(b)))
     if speed is not None:
-        notes.append(f"host CPU probe: B's ran {speed:.2f}x as fast as A's"
+        notes.append(f"host CPU probe: B's ran {speed:.2f}x as fast as A's, every probe of one "
+                     "run beyond every probe of the other"
                      + (" (the same host speed)" if abs(speed - 1) <= HOST_TOLERANCE else
                         ": a CPU-bound row can move that much with no change in the code"))
+    elif medians is not None:
+        notes.append(f"host CPU probe: B's ran {medians:.2f}x as fast as A's by the medians, "
+                     f"within the probes' spread (or fewer than 2 probes a run): no row is "
+                     "judged against it")
     else:
         notes.append("host CPU probe: not in both runs, so a change of the host's speed between "
                      "them cannot be told from a change of the code")

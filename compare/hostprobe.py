@@ -12,10 +12,12 @@ that, and no spread model of one run can: the probe measures it
 ``probe_ms`` decodes one fixed JPEG with PIL, the baseline's own decoder, on the calling
 thread, and returns the fastest of a few rounds (the fastest is the least disturbed by the
 scheduler). Each unit takes it before it builds its loader (``Repeat.cpu_probe_ms``);
-``compare diff`` compares the two runs' medians (``host_speed``), and the summary gives the
-spread across the run. A row's rate can follow the CPU's speed at most in proportion: a change
-no larger than the host's, in the same direction, is what the host alone can make
-(``compare.diff.judge``).
+``compare diff`` compares the two runs' probes (``host_shift``), and the summary gives the
+spread across the run. The probe is noisy on a noisy host (a single probe can be off by a
+third on a small VM), so two runs' hosts count as different only when every probe of one ran
+slower than every probe of the other. A row's rate can follow the CPU's speed at most in
+proportion: a change no larger than the host's, in the same direction, is what the host alone
+can make (``compare.diff.judge``).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ SIZE = (640, 480)     # the probe image, in pixels: a typical photo of the defau
 DECODES = 8           # decodes per round
 ROUNDS = 3            # rounds; the fastest counts
 HOST_TOLERANCE = 0.05  # two runs' hosts differ when their probes differ by more than this
+MIN_PROBES = 2  # probes a run needs before its host is told apart from another's
 
 
 @lru_cache(maxsize=1)
@@ -76,6 +79,20 @@ def host_speed(a_ms: Optional[float], b_ms: Optional[float]) -> Optional[float]:
     if not a_ms or not b_ms:
         return None
     return a_ms / b_ms
+
+
+def host_shift(a_ms: Sequence[Optional[float]], b_ms: Sequence[Optional[float]]
+               ) -> Optional[float]:
+    """B's host speed over A's (``host_speed`` of the medians) when the probes tell the two
+    hosts apart: each run has ``MIN_PROBES`` or more, and every probe of one run is slower
+    than every probe of the other; else ``None`` (the probes' own spread covers the gap)."""
+    a = [v for v in a_ms if v is not None and v > 0]
+    b = [v for v in b_ms if v is not None and v > 0]
+    if len(a) < MIN_PROBES or len(b) < MIN_PROBES:
+        return None
+    if not (max(a) < min(b) or max(b) < min(a)):
+        return None
+    return host_speed(median_ms(a), median_ms(b))
 
 
 def explained_by_host(ratio: float, speed: Optional[float],

@@ -64,7 +64,8 @@ class Repeat:
     # oldest first (``Decision.describe``; NOTE [calibration] in pipelines.dali.calibrate)
     calibration: Tuple[str, ...] = ()
     # the host's CPU speed in this repeat's process: ms for one core to decode a fixed JPEG
-    # (compare.hostprobe NOTE [host speed]); None in runs before the probe
+    # (compare.hostprobe NOTE [host speed]), taken before the loader; None in runs before the
+    # probe, and for the repeats after the first of a variant whose repeats share a process
     cpu_probe_ms: Optional[float] = None
 
 

@@ -502,7 +502,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
                 queue=queue, first=first_epoch(len(loader), n) if r == 0 else 0,
                 settle=settle, agree=agree), loader))
-            reps[-1] = replace(reps[-1], cpu_probe_ms=probe)
+            if r == 0:  # one probe per process: the repeats after it share the first's
+                reps[-1] = replace(reps[-1], cpu_probe_ms=probe)
             progress.update(1)
             say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}",
                        gpu=device.type == "cuda")

@@ -280,6 +280,34 @@ def test_a_change_the_host_alone_can_make_is_not_called(tmp_path, capsys):
     assert _table(same)["pageable"].endswith("faster") and "the same host speed" in same
 
 
+def _probes(run, ms):
+    """``run`` with its repeats' host CPU probes set to ``ms`` in order (cycled)."""
+    from dataclasses import replace
+    from itertools import cycle
+
+    it = cycle(ms)
+    return replace(run, variants=tuple(
+        replace(v, repeats=tuple(replace(r, cpu_probe_ms=next(it)) for r in v.repeats))
+        for v in run.variants))
+
+
+def test_the_host_rule_needs_probes_that_tell_the_hosts_apart(tmp_path, capsys):
+    """Probes whose ranges overlap (a noisy host: the CPU machine's probe moved by a third
+    within a minute), or a single probe a run, leave the verdicts alone: a step 20% slower is
+    "slower" even where B's median probe is 20% slower too."""
+    a = _run({"pinned": SAME_A})
+    b = _run({"pinned": [800, 810, 795, 805, 798]})
+    overlap = _diff(tmp_path, capsys, _probes(a, [4.0, 4.2, 5.6]), _probes(b, [4.8, 5.0, 5.9]))
+    assert _table(overlap)["pinned"].endswith("slower") and "within the probes' spread" in overlap
+    apart = _diff(tmp_path, capsys, _probes(a, [4.0, 4.1, 4.2]), _probes(b, [4.8, 5.0, 5.1]))
+    assert _table(apart)["pinned"].endswith(NO_DIFF) and "no larger than the host's" in apart
+    from compare.hostprobe import host_shift
+
+    assert host_shift([4.0], [5.0, 5.1]) is None  # one probe in A
+    assert host_shift([4.0, 5.2], [5.0, 5.1]) is None  # overlapping
+    assert host_shift([4.0, 4.1, None], [5.0, 5.1]) == pytest.approx(4.05 / 5.05)
+
+
 def test_host_probe_rules():
     from compare.hostprobe import explained_by_host, host_speed, median_ms, probe_ms
 

@@ -68,6 +68,8 @@ def test_without_isolation_one_process_runs_every_repeat(tiny_root, tmp_path):
              "2", "--repeats", "2")
     assert {rep["pid"] for rep in r["variants"][0]["repeats"]} == {os.getpid()}
     assert r["setup"]["isolate"] is False
+    first, second = (rep["cpu_probe_ms"] for rep in r["variants"][0]["repeats"])
+    assert first > 0 and second is None  # one host probe per process (compare.hostprobe)
 
 
 def test_an_error_in_an_isolated_repeat_is_raised_with_its_name(tiny_root, tmp_path, capsys):
