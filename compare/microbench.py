@@ -280,10 +280,9 @@ def _spin(stop, cpu: int) -> None:
 
 def host_probe(busy, repeats: int) -> dict:
     import multiprocessing as mp
+    import os
 
     from .hostprobe import probe_ms
-
-    import os
 
     ctx = mp.get_context("spawn")
     probe_ms()  # the probe's JPEG is made once, outside the timing

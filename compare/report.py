@@ -361,7 +361,7 @@ def markdown(res: SuiteResult) -> str:
     if probe is not None:
         lines += [f"**Host CPU probe** (one core decoding a fixed JPEG with PIL, before each "
                   f"loader is built; compare.hostprobe): {probe[0]:.2f}-{probe[1]:.2f} ms "
-                  f"across the run. `compare diff` compares two runs' medians.", ""]
+                  f"across the run. `compare diff` tells two runs' hosts apart by them.", ""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "
                   "(`--cold`; compare.pagecache), then the loader's queue, filled from files "
