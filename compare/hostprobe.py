@@ -13,11 +13,13 @@ that, and no spread model of one run can: the probe measures it
 thread, and returns the fastest of a few rounds (the fastest is the least disturbed by the
 scheduler). Each unit takes it before it builds its loader (``Repeat.cpu_probe_ms``);
 ``compare diff`` compares the two runs' probes (``host_shift``), and the summary gives the
-spread across the run. The probe is noisy on a noisy host (a single probe can be off by a
-third on a small VM), so two runs' hosts count as different only when every probe of one ran
-slower than every probe of the other. A row's rate can follow the CPU's speed at most in
-proportion: a change no larger than the host's, in the same direction, is what the host alone
-can make (``compare.diff.judge``).
+spread across the run. The probe is noisy on a noisy host: a fraction of a second on one core,
+it can be off by a third on a small VM, and on the H200 machine the probes of one run spread
+wider than its units' rates and did not rank them (docs/results/h200/seeds-reference/README.md,
+steady section). So it is no per-unit correction, and two runs' hosts count as different only
+when every probe of one ran slower than every probe of the other. A row's rate can follow the
+CPU's speed at most in proportion: a change no larger than the host's, in the same direction,
+is what the host alone can make (``compare.diff.judge``).
 """
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
 def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
     from .hostprobe import probe_ms
     from .runner import (ceiling_repeat, endless, first_epoch, open_loader, queue_depth,
-                         settle_of, time_repeat, window, with_decoder)
+                         settle_of, time_repeat, wave_period, window, with_decoder)
 
     if unit.ceiling:
         with open_loader(v, cfg) as loader:
@@ -192,7 +192,8 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
         t = time.perf_counter()
         rep = with_decoder(time_repeat(
             it, step, steps=n, warmup=job.warmup, device=device, cold=cold, queue=queue,
-            first=first_epoch(len(loader), n), settle=settle_of(loader, queue)), loader)
+            first=first_epoch(len(loader), n), settle=settle_of(loader, queue),
+            period=wave_period(loader)), loader)
         rep = replace(rep, cpu_probe_ms=probe)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()

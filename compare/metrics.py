@@ -148,35 +148,60 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
 
 
 class LoaderOnly(NamedTuple):
-    """A loader-only window: images per second, and over its first and second halves (``None``
-    under 4 batches). The halves' gap shows a window still ramping up, such as a loader-only
-    rate below the training one (``compare.report.below_training_lines``)."""
+    """A loader-only window: images per second, and over its first and last stretches of equal
+    length (``None`` under 4 batches). Their gap shows a window still ramping up, such as a
+    loader-only rate below the training one (``compare.report.below_training_lines``)."""
 
     rate: float
     halves: Optional[Tuple[float, float]]
 
 
-def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device) -> LoaderOnly:
+def stretch(steps: int, period: Optional[int]) -> int:
+    """The batches in each of a loader-only window's two rate stretches (``loader_only``):
+    half the window, rounded down to a whole number of ``period`` batches when it holds one.
+
+    NOTE [waves and halves]
+    A DataLoader's workers that run in step deliver in waves of ``num_workers`` batches, and
+    alone the consumer takes each wave at once (NOTE [settling] in compare.runner). A stretch
+    of L batches then holds L / ``num_workers`` wave arrivals only when L is a whole number of
+    waves; halves of 62 batches in waves of 14 hold 5 and 4 arrivals or the reverse, by where
+    the window starts. On the H200 that made every default window of ``pinned`` look like a
+    ramp (second half 1.16-1.23x its first) where its ``--long`` windows, with halves of 11
+    waves each, did not (docs/results/h200/seeds-reference/README.md, steady section). So the
+    two stretches are the window's first and last ``k x num_workers`` batches, which any
+    phase of the waves fills alike; the whole window's rate is unchanged."""
+    half = steps // 2
+    if period and period > 1 and half >= period:
+        return half - half % period
+    return half
+
+
+def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device,
+                period: Optional[int] = None) -> LoaderOnly:
     """The loader alone for ``steps`` batches after ``warmup``. The clock is read after the last
-    batch is synchronised; the midpoint is read on the host when its batch is handed over
-    (the loader's GPU work behind it is small against half a window)."""
+    batch is synchronised; the two stretches' clocks are read on the host when their batches
+    are handed over (the loader's GPU work behind them is small against a stretch). ``period``:
+    the loader's workers, whose waves the stretches hold whole (NOTE [waves and halves])."""
     for _ in range(warmup):
         next(batches)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    n, mid, at = 0, None, steps // 2
+    length = stretch(steps, period)
+    n, marks = 0, {}
     t0 = time.perf_counter()
     for i in range(steps):
-        if i == at:
-            mid = (time.perf_counter(), n)
+        if i in (length, steps - length):
+            marks[i] = (time.perf_counter(), n)
         x, y = next(batches)
         n += len(y)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t1 = time.perf_counter()
     halves = None
-    if steps >= 4 and mid is not None and mid[0] > t0 and t1 > mid[0]:
-        halves = (round(mid[1] / (mid[0] - t0), 2), round((n - mid[1]) / (t1 - mid[0]), 2))
+    if steps >= 4 and length in marks and steps - length in marks:
+        (ta, na), (tb, nb) = marks[length], marks[steps - length]
+        if ta > t0 and t1 > tb:
+            halves = (round(na / (ta - t0), 2), round((n - nb) / (t1 - tb), 2))
     return LoaderOnly(n / (t1 - t0), halves)
 
 

@@ -88,9 +88,9 @@ def warnings_for(res: SuiteResult) -> List[str]:
     w += in_step_lines(res) + below_training_lines(res)
     probe = probe_span(res)
     if probe is not None and probe[2] > HOST_SPREAD_WARN:
-        w.append(f"the host's CPU speed varied by {probe[2]:.0%} across the run (probe "
-                 f"{probe[0]:.2f}-{probe[1]:.2f} ms; compare.hostprobe): the CPU-bound rows' "
-                 "spread holds the host's as well as the loaders'")
+        w.append(f"the host CPU probe varied by {probe[2]:.0%} across the run ("
+                 f"{probe[0]:.2f}-{probe[1]:.2f} ms; compare.hostprobe): a noisy host, whose "
+                 "noise the CPU-bound rows' spread holds as well as the loaders'")
     for v in res.variants:
         pct = res.pct_of_ceiling(v)
         if pct is not None and pct > OVER_CEILING:

@@ -382,6 +382,14 @@ def settle_of(loader, queue: Optional[int], agreed: bool = False) -> Optional[Tu
     return workers, SETTLE_CAP_QUEUES * max(queue or 0, workers)
 
 
+def wave_period(loader) -> Optional[int]:
+    """The batches of one wave of ``loader``'s DataLoader workers (its ``num_workers``, from 2),
+    which a loader-only window's stretches hold whole (NOTE [waves and halves] in
+    compare.metrics); ``None`` for a loader without such workers (DALI)."""
+    workers = getattr(loader, "num_workers", 0) or 0
+    return workers if hasattr(loader, "prefetch_factor") and workers >= 2 else None
+
+
 def with_decoder(rep: Repeat, loader) -> Repeat:
     """``rep`` with the decoder ``loader`` ran, and a calibrated DALI loader's decisions."""
     d = getattr(loader, "decoder", None)
@@ -411,7 +419,8 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 cold: Optional[Callable[[], object]] = None,
                 queue: Optional[int] = None, first: int = 0,
                 settle: Optional[Tuple[int, int]] = None,
-                agree: Optional[Callable[[bool], bool]] = None) -> Repeat:
+                agree: Optional[Callable[[bool], bool]] = None,
+                period: Optional[int] = None) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
     ``warmup``. The loader fills its ``queue`` (its depth in batches) while the step is
@@ -423,7 +432,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     dataset) runs before each of the two windows, and the queue is drained after it: the
     loader filled it while the eviction ran, from files read before it. ``settle``: the training
     run's warm-up goes on until the workers are out of step (NOTE [settling]), on every rank
-    (``agree``)."""
+    (``agree``). ``period``: the loader's ``wave_period``, for the loader-only stretches."""
     x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
     for _ in range(max(1, warmup)):  # the loader cannot fill its queue while they run
         step(x, y)  # (NOTE [steady state] in compare.isolate)
@@ -435,7 +444,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     if cold is not None:
         cold()
     drain(it, queue or 0)  # the queue made while the step was primed (or the eviction ran)
-    lo = loader_only(it, steps, warmup, device)
+    lo = loader_only(it, steps, warmup, device, period=period)
     sync()
     evicted = cold() if cold is not None else None
     if cold is not None:
@@ -501,7 +510,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
             reps.append(with_decoder(time_repeat(
                 it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
                 queue=queue, first=first_epoch(len(loader), n) if r == 0 else 0,
-                settle=settle, agree=agree), loader))
+                settle=settle, agree=agree, period=wave_period(loader)), loader))
             if r == 0:  # one probe per process: the repeats after it share the first's
                 reps[-1] = replace(reps[-1], cpu_probe_ms=probe)
             progress.update(1)

@@ -6,10 +6,10 @@ import time
 import pytest
 import torch
 
-from compare.metrics import loader_only, measure, percentile
+from compare.metrics import loader_only, measure, percentile, stretch
 from compare.results import Repeat, SuiteResult, VariantResult
 from compare.report import markdown, table, warnings_for
-from compare.runner import Variant, parse_sweep, preset
+from compare.runner import Variant, parse_sweep, preset, wave_period
 from pipelines import Backend, LoaderConfig
 
 CPU = torch.device("cpu")
@@ -56,6 +56,42 @@ def test_loader_only_halves_show_a_ramp():
     lo = loader_only(ramp(), steps=10, warmup=1, device=CPU)
     assert lo.halves[0] == pytest.approx(400, rel=0.3) and lo.halves[1] == pytest.approx(1600, rel=0.3)
     assert loader_only(ramp(), steps=3, warmup=0, device=CPU).halves is None
+
+
+def test_loader_only_stretches_hold_whole_waves():
+    """Workers in step deliver in waves (here of 4: every 4th batch waits 40 ms, the others are
+    ready). Halves of a 12-batch window hold one wave and two; stretches of whole waves hold one
+    each, so they agree (NOTE [waves and halves] in compare.metrics)."""
+    def waves():
+        for i in range(100):
+            if i % 4 == 0:
+                time.sleep(0.04)
+            yield torch.zeros(8, 1), torch.zeros(8)
+
+    plain = loader_only(waves(), steps=12, warmup=1, device=CPU)
+    assert plain.halves[1] / plain.halves[0] == pytest.approx(0.5, rel=0.25)
+    whole = loader_only(waves(), steps=12, warmup=1, device=CPU, period=4)
+    assert whole.halves[1] / whole.halves[0] == pytest.approx(1.0, rel=0.25)
+    assert whole.rate == pytest.approx(plain.rate, rel=0.25)  # the window itself is the same
+
+
+def test_stretch_is_half_the_window_in_whole_waves():
+    assert stretch(124, 14) == 56 and stretch(310, 14) == 154   # the H200's default and --long
+    assert stretch(124, None) == 62 and stretch(124, 1) == 62 and stretch(10, 14) == 5
+
+
+def test_wave_period_is_a_dataloaders_workers():
+    class Torch:
+        prefetch_factor, num_workers = 2, 14
+
+    class Dali:
+        num_workers = 14
+
+    class Single(Torch):
+        num_workers = 1
+
+    assert wave_period(Torch()) == 14
+    assert wave_period(Dali()) is None and wave_period(Single()) is None
 
 
 def test_percentile_interpolates():

@@ -329,5 +329,5 @@ def test_the_summary_gives_the_host_probe_and_warns_of_a_wide_one():
     v = run.variants[0]
     wide = replace(run, variants=(replace(v, repeats=(replace(v.repeats[0], cpu_probe_ms=5.0),)
                                        + v.repeats[1:]),))
-    assert "the host's CPU speed varied by 25% across the run" in markdown(wide)
+    assert "the host CPU probe varied by 25% across the run" in markdown(wide)
     assert "Host CPU probe" not in markdown(_run({"pinned": SAME_A}))
