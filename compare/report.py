@@ -187,7 +187,7 @@ def below_training_lines(res: SuiteResult) -> List[str]:
         ratio = statistics.median(lo / sps for lo, sps in pairs)
         if ratio < BELOW_TRAINING:
             halves = [r.loader_only_halves for r in v.repeats if r.loader_only_halves]
-            ramp = (f"; the loader-only window's second half ran "
+            ramp = (f"; the loader-only window's last stretch ran "
                     f"{statistics.median(b / a for a, b in halves):.2f}x its first at the median"
                     if halves and all(a > 0 for a, _ in halves) else "")
             out.append(f"{v.label}: its loader-only rate was below its training rate in every "

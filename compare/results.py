@@ -52,7 +52,8 @@ class Repeat:
     cold_resident: Optional[float] = None
     # samples/s over the training window's first and second halves (metrics.RunMeasure.halves)
     halves: Optional[Tuple[float, float]] = None
-    # img/s over the loader-only window's first and second halves (metrics.LoaderOnly)
+    # img/s over the loader-only window's first and last stretches of whole worker waves
+    # (metrics.LoaderOnly, NOTE [waves and halves]); plain halves in runs before 8b2e2a8
     loader_only_halves: Optional[Tuple[float, float]] = None
     # warm-up batches run after --warmup until the workers were out of step, and whether they
     # were by the cap (NOTE [settling] in compare.runner); None: the loader does not settle

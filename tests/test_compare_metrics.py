@@ -444,7 +444,7 @@ def test_a_loader_only_rate_below_the_training_rate_is_reported():
     assert "half" not in lines[0]  # no halves recorded: nothing said of them
     ramp = tuple(replace(r, loader_only_halves=(60.0, 120.0)) for r in res.variants[0].repeats)
     res2 = replace(res, variants=(replace(res.variants[0], repeats=ramp),))
-    assert "second half ran 2.00x its first" in below_training_lines(res2)[0]
+    assert "last stretch ran 2.00x its first" in below_training_lines(res2)[0]
     assert any(x.startswith("below:") for x in warnings_for(res))
     here = Path(__file__).resolve().parent.parent / "docs/results/h200"
     first = below_training_lines(SuiteResult.load(here / "dali-first-epoch/warmup10/results.json"))
