@@ -116,6 +116,7 @@ def merge(parts: List[VariantResult]) -> VariantResult:
         mean = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
         cpu = [r.cpu_util_pct for r in rs if r.cpu_util_pct is not None]
         nv = [r.nvml_util_pct for r in rs if r.nvml_util_pct is not None]
+        steal = [r.cpu_steal_pct for r in rs if r.cpu_steal_pct is not None]
         reps.append(replace(
             rs[0],
             samples_per_s=sum(r.samples_per_s for r in rs),
@@ -124,6 +125,7 @@ def merge(parts: List[VariantResult]) -> VariantResult:
             idle_pct=mean("idle_pct"),
             cpu_util_pct=statistics.fmean(cpu) if cpu else None,
             nvml_util_pct=statistics.fmean(nv) if nv else None,
+            cpu_steal_pct=max(steal) if steal else None,  # the worst host of the job's
             waits_ms=tuple(w for r in rs for w in r.waits_ms),
             ranks=tuple({k: getattr(r, k) for k in RANK_FIELDS} for r in rs),
             halves=(tuple(sum(h) for h in zip(*(r.halves for r in rs)))

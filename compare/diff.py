@@ -51,7 +51,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import cli
 from .hostprobe import HOST_TOLERANCE, explained_by_host, host_shift, host_speed, median_ms
-from .results import FIT_QUEUES, SuiteResult, strict
+from .results import FIT_QUEUES, STEAL_WARN_PCT, SuiteResult, steal_span, strict
 
 PROG = "python -m compare diff"
 METRIC = "samples_per_s"
@@ -303,6 +303,18 @@ def _load(path: str, option: str) -> SuiteResult:
         raise ValueError(f"{option} {path!r} is not a compare results.json ({e})") from None
 
 
+def steal_notes(a: SuiteResult, b: SuiteResult) -> List[str]:
+    """A note when either run's training windows lost more than ``STEAL_WARN_PCT`` of the CPU
+    to other guests (compare.metrics NOTE [steal]): their CPU-bound rows moved with it."""
+    spans = {name: steal_span(r) for name, r in (("A", a), ("B", b))}
+    if not any(sp is not None and sp[1] > STEAL_WARN_PCT for sp in spans.values()):
+        return []
+    said = "; ".join(f"{name} {sp[0]:.1f}-{sp[1]:.1f}%" if sp else f"{name} not recorded"
+                     for name, sp in spans.items())
+    return [f"CPU steal in the training windows ({said}): the host's other guests took CPU "
+            "time, and a CPU-bound row's verdict can be theirs"]
+
+
 def _ci(r: Row) -> str:
     if not (math.isfinite(r.lo) and math.isfinite(r.hi)):
         return "-"
@@ -346,6 +358,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     else:
         notes.append("host CPU probe: not in both runs, so a change of the host's speed between "
                      "them cannot be told from a change of the code")
+    notes += steal_notes(a, b)
     table = table_rows(a, b)
     if not table:
         return cli.fail(PROG, "the runs share no variant label")

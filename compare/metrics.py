@@ -206,26 +206,49 @@ def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device
 
 
 class CpuUtil:
-    """Whole-machine CPU utilisation between ``start()`` and ``stop()`` from ``/proc/stat``."""
+    """Whole-machine CPU utilisation between ``start()`` and ``stop()`` from ``/proc/stat``,
+    and the share the hypervisor gave other guests (``steal_pct``).
 
-    @staticmethod
-    def _read() -> Optional[tuple[int, int]]:
+    NOTE [steal]
+    On a VM the host's other tenants take CPU time from this guest, and the kernel counts it
+    as *steal* (the 8th field of ``/proc/stat``'s ``cpu`` line). Over a timed window it is the
+    host's noise itself, for the whole window and at no cost, where the host probe
+    (compare.hostprobe) is a fraction of a second before it. Each repeat records it for its
+    training window (``Repeat.cpu_steal_pct``, ``None`` where the kernel gives no such
+    field); the summary gives its range and warns past ``results.STEAL_WARN_PCT``."""
+
+    PATH = "/proc/stat"
+
+    def __init__(self) -> None:
+        self._a = None
+        self.steal_pct: Optional[float] = None
+
+    @classmethod
+    def _read(cls) -> Optional[tuple[int, int, Optional[int]]]:
+        """``(busy, total, steal)`` jiffies of the ``cpu`` line (``steal`` ``None`` when the
+        line has no such field); guest time is already in user and nice, so it is not added."""
         try:
-            with open("/proc/stat") as f:
+            with open(cls.PATH) as f:
                 v = [int(x) for x in f.readline().split()[1:]]
         except (OSError, ValueError):
             return None
+        if len(v) < 4:
+            return None
+        total = sum(v[:8])
         idle = v[3] + (v[4] if len(v) > 4 else 0)
-        return sum(v) - idle, sum(v)
+        return total - idle, total, (v[7] if len(v) > 7 else None)
 
     def start(self) -> None:
         self._a = self._read()
 
     def stop(self) -> Optional[float]:
-        b = self._read()
-        if self._a is None or b is None or b[1] == self._a[1]:
+        """The busy share of the CPU since ``start()``, in %; sets ``steal_pct``."""
+        b, a = self._read(), self._a
+        if a is None or b is None or b[1] == a[1]:
             return None
-        return 100.0 * (b[0] - self._a[0]) / (b[1] - self._a[1])
+        if a[2] is not None and b[2] is not None:
+            self.steal_pct = 100.0 * (b[2] - a[2]) / (b[1] - a[1])
+        return 100.0 * (b[0] - a[0]) / (b[1] - a[1])
 
 
 class NvmlSampler:

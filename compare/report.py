@@ -10,7 +10,8 @@ from typing import List, Optional, Tuple
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
-from .results import FIT_QUEUES, OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
+from .results import (FIT_QUEUES, OVER_CEILING, SPREAD_WARN, STEAL_WARN_PCT, SuiteResult,
+                      VariantResult, steal_span)
 from .waves import in_step
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
@@ -91,6 +92,11 @@ def warnings_for(res: SuiteResult) -> List[str]:
         w.append(f"the host CPU probe varied by {probe[2]:.0%} across the run ("
                  f"{probe[0]:.2f}-{probe[1]:.2f} ms; compare.hostprobe): a noisy host, whose "
                  "noise the CPU-bound rows' spread holds as well as the loaders'")
+    steal = steal_span(res)
+    if steal is not None and steal[1] > STEAL_WARN_PCT:
+        w.append(f"the hypervisor took up to {steal[1]:.1f}% of the CPU from this machine "
+                 "during a training window (steal in /proc/stat): other tenants' load, which "
+                 "moves the CPU-bound rows")
     for v in res.variants:
         pct = res.pct_of_ceiling(v)
         if pct is not None and pct > OVER_CEILING:
@@ -362,6 +368,11 @@ def markdown(res: SuiteResult) -> str:
         lines += [f"**Host CPU probe** (one core decoding a fixed JPEG with PIL, before each "
                   f"loader is built; compare.hostprobe): {probe[0]:.2f}-{probe[1]:.2f} ms "
                   f"across the run. `compare diff` tells two runs' hosts apart by them.", ""]
+    steal = steal_span(res)
+    if steal is not None:
+        lines += [f"**CPU steal** (the share of the CPU the hypervisor gave other guests during "
+                  f"each training window, from /proc/stat; compare.metrics NOTE [steal]): "
+                  f"{steal[0]:.2f}-{steal[1]:.2f}% across the repeats.", ""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "
                   "(`--cold`; compare.pagecache), then the loader's queue, filled from files "

@@ -68,6 +68,9 @@ class Repeat:
     # (compare.hostprobe NOTE [host speed]), taken before the loader; None in runs before the
     # probe, and for the repeats after the first of a variant whose repeats share a process
     cpu_probe_ms: Optional[float] = None
+    # the share of the CPU the hypervisor gave other guests during the training window, in %
+    # (/proc/stat's steal; metrics.CpuUtil NOTE [steal]); None without it and in older runs
+    cpu_steal_pct: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -201,3 +204,14 @@ class SuiteResult:
     @classmethod
     def load(cls, path: str | Path) -> "SuiteResult":
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+STEAL_WARN_PCT = 3.0  # CPU steal in a training window above this (% of the CPU) is reported
+
+
+def steal_span(res: SuiteResult) -> Optional[Tuple[float, float]]:
+    """``(lowest, highest)`` CPU steal of the run's training windows, in % of the CPU
+    (``Repeat.cpu_steal_pct``; compare.metrics NOTE [steal]), or ``None`` without any."""
+    got = [r.cpu_steal_pct for v in res.variants for r in v.repeats
+           if r.cpu_steal_pct is not None]
+    return (min(got), max(got)) if got else None

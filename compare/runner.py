@@ -453,10 +453,12 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     cpu.start()
     with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
         m = measure(it, step, steps, warmup, device, settle=settle, agree=agree)
+    busy = cpu.stop()
     return Repeat(
         samples_per_s=m.samples_per_s, loader_only_per_s=lo.rate, loader_only_halves=lo.halves,
         wait_p50_ms=m.wait_pct(50), wait_p95_ms=m.wait_pct(95), idle_pct=m.idle_pct,
-        cpu_util_pct=cpu.stop(), nvml_util_pct=getattr(nv, "mean_util", lambda: None)(),
+        cpu_util_pct=busy, nvml_util_pct=getattr(nv, "mean_util", lambda: None)(),
+        cpu_steal_pct=None if cpu.steal_pct is None else round(cpu.steal_pct, 3),
         waits_ms=tuple(round(w, 3) for w in m.waits_ms), steps=steps,
         window_s=round(m.wall_s, 4), pid=os.getpid(),
         cold_resident=None if evicted is None else round(evicted.after, 4),

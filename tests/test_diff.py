@@ -331,3 +331,61 @@ def test_the_summary_gives_the_host_probe_and_warns_of_a_wide_one():
                                        + v.repeats[1:]),))
     assert "the host CPU probe varied by 25% across the run" in markdown(wide)
     assert "Host CPU probe" not in markdown(_run({"pinned": SAME_A}))
+
+
+def _stolen(run, *pcts):
+    """``run`` with its repeats' CPU steal set to ``pcts`` in turn."""
+    from dataclasses import replace
+    from itertools import cycle
+
+    it = cycle(pcts)
+    return replace(run, variants=tuple(
+        replace(v, repeats=tuple(replace(r, cpu_steal_pct=next(it)) for r in v.repeats))
+        for v in run.variants))
+
+
+def test_cpu_util_reads_the_steal_field_of_proc_stat(tmp_path, monkeypatch):
+    """busy and steal over the interval: 200 and 50 of 300 jiffies (guest time is not added)."""
+    from compare.metrics import CpuUtil
+
+    stat = tmp_path / "stat"
+    monkeypatch.setattr(CpuUtil, "PATH", str(stat))
+    stat.write_text("cpu  100 0 50 800 10 0 0 40 7 0\ncpu0 1 2 3 4\n")
+    cpu = CpuUtil()
+    cpu.start()
+    stat.write_text("cpu  200 0 100 900 10 0 0 90 9 0\ncpu0 1 2 3 4\n")
+    assert cpu.stop() == pytest.approx(200 / 3) and cpu.steal_pct == pytest.approx(50 / 3)
+    stat.write_text("cpu  100 0 50 800\n")  # a kernel without the field: no steal
+    old = CpuUtil()
+    old.start()
+    stat.write_text("cpu  200 0 100 900\n")
+    assert old.stop() == pytest.approx(60.0) and old.steal_pct is None
+
+
+def test_the_summary_gives_the_steal_and_warns_past_the_threshold():
+    from compare.results import STEAL_WARN_PCT
+
+    quiet = _stolen(_run({"pinned": SAME_A}), 0.25, 1.0)
+    text = markdown(quiet)
+    assert "**CPU steal**" in text and "0.25-1.00%" in text and "took up to" not in text
+    loud = markdown(_stolen(_run({"pinned": SAME_A}), 0.5, STEAL_WARN_PCT + 2))
+    assert f"took up to {STEAL_WARN_PCT + 2:.1f}% of the CPU" in loud
+    assert "CPU steal" not in markdown(_run({"pinned": SAME_A}))
+
+
+def test_diff_notes_a_run_whose_host_stole_cpu(tmp_path, capsys):
+    a, b = _run({"pinned": SAME_A}), _run({"pinned": SAME_A})
+    out = _diff(tmp_path, capsys, _stolen(a, 0.1), _stolen(b, 0.2, 6.0))
+    assert "CPU steal in the training windows (A 0.1-0.1%; B 0.2-6.0%)" in out
+    assert "CPU steal" not in _diff(tmp_path, capsys, _stolen(a, 0.1), _stolen(b, 0.2))
+    assert "A not recorded" in _diff(tmp_path, capsys, a, _stolen(b, 6.0))
+
+
+def test_steal_survives_json_and_a_job_takes_its_worst_rank(tmp_path):
+    from compare.ddp import merge
+
+    run = _stolen(_run({"pinned": SAME_A}), 1.5)
+    run.dump(tmp_path / "r.json")
+    assert SuiteResult.load(tmp_path / "r.json").variants[0].repeats[0].cpu_steal_pct == 1.5
+    ranks = [_stolen(_run({"pinned": [100.0]}, ceiling=None), s).variants[0] for s in (0.5, 4.0)]
+    assert merge(ranks).repeats[0].cpu_steal_pct == 4.0
