@@ -5,7 +5,7 @@
 # sd 0.05 k=1 13.45 k=2 13.99 k=3 13.99 k=4 13.99 k=6 13.99 k=8 13.99  ideal 14.00
 # sd 0.1 k=1 12.73 k=2 13.82 k=3 13.93 k=4 13.93 k=6 13.93 k=8 13.93  ideal 14.00
 # sd 0.2 k=1 11.40 k=2 13.35 k=3 13.63 k=4 13.79 k=6 13.85 k=8 13.85  ideal 14.00
-import numpy as np, heapq
+import numpy as np
 def sim(n=14, k=2, mean=1.0, sd=0.1, step=0.054, N=3000, seed=0):
     rng=np.random.default_rng(seed)
     # worker queues: list of task ids; worker free time
