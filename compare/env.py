@@ -29,6 +29,7 @@ def environment() -> Dict[str, object]:
         "torchvision": _version("torchvision"),
         "numpy": _version("numpy"),
         "pillow": _version("pillow"),
+        "simplejpeg": _version("simplejpeg"),  # the scaled decode's library when installed
         "dali": None,
         "cuda_available": torch.cuda.is_available(),
     }

@@ -40,6 +40,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Callable, Dict, List
 
 import numpy as np
 import torch
@@ -56,6 +57,20 @@ def _median(fn, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def _interleaved(fns: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, float]:
+    """The median seconds of each of ``fns``, timed in turn, ``repeats`` rounds, the order
+    reversed every other round: on a noisy host a slow spell falls on all of them alike, where
+    timing one's repeats after another's gives it to whichever ran then."""
+    times: Dict[str, List[float]] = {k: [] for k in fns}
+    names = list(fns)
+    for r in range(repeats):
+        for k in (names if r % 2 == 0 else names[::-1]):
+            t = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def decode(paths, repeats, mode="train"):
@@ -80,7 +95,7 @@ def decode(paths, repeats, mode="train"):
             with open(p, "rb") as f:
                 on_tensor(decode_rgb(f.read()))
 
-    from pipelines import scaled_crop
+    from pipelines import jpeg_library, scaled_crop
 
     crop, flip = on_pil.transforms[0], v2.Compose(on_pil.transforms[1:])
 
@@ -90,10 +105,24 @@ def decode(paths, repeats, mode="train"):
                 img = scaled_crop(f.read(), crop)
             flip(img)
 
+    def scaled_in(library):  # the scaled decode in the other library, to compare the two
+        def run():
+            for p in paths:
+                with open(p, "rb") as f:
+                    img = scaled_crop(f.read(), crop, library=library)
+                flip(img)
+        return run
+
+    def seeded(fn):  # every decoder draws the same crops in every round
+        return lambda: (torch.manual_seed(0), fn())
+
     n = len(paths)
-    return {"pil_ms_per_img": 1e3 * _median(pil, repeats) / n,
-            "torchvision_ms_per_img": 1e3 * _median(tv, repeats) / n,
-            "scaled_ms_per_img": 1e3 * _median(scaled, repeats) / n}
+    runs = {"pil": seeded(pil), "torchvision": seeded(tv), "scaled": seeded(scaled)}
+    lib = jpeg_library()
+    if lib != "pil":
+        runs["scaled_pil"] = seeded(scaled_in("pil"))
+    med = _interleaved(runs, repeats)
+    return {"scaled_library": lib, **{f"{k}_ms_per_img": 1e3 * v / n for k, v in med.items()}}
 
 
 def validate(paths, repeats):
@@ -450,7 +479,8 @@ def main(argv=None) -> int:
     print(json.dumps({"what": a.what, **({"mode": a.mode} if a.what == "decode" else {}),
                       **({"images": len(paths)} if paths else {}),
                       "repeats": a.repeats,
-                      **{k: round(v, 3) for k, v in res.items()}}, indent=1))
+                      **{k: round(v, 3) if isinstance(v, float) else v
+                         for k, v in res.items()}}, indent=1))
     return 0
 
 

@@ -25,7 +25,7 @@ from .options import DaliOptions, Options, TorchOptions
 from .recipe import Recipe
 from .shards import ShardError, shard_paths
 from .sources import Source, SourceKind, list_dataset, open_source, source_kind
-from .torch_backend.decode import scaled_crop
+from .torch_backend.decode import jpeg_library, scaled_crop
 from .torch_backend.shm import HEADROOM as SHM_HEADROOM
 from .torch_backend.shm import fit_to_shm, shm_free_bytes, shm_need
 from .types import Batch, BatchLoader
@@ -33,7 +33,8 @@ from .validate import BadFileError, check_image_bytes
 
 __all__ = [
     "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig",
-    "OutputDType", "PinMode", "CpuBinding", "Decoder", "Handoff", "scaled_crop", "Backend",
+    "OutputDType", "PinMode", "CpuBinding", "Decoder", "Handoff", "scaled_crop", "jpeg_library",
+    "Backend",
     "DaliOptions", "Options", "TorchOptions", "LoaderBase",
     "Recipe", "available_backends", "create_loader", "dali_available", "options_for", "preload",
     "DatasetRootError", "check_nonempty", "epoch_batches", "list_samples", "num_batches",

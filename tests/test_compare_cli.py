@@ -96,6 +96,16 @@ def test_microbench_decode_times_three_decoders(tiny_root, capsys, mode):
     out = json.loads(capsys.readouterr().out)
     assert out["mode"] == mode and out["images"] == 4
     assert all(out[f"{k}_ms_per_img"] > 0 for k in ("pil", "torchvision", "scaled"))
+    assert out["scaled_library"] in ("pil", "simplejpeg")
+
+
+def test_microbench_interleaves_what_it_compares():
+    """Each round times every function once, the order reversed every other round."""
+    from compare.microbench import _interleaved
+
+    calls = []
+    med = _interleaved({k: (lambda k=k: calls.append(k)) for k in "abc"}, repeats=3)
+    assert "".join(calls) == "abccbaabc" and set(med) == set("abc")
 
 
 def test_microbench_early_exit_times_both_epoch_starts(tiny_root, capsys):

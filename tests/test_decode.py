@@ -16,7 +16,10 @@ from pipelines.torch_backend.decode import _params, first_crop, reduction, scale
 from pipelines.migrate.run import as_steps
 from utils import make
 
-TOL = 0.1  # mean |scaled - full| per image, in normalised units (about 6 of 255 levels)
+# mean |scaled - full| per image, in normalised units (about 9 of 255 levels). 0.1 held while
+# the decode fell short of its reduction (test_the_scaled_decode_reduces_...); at the full
+# reduction these noisy photos' worst image is 0.12 (train) and 0.13 (eval), median 0.04
+TOL = 0.15
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +58,55 @@ def test_the_largest_reduction_that_still_covers_the_output(crop, out, k):
     assert reduction(*crop, *out) == k
 
 
-def test_scaled_is_close_to_the_full_decode_and_a_wrong_seed_is_not(photos):
+@pytest.fixture(params=["pil", "simplejpeg"])
+def library(request, monkeypatch):
+    """The scaled decode's library (NOTE [the scaled decode's library]), each in turn."""
+    from pipelines.torch_backend import decode
+
+    if request.param == "simplejpeg":
+        pytest.importorskip("simplejpeg")
+    monkeypatch.setattr(decode, "jpeg_library", lambda: request.param)
+    return request.param
+
+
+def _reductions(monkeypatch, library):
+    """Record each reduced decode as ``(k, (width, height), (reduced width, height))``."""
+    from pipelines.torch_backend import decode
+
+    from PIL import JpegImagePlugin
+
+    seen, chosen = [], []
+    real_reduction = decode.reduction
+
+    def reduction(*a):
+        chosen.append(real_reduction(*a))
+        return chosen[-1]
+
+    monkeypatch.setattr(decode, "reduction", reduction)
+    if library == "pil":
+        real_draft = JpegImagePlugin.JpegImageFile.draft
+
+        def draft(im, *a, **k):
+            size = im.size
+            out = real_draft(im, *a, **k)
+            seen.append((chosen[-1], size, im.size))
+            return out
+
+        monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", draft)
+    else:
+        real_rgb = decode._reduced_rgb
+
+        def reduced_rgb(data, width, height, k):
+            rgb = real_rgb(data, width, height, k)
+            if k > 1:
+                seen.append((k, (width, height), (rgb.shape[1], rgb.shape[0])))
+            return rgb
+
+        monkeypatch.setattr(decode, "_reduced_rgb", reduced_rgb)
+    return seen
+
+
+def test_scaled_is_close_to_the_full_decode_and_a_wrong_seed_is_not(photos, library):
     full, scaled = _images(photos, "pil"), _images(photos, "scaled")
     d = (scaled - full).abs().mean(dim=(1, 2, 3))
     assert d.max() < TOL, d
@@ -63,34 +114,63 @@ def test_scaled_is_close_to_the_full_decode_and_a_wrong_seed_is_not(photos):
     assert other.median() > 3 * TOL  # another seed's crops (and flips) are far away
 
 
-def test_decoders_agree_and_the_scaled_one_reduces(photos, monkeypatch):
+def test_decoders_agree_and_the_scaled_one_reduces(photos, monkeypatch, library):
     from pipelines.torch_backend import decode
 
-    from PIL import JpegImagePlugin
-
-    drafts = []
-    real = JpegImagePlugin.JpegImageFile.draft
-    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft",
-                        lambda im, *a, **k: drafts.append(a[1]) or real(im, *a, **k))
+    seen = _reductions(monkeypatch, library)
     _images(photos, "scaled")
-    assert len(drafts) >= 12  # most 64 px crops of these photos decode at 1/2 or less
+    assert len(seen) >= 12  # most 64 px crops of these photos decode at 1/2 or less
     tv, pil = _images(photos, "torchvision"), _images(photos, "pil")
     assert (tv - pil).abs().max() < 0.05  # the same libjpeg, v2 on a tensor vs on PIL
     assert decode.first_crop(as_steps(v2.Compose([v2.CenterCrop(8)]))) is None
 
 
-def test_the_eval_resize_is_scaled_too_and_close_to_the_full_decode(photos, monkeypatch):
+def test_the_scaled_decode_reduces_by_the_chosen_factor_exactly(photos, monkeypatch, library):
+    """Regression: PIL reduces by the largest of 8, 4, 2 within ``size // request``, so asking
+    for the ceiling of ``size / k`` decoded most photos whose side ``k`` does not divide at
+    half the reduction (at 1/2 for 1/4, and in full for 1/2): 183 of 200 crops of 2000-4000 px
+    photos. Every decode must now come out at ``ceil(size / k)`` for the ``k`` chosen."""
+    seen = _reductions(monkeypatch, library)
+    _images(photos, "scaled")
+    _images(photos, "scaled", mode="eval")
+    assert len(seen) >= 30
+    assert any(w % k or h % k for k, (w, h), _ in seen)  # the old fault's case
+    for k, (w, h), got in seen:
+        assert got == (-(-w // k), -(-h // k)), (k, (w, h), got)
+
+
+def test_the_two_libraries_give_the_same_pixels(photos, monkeypatch):
+    """simplejpeg and PIL run the same scaled IDCT; only the resize of a crop of the decode
+    (its region and the filter's margin) instead of the whole differs, by rounding."""
+    pytest.importorskip("simplejpeg")
+    from pipelines.torch_backend import decode
+
+    out = {}
+    for lib in decode.LIBRARIES:
+        monkeypatch.setattr(decode, "jpeg_library", lambda lib=lib: lib)
+        out[lib] = [_images(photos, "scaled", mode=m) for m in ("train", "eval")]
+    for a, b in zip(out["pil"], out["simplejpeg"]):
+        assert (a - b).abs().max() < 5 / 255 / 0.2  # within 5 of 255 levels
+        assert (a - b).abs().mean() < 0.2 / 255 / 0.2
+    t = v2.RandomResizedCrop(32, antialias=True)
+    for mode in ("L", "RGB"):  # greyscale too: both turn it into RGB
+        got = []
+        for lib in decode.LIBRARIES:
+            torch.manual_seed(0)
+            got.append(np.asarray(scaled_crop(_jpeg(mode=mode), t, library=lib), dtype=int))
+        assert got[0].shape == got[1].shape == (32, 32, 3)
+        assert np.abs(got[0] - got[1]).max() <= 4
+    with pytest.raises(ValueError, match="library='turbo'"):
+        scaled_crop(_jpeg(), v2.RandomResizedCrop(32, antialias=True), library="turbo")
+
+
+def test_the_eval_resize_is_scaled_too_and_close_to_the_full_decode(photos, monkeypatch, library):
     """Issue 20: Resize + CenterCrop (eval) through the scaled decode: the same output size as
     ``Resize`` computes, a reduced decode, pixels within the train path's tolerance; a wrong
     output size (the reduced image's own aspect) would shift the centre crop."""
-    from PIL import JpegImagePlugin
-
-    drafts = []
-    real = JpegImagePlugin.JpegImageFile.draft
-    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft",
-                        lambda im, *a, **k: drafts.append(a[1]) or real(im, *a, **k))
+    seen = _reductions(monkeypatch, library)
     scaled = _images(photos, "scaled", mode="eval")
-    assert len(drafts) == 24  # 600-1000 px photos, resized to 73: every one decodes reduced
+    assert len(seen) == 24  # 600-1000 px photos, resized to 73: every one decodes reduced
     full = _images(photos, "pil", mode="eval")
     assert scaled.shape == full.shape == (24, 3, 64, 64)
     d = (scaled - full).abs().mean(dim=(1, 2, 3))

@@ -21,6 +21,7 @@ baseline RGB/greyscale JPEG with upright EXIF, or the step uses another interpol
 """
 from __future__ import annotations
 
+import functools
 import io
 from typing import Optional
 
@@ -138,12 +139,61 @@ def reduction(crop_h: float, crop_w: float, out_h: int, out_w: int) -> int:
     return 1
 
 
-def scaled_crop(data: bytes, t) -> Optional[Image.Image]:
+# NOTE [the scaled decode's library]
+# The reduced decode runs in ``simplejpeg`` when it is installed (a dependency of this
+# package), else in PIL (``Image.draft``). Both are libjpeg-turbo's scaled IDCT, and they give
+# the same pixels (``tests/test_decode.py``); simplejpeg decodes faster at every scale, most at
+# full size (docs/results/cpu/README.md, jpeg-libs.txt), and only the crop's region, with the
+# margin the resize filter reads, becomes a PIL image. Asking PIL for ``size // k`` matters:
+# PIL reduces by the largest of 8, 4, 2 within ``size // request``, and the ceiling of
+# ``size / k`` gave half the reduction whenever ``k`` does not divide the side.
+LIBRARIES = ("simplejpeg", "pil")
+
+
+@functools.lru_cache(maxsize=1)
+def jpeg_library() -> str:
+    """The library the scaled decode uses here (NOTE [the scaled decode's library])."""
+    try:
+        import simplejpeg  # noqa: F401
+    except ImportError:
+        return "pil"
+    return "simplejpeg"
+
+
+def _reduced_rgb(data: bytes, width: int, height: int, k: int) -> np.ndarray:
+    """``data`` decoded by simplejpeg at ``1/k`` of ``width`` x ``height`` (``ceil(size / k)``,
+    as libjpeg scales), ``H x W x 3`` uint8."""
+    import simplejpeg
+
+    return simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-height // k),
+                                  min_width=-(-width // k))
+
+
+def _resize_box(rgb: np.ndarray, box, size, resample, support: float) -> Image.Image:
+    """``Image.fromarray(rgb).resize(size, resample, box=box)`` with only ``box`` and the
+    ``support`` (the filter's radius) around it made a PIL image: the pixels the filter reads,
+    so the result is the same up to rounding (``tests/test_decode.py`` bounds it)."""
+    h, w = rgb.shape[:2]
+    mx = support * max(1.0, (box[2] - box[0]) / size[0]) + 1
+    my = support * max(1.0, (box[3] - box[1]) / size[1]) + 1
+    x0, y0 = max(0, int(box[0] - mx)), max(0, int(box[1] - my))
+    x1, y1 = min(w, int(box[2] + mx) + 1), min(h, int(box[3] + my) + 1)
+    sub = Image.fromarray(np.ascontiguousarray(rgb[y0:y1, x0:x1]))
+    return sub.resize(size, resample, box=(box[0] - x0, box[1] - y0, box[2] - x0, box[3] - y0))
+
+
+_SUPPORT = {"bilinear": 1.0, "bicubic": 2.0}  # PIL's filter radii
+
+
+def scaled_crop(data: bytes, t, library: Optional[str] = None) -> Optional[Image.Image]:
     """``t`` (see ``first_crop``) on the JPEG ``data`` through a DCT-scaled decode (module
     NOTE); ``None`` when the file needs the full decode, and then no random number has been
-    drawn."""
+    drawn. ``library``: ``"simplejpeg"`` or ``"pil"`` (default: ``jpeg_library()``)."""
     from torchvision.transforms import v2
 
+    library = library or jpeg_library()
+    if library not in LIBRARIES:
+        raise ValueError(f"library={library!r} is not one of {LIBRARIES}")
     im = Image.open(io.BytesIO(data))
     try:
         if im.format != "JPEG" or im.mode not in ("RGB", "L") or \
@@ -157,11 +207,20 @@ def scaled_crop(data: bytes, t) -> Optional[Image.Image]:
             p = _params(t, height, width)
             out_h, out_w = t.size
         k = reduction(p["height"], p["width"], out_h, out_w)
-        if k > 1:
-            im.draft("RGB", (-(-width // k), -(-height // k)))
-        sx, sy = im.size[0] / width, im.size[1] / height
+        rgb = None
+        if library == "simplejpeg":
+            rgb = _reduced_rgb(data, width, height, k)
+            rh, rw = rgb.shape[:2]
+        else:
+            if k > 1:  # size // k, not its ceiling (NOTE [the scaled decode's library])
+                im.draft("RGB", (width // k, height // k))
+            rw, rh = im.size
+        sx, sy = rw / width, rh / height
         box = (p["left"] * sx, p["top"] * sy, (p["left"] + p["width"]) * sx,
                (p["top"] + p["height"]) * sy)
-        return im.convert("RGB").resize((out_w, out_h), _RESAMPLE[_mode(t)], box=box)
+        mode = _mode(t)
+        if rgb is not None:
+            return _resize_box(rgb, box, (out_w, out_h), _RESAMPLE[mode], _SUPPORT[mode])
+        return im.convert("RGB").resize((out_w, out_h), _RESAMPLE[mode], box=box)
     finally:
         im.close()
