@@ -127,7 +127,7 @@ class TorchOptions(Options):
         decoder: a ``Decoder``: how the workers decode (``"pil"``, ``"torchvision"``,
             ``"scaled"``). ``None``: ``"pil"`` on ``pageable`` (the default recipe, as
             ``ImageFolder`` decodes); on ``pinned``, ``"torchvision"``, or ``"scaled"`` for a
-            dataset of large photos (NOTE [the default decoder] in
+            dataset of photos of a megapixel or more (NOTE [the default decoder] in
             ``pipelines/torch_backend/decode.py``). The loader's ``decoder`` says which ran.
         cpu_binding: ``pinned`` only; a ``CpuBinding``: ``"rank"`` restricts the workers to this
             local rank's slice of the cores under torchrun (``"none"``: the inherited

@@ -93,7 +93,7 @@ class TorchLoaderBase(LoaderBase):
     def _decoder(self, options: TorchOptions, in_workers: str, steps) -> Decoder:
         """``TorchOptions.decoder``, or the backend's default: PIL for the baseline (``full``
         recipe in the workers); for ``pinned``, torchvision's decoder, or the scaled one for a
-        dataset of large photos (NOTE [the default decoder] in ``decode``)."""
+        dataset of photos of a megapixel or more (NOTE [the default decoder] in ``decode``)."""
         if options.decoder is not None:
             return options.decoder
         if in_workers == "full":

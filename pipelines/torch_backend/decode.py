@@ -35,11 +35,12 @@ EXIF_ORIENTATION = 0x0112
 # NOTE [the default decoder]: ``pinned`` decodes with torchvision unless the recipe starts with
 # a step the scaled path runs and the median image of the dataset (from the headers of
 # ``SIZE_SAMPLE`` files spread over the listing) has at least ``SCALED_FROM_MP`` megapixels.
-# On this project's CPU, per image, torchvision's decoder beat the scaled one on smaller photos
-# (by less as they grow) and lost on large ones; the threshold sits between the two
-# (docs/results/cpu/README.md: decode-modes.json, decode-sizes.json). The rule depends only on
-# the files, so a resumed job decodes as the first run did. Not yet measured on a GPU host.
-SCALED_FROM_MP = 4.0
+# On this project's CPU, per image, torchvision's decoder beat the scaled one on ImageNet-sized
+# images, tied at about 1 MP and lost from there, by more as photos grow; the threshold sits at
+# the tie (docs/results/cpu/README.md: decode-scaled.json). The rule depends only on the files,
+# so a resumed job decodes as the first run did. Not yet measured on a GPU host at this
+# threshold.
+SCALED_FROM_MP = 1.0
 _RESAMPLE = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
 
 
