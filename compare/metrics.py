@@ -166,8 +166,8 @@ def stretch(steps: int, period: Optional[int]) -> int:
     of L batches then holds L / ``num_workers`` wave arrivals only when L is a whole number of
     waves; halves of 62 batches in waves of 14 hold 5 and 4 arrivals or the reverse, by where
     the window starts. On the H200 that made every default window of ``pinned`` look like a
-    ramp (second half 1.16-1.23x its first) where its ``--long`` windows, with halves of 11
-    waves each, did not (docs/results/h200/seeds-reference/README.md, steady section). So the
+    ramp where its ``--long`` windows, whose halves hold as many waves, did not
+    (docs/results/h200/seeds-reference/README.md, steady section). So the
     two stretches are the window's first and last ``k x num_workers`` batches, which any
     phase of the waves fills alike; the whole window's rate is unchanged."""
     half = steps // 2

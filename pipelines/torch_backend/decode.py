@@ -142,10 +142,11 @@ def reduction(crop_h: float, crop_w: float, out_h: int, out_w: int) -> int:
 
 # NOTE [the scaled decode's library]
 # The reduced decode runs in ``simplejpeg`` when it is installed (a dependency of this
-# package), else in PIL (``Image.draft``). Both are libjpeg-turbo's scaled IDCT, and they give
-# the same pixels (``tests/test_decode.py``); simplejpeg decodes faster at every scale, most at
-# full size (docs/results/cpu/README.md, jpeg-libs.txt), and only the crop's region, with the
-# margin the resize filter reads, becomes a PIL image. Asking PIL for ``size // k`` matters:
+# package), else in PIL (``Image.draft``). Both are libjpeg-turbo's scaled IDCT and decode the
+# same pixels; with simplejpeg only the crop's region, with the margin the resize filter reads,
+# becomes a PIL image, so the resized output differs by rounding (``tests/test_decode.py``).
+# simplejpeg decodes faster, most on small images and at full size (docs/results/cpu/README.md:
+# jpeg-libs.txt, decode-scaled.json). Asking PIL for ``size // k`` matters:
 # PIL reduces by the largest of 8, 4, 2 within ``size // request``, and the ceiling of
 # ``size / k`` gave half the reduction whenever ``k`` does not divide the side.
 LIBRARIES = ("simplejpeg", "pil")
