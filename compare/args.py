@@ -143,6 +143,10 @@ def parse_args(argv):
     p.add_argument("--long", action="store_true",
                    help="time a window of at least 10x each loader's queue, across an epoch "
                         "boundary (the steady-state check)")
+    p.add_argument("--loader-only-last", action="store_true",
+                   help="time the loader alone after the model step, not before it, with the "
+                        "DataLoader workers as training left them (compare.runner NOTE "
+                        "[loader-only last]); the summary and diff say which")
     p.add_argument("--cold", action="store_true",
                    help="evict the dataset's files from the page cache before each timed run "
                         "(posix_fadvise, no root) and check with mincore that it took "

@@ -93,6 +93,8 @@ def host_changes(a: SuiteResult, b: SuiteResult) -> List[str]:
 # (setup key, what it is, its words for a run without and with it).
 MODES = (("cold", "page cache", ("warm", "cold (--cold)")),
          ("long", "window", ("default", "long (--long)")),
+         ("loader_only_last", "loader-only window", ("before training",
+                                                     "after training (--loader-only-last)")),
          ("fit_queue", "window length", ("--steps batches",
                                          f"at least {FIT_QUEUES}x the queue (no --steps)")),
          ("compute_stream", "model step's stream", None))

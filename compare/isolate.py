@@ -115,6 +115,7 @@ class Job:
     cold: bool = False               # --cold: evict the dataset before each timed run
     compute: str = "default"         # --compute-stream (runner.ComputeStream)
     fit: bool = False                # --steps not given: runner.window's FIT_QUEUES x the queue
+    loader_only_last: bool = False   # --loader-only-last (NOTE [loader-only last] in runner)
 
 
 def _step(job: Job):
@@ -193,7 +194,7 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
         rep = with_decoder(time_repeat(
             it, step, steps=n, warmup=job.warmup, device=device, cold=cold, queue=queue,
             first=first_epoch(len(loader), n), settle=settle_of(loader, queue),
-            period=wave_period(loader)), loader)
+            period=wave_period(loader), loader_only_last=job.loader_only_last), loader)
         rep = replace(rep, cpu_probe_ms=probe)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()

@@ -398,6 +398,10 @@ def markdown(res: SuiteResult) -> str:
                   f"{FIT_QUEUES}x the queue; whole epochs when an epoch is at most twice the "
                   "window; `--long` makes them at least 10x the queue)", ""] + [
                       f"- {x}" for x in windows] + [""]
+    if s.get("loader_only_last"):
+        lines += ["**Loader-only window after training** (`--loader-only-last`): each repeat "
+                  "timed the model step first and the loader alone after it (compare.runner "
+                  "NOTE [loader-only last]).", ""]
     if s.get("notes"):
         lines += ["**Notes**", ""] + [f"- {x}" for x in s["notes"]] + [""]
     if w:

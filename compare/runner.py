@@ -367,6 +367,16 @@ def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int,
 # step (``Job.all_agree``); without such an agreement ranks of a process group do not settle.
 SETTLE_CAP_QUEUES = 5
 
+# NOTE [loader-only last]
+# By default the loader-only window runs first, after the queue made while the step was primed
+# is drained. That drain hands every idle DataLoader worker its next batch at once, so the
+# window starts with the workers in step, and a consumer that takes each batch at once does not
+# spread them out again; a training window after settling can run out of step. On the H200
+# ``pinned``'s loader-only rate fell below its settled training rate
+# (docs/results/h200/README.md, pinned-prefetch), which fits. ``--loader-only-last`` times the
+# model step first and the loader alone after it, with the workers as training left them: the
+# test of that explanation. The queue is drained before each window either way.
+
 
 def settle_of(loader, queue: Optional[int], agreed: bool = False) -> Optional[Tuple[int, int]]:
     """``(period, cap)`` for ``metrics.measure``'s ``settle`` (NOTE [settling]), or ``None``
@@ -420,12 +430,13 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 queue: Optional[int] = None, first: int = 0,
                 settle: Optional[Tuple[int, int]] = None,
                 agree: Optional[Callable[[bool], bool]] = None,
-                period: Optional[int] = None) -> Repeat:
+                period: Optional[int] = None, loader_only_last: bool = False) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
-    ``warmup``. The loader fills its ``queue`` (its depth in batches) while the step is
-    primed, so that many batches are drained before the loader-only warm-up: counted in the
-    window, they were made before its clock started. ``first``: the batches of the loader's
+    ``warmup`` (``loader_only_last``: the model step first, NOTE [loader-only last]). The
+    loader fills its ``queue`` (its depth in batches) while the step is primed, so that many
+    batches are drained before the first window's warm-up, and before the loader-only one's:
+    counted in the window, they were made before its clock started. ``first``: the batches of the loader's
     first epoch (``first_epoch``) when this is the loader's first repeat; the rest of that
     epoch runs before anything else, so its one-time work stays out of the windows (NOTE
     [steady state] in compare.isolate). ``cold`` (``--cold``: ``pagecache.evict`` of the
@@ -441,19 +452,27 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     del x, y
     drain(it, max(0, first - 1))  # the priming took the first epoch's first batch
     sync()
-    if cold is not None:
-        cold()
-    drain(it, queue or 0)  # the queue made while the step was primed (or the eviction ran)
-    lo = loader_only(it, steps, warmup, device, period=period)
-    sync()
+
+    def alone():
+        if cold is not None:
+            cold()
+        drain(it, queue or 0)  # the queue made while the step ran (or the eviction ran)
+        return loader_only(it, steps, warmup, device, period=period)
+
+    lo = None if loader_only_last else alone()
+    if lo is not None:
+        sync()
     evicted = cold() if cold is not None else None
-    if cold is not None:
+    if cold is not None or lo is None:
         drain(it, queue or 0)
     cpu = CpuUtil()
     cpu.start()
     with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
         m = measure(it, step, steps, warmup, device, settle=settle, agree=agree)
     busy = cpu.stop()
+    if lo is None:
+        sync()
+        lo = alone()
     return Repeat(
         samples_per_s=m.samples_per_s, loader_only_per_s=lo.rate, loader_only_halves=lo.halves,
         wait_p50_ms=m.wait_pct(50), wait_p95_ms=m.wait_pct(95), idle_pct=m.idle_pct,
@@ -485,7 +504,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 sync: Callable[[], None] = _nothing, long: bool = False,
                 cold: Optional[Callable[[], object]] = None,
                 agree: Optional[Callable[[bool], bool]] = None,
-                fit: bool = False) -> VariantResult:
+                fit: bool = False, loader_only_last: bool = False) -> VariantResult:
     """Loader-only and model runs of one variant, ``repeats`` times each, in this process.
 
     Args:
@@ -497,6 +516,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
         cold: evicts the dataset from the page cache (``--cold``; ``time_repeat``).
         agree: the job's verdict from this rank's (``Job.all_agree`` under torchrun), so that
             the ranks settle together (NOTE [settling]).
+        loader_only_last: time the loader alone after the model step (NOTE [loader-only
+            last]).
     """
     cfg = v.config_of(base)
     device = device_of(cfg)
@@ -512,7 +533,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
             reps.append(with_decoder(time_repeat(
                 it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
                 queue=queue, first=first_epoch(len(loader), n) if r == 0 else 0,
-                settle=settle, agree=agree, period=wave_period(loader)), loader))
+                settle=settle, agree=agree, period=wave_period(loader),
+                loader_only_last=loader_only_last), loader))
             if r == 0:  # one probe per process: the repeats after it share the first's
                 reps[-1] = replace(reps[-1], cpu_probe_ms=probe)
             progress.update(1)

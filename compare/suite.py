@@ -349,6 +349,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         "device": a.device, "variants": [v.label for v in p.variants], "notes": list(p.notes),
         "world_size": job.world, "local_world_size": job.local_world, "nodes": job.nodes,
         "step": getattr(a, "step", None), "long": bool(getattr(a, "long", False)),
+        "loader_only_last": bool(getattr(a, "loader_only_last", False)),
         "isolate": bool(getattr(a, "isolate", False)), "cold": bool(getattr(a, "cold", False)),
         "compute_stream": getattr(a, "compute_stream", "default"),
         # --steps not given: each window is at least FIT_QUEUES x its loader's queue
@@ -416,7 +417,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
             setup["order"] = [u.name(labels) for u in units]
             work = isolate.Job(tuple(p.variants), base, a.model, p.classes, a.steps, a.warmup,
                                long, getattr(a, "step", None), cold is not None,
-                               setup["compute_stream"], setup["fit_queue"])
+                               setup["compute_stream"], setup["fit_queue"],
+                               setup["loader_only_last"])
 
             def done(got, c):
                 nonlocal ceiling
@@ -437,7 +439,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                                        repeats=a.repeats, log=log, capture=want,
                                        sync=job.barrier, long=long, cold=cold,
                                        agree=job.all_agree if job.group else None,
-                                       fit=setup["fit_queue"])
+                                       fit=setup["fit_queue"],
+                                       loader_only_last=setup["loader_only_last"])
                     results.append(ddp.merge(job.gather(mine)))
                     save(False)
                 if captured:

@@ -324,6 +324,50 @@ def test_the_step_runs_its_first_calls_before_any_window():
     assert events[3:3 + 5] == ["batch"] * 5  # loader-only: warm-up 2 + 3 timed
 
 
+def test_loader_only_last_times_the_step_first_then_the_loader_alone():
+    """``--loader-only-last`` (NOTE [loader-only last] in compare.runner): after the priming,
+    the queue is drained, the model step is timed (warm-up + window), then the queue is
+    drained again and the loader alone is timed; by default the loader-only window comes
+    first. With ``--cold`` each window still follows an eviction and a drain."""
+    import torch
+
+    from compare.runner import time_repeat
+
+    def order(**kw):
+        events = []
+        time_repeat(_logged(events), lambda x, y: events.append("step"), steps=3, warmup=2,
+                    device=torch.device("cpu"), queue=4, **kw)
+        return "".join({"batch": "b", "step": "s", "cold": "c"}[e] for e in events)
+
+    primed = "bss"
+    assert order() == primed + "b" * (4 + 2 + 3) + "bs" * (2 + 3)
+    assert order(loader_only_last=True) == primed + "b" * 4 + "bs" * (2 + 3) + "b" * (4 + 2 + 3)
+    cold = order(loader_only_last=True, cold=lambda: None)
+    assert cold == order(loader_only_last=True)  # the same batches; the evictions are calls
+    events = []
+    time_repeat(_logged(events), lambda x, y: events.append("step"), steps=3, warmup=2,
+                device=torch.device("cpu"), queue=4, loader_only_last=True,
+                cold=lambda: events.append("cold"))
+    tags = "".join({"batch": "b", "step": "s", "cold": "c"}[e] for e in events)
+    assert tags == primed + "c" + "b" * 4 + "bs" * 5 + "c" + "b" * 9
+
+
+def test_loader_only_last_is_recorded_summarised_and_noted_by_diff(tiny_root, tmp_path, capsys):
+    from compare import diff
+
+    last = _run(tiny_root, tmp_path / "last", "--no-isolate", "--backends", "pageable",
+                "--steps", "2", "--repeats", "2", "--loader-only-last")
+    assert last["setup"]["loader_only_last"] is True
+    assert last["variants"][0]["repeats"][0]["loader_only_per_s"] > 0
+    assert "Loader-only window after training" in (tmp_path / "last" / "summary.md").read_text()
+    _run(tiny_root, tmp_path / "first", "--no-isolate", "--backends", "pageable", "--steps", "2",
+         "--repeats", "2")
+    capsys.readouterr()
+    assert diff.main([str(tmp_path / "first"), str(tmp_path / "last")]) == 0
+    assert "loader-only window: before training in A, after training (--loader-only-last) in B" \
+        in capsys.readouterr().out
+
+
 def test_a_new_loader_runs_its_first_epoch_before_the_windows():
     """Regression (H200): DALI's one-time file checks of the first epoch fell inside the
     loader-only window, which then ran below the same process's later window. The rest of a
