@@ -37,6 +37,10 @@ moving by more than each run's spread), so small changes are not called; the CPU
 backends swing more than that between runs (``refactor-ab/``), which only repeats in fresh
 processes (a wider spread) or repeated, interleaved runs can show.
 
+``--metric loader-only`` judges the loader-only rate (img/s) by the same rule instead, with the
+loader-only window's two stretches as its spread within a window; it has no ceiling row. A
+loader change that slows the loader but not a training step bound by the GPU shows there only.
+
 ``--json`` prints the rows as strict JSON (a number that is not finite is ``null``).
 Exit status: 0, or 2 for a usage error or incompatible runs.
 """
@@ -55,6 +59,10 @@ from .results import FIT_QUEUES, STEAL_WARN_PCT, SuiteResult, steal_span, strict
 
 PROG = "python -m compare diff"
 METRIC = "samples_per_s"
+# --metric: (Repeat field, its unit, the field of its two within-window rates)
+METRICS = {"samples": ("samples_per_s", "samples/s", "halves"),
+           "loader-only": ("loader_only_per_s", "img/s", "loader_only_halves")}
+HALVES = {field: halves for field, _, halves in METRICS.values()}
 NO_DIFF = "no significant difference"
 MIN_EFFECT = 0.02   # a change of B/A smaller than 2% is never called (module docstring: why)
 MIN_REPEATS = 2     # fewer repeats than this in either run: no verdict but NO_DIFF
@@ -180,7 +188,11 @@ class Judgement(NamedTuple):
 D2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
 
 
-def within_as_range(v) -> float:
+def _finite(xs) -> List[float]:
+    return [x for x in xs if x is not None and math.isfinite(x)]
+
+
+def within_as_range(v, metric: str = METRIC) -> float:
     """``v``'s spread within a window, as the range its repeats would show if the variation
     inside one window were all there is (0.0 when no repeat has halves, or one repeat).
 
@@ -191,8 +203,8 @@ def within_as_range(v) -> float:
     the window does not average out (an epoch start in one half only) is counted as noise too:
     that errs toward "no significant difference".
     """
-    gap = v.within_spread()
-    n = len(v.values(METRIC))
+    gap = v.within_spread(HALVES[metric])
+    n = len(_finite(v.values(metric)))
     if gap is None or n < 2:
         return 0.0
     return gap * D2[min(n, 10)] / 1.349  # beyond 10 repeats: d2(10), a slight underestimate
@@ -208,12 +220,14 @@ def run_speed(a: SuiteResult, b: SuiteResult) -> Optional[float]:
     return host_shift(_probes(a), _probes(b))
 
 
-def judge(va, vb, speed: Optional[float] = None) -> Judgement:
-    """The verdict of B's ``VariantResult`` against A's (the rule in the module docstring);
-    ``speed``: B's host CPU speed over A's (``run_speed``)."""
-    a, b = va.values(METRIC), vb.values(METRIC)
-    ma, mb = va.median(METRIC), vb.median(METRIC)
+def judge(va, vb, speed: Optional[float] = None, metric: str = METRIC) -> Judgement:
+    """The verdict of B's ``VariantResult`` against A's (the rule in the module docstring) on
+    ``metric`` (a ``Repeat`` field of ``METRICS``); ``speed``: B's host CPU speed over A's
+    (``run_speed``)."""
+    a, b = _finite(va.values(metric)), _finite(vb.values(metric))
     nan = float("nan")
+    ma = statistics.median(a) if a else nan
+    mb = statistics.median(b) if b else nan
     if len(a) < MIN_REPEATS or len(b) < MIN_REPEATS:
         ratio = mb / ma if a and b and ma > 0 else nan
         return Judgement(ratio, nan, nan, NO_DIFF,
@@ -222,7 +236,8 @@ def judge(va, vb, speed: Optional[float] = None) -> Judgement:
     ratio, lo, hi = ratio_ci(a, b)
     if not math.isfinite(ratio):
         return Judgement(ratio, lo, hi, NO_DIFF, f"A's median is {ma:g}: no ratio")
-    noise = max(va.spread(METRIC), vb.spread(METRIC), within_as_range(va), within_as_range(vb))
+    noise = max(max(a) - min(a), max(b) - min(b), within_as_range(va, metric),
+                within_as_range(vb, metric))
     change = ratio - 1
     if abs(change) < MIN_EFFECT:
         return Judgement(ratio, lo, hi, NO_DIFF,
@@ -252,8 +267,8 @@ class Row(NamedTuple):
     """One row of the table: a variant (or the ceiling) in both runs."""
 
     label: str
-    a: float       # A's median samples/s
-    b: float       # B's median samples/s
+    a: float       # A's median of the metric (samples/s, or loader-only img/s)
+    b: float       # B's median
     ratio: float   # b / a
     lo: float      # the interval of the ratio
     hi: float
@@ -263,17 +278,21 @@ class Row(NamedTuple):
     n_b: int       # repeats in B
 
 
-def table_rows(a: SuiteResult, b: SuiteResult) -> List[Row]:
-    """A ``Row`` for the ceiling (when both runs have one) and each variant in both runs."""
+def table_rows(a: SuiteResult, b: SuiteResult, metric: str = METRIC) -> List[Row]:
+    """A ``Row`` for the ceiling (when both runs have one, and ``metric`` is samples/s) and
+    each variant in both runs."""
     out = []
-    pairs = [("ceiling", a.ceiling, b.ceiling)] if a.ceiling and b.ceiling else []
+    both = a.ceiling and b.ceiling and metric == METRIC
+    pairs = [("ceiling", a.ceiling, b.ceiling)] if both else []
     labels_b = {v.label: v for v in b.variants}
     pairs += [(v.label, v, labels_b[v.label]) for v in a.variants if v.label in labels_b]
     speed = run_speed(a, b)
     for label, va, vb in pairs:
-        j = judge(va, vb, speed)
-        out.append(Row(label, va.median(METRIC), vb.median(METRIC), j.ratio, j.lo, j.hi,
-                       j.verdict, j.note, len(va.values(METRIC)), len(vb.values(METRIC))))
+        j = judge(va, vb, speed, metric)
+        xa, xb = _finite(va.values(metric)), _finite(vb.values(metric))
+        out.append(Row(label, statistics.median(xa) if xa else float("nan"),
+                       statistics.median(xb) if xb else float("nan"), j.ratio, j.lo, j.hi,
+                       j.verdict, j.note, len(xa), len(xb)))
     return out
 
 
@@ -329,6 +348,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("b", metavar="B", help="the later results.json (or its folder)")
     p.add_argument("--force", action="store_true",
                    help="compare runs whose setups differ, saying which facts differ")
+    p.add_argument("--metric", choices=tuple(METRICS), default="samples",
+                   help="what to judge: training samples/s (default), or the loader-only "
+                        "rate, img/s (no ceiling row)")
     p.add_argument("--json", action="store_true",
                    help="print the rows (and the notes) as strict JSON instead of a table")
     args = p.parse_args(argv)
@@ -361,7 +383,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         notes.append("host CPU probe: not in both runs, so a change of the host's speed between "
                      "them cannot be told from a change of the code")
     notes += steal_notes(a, b)
-    table = table_rows(a, b)
+    field, unit, _ = METRICS[args.metric]
+    table = table_rows(a, b, field)
     if not table:
         return cli.fail(PROG, "the runs share no variant label")
     only = sorted({v.label for v in a.variants} ^ {v.label for v in b.variants})
@@ -370,14 +393,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             notes.append(f"{name} ran each variant's repeats in one process: its spread is "
                          f"within one process and understates the noise between runs")
     if args.json:
-        doc = {"level": LEVEL, "min_effect": MIN_EFFECT, "metric": METRIC, "notes": notes,
+        doc = {"level": LEVEL, "min_effect": MIN_EFFECT, "metric": field, "notes": notes,
                "rows": [r._asdict() for r in table], "not_in_both": only}
         print(json.dumps(strict(doc), indent=1, allow_nan=False))
         return 0
     for n in notes:
         print(f"note: {n}")
     ci = f"{LEVEL:.0%} CI"
-    print(f"{'variant':28s} {'A samples/s':>12s} {'B samples/s':>12s} {'B/A':>7s}  "
+    print(f"{'variant':28s} {'A ' + unit:>12s} {'B ' + unit:>12s} {'B/A':>7s}  "
           f"{ci:16s}  verdict")
     for r in table:
         print(f"{r.label:28s} {r.a:12.1f} {r.b:12.1f} {r.ratio:7.3f}  {_ci(r):16s}  {r.verdict}")

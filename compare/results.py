@@ -95,11 +95,12 @@ class VariantResult:
         v = self.values(metric)
         return (max(v) - min(v)) if v else float("nan")
 
-    def within_spread(self) -> Optional[float]:
-        """The median gap between the two halves of a repeat's training window (samples/s):
-        the variation inside one process. ``spread`` is the one across repeats (across
-        processes under ``--isolate``). ``None`` when no repeat has halves."""
-        gaps = [abs(r.halves[0] - r.halves[1]) for r in self.repeats if r.halves]
+    def within_spread(self, field: str = "halves") -> Optional[float]:
+        """The median gap between the two halves of a repeat's training window (samples/s;
+        ``field="loader_only_halves"``: the loader-only window's two stretches): the variation
+        inside one process. ``spread`` is the one across repeats (across processes under
+        ``--isolate``). ``None`` when no repeat has halves."""
+        gaps = [abs(h[0] - h[1]) for r in self.repeats if (h := getattr(r, field))]
         return statistics.median(gaps) if gaps else None
 
     @property

@@ -389,3 +389,41 @@ def test_steal_survives_json_and_a_job_takes_its_worst_rank(tmp_path):
     assert SuiteResult.load(tmp_path / "r.json").variants[0].repeats[0].cpu_steal_pct == 1.5
     ranks = [_stolen(_run({"pinned": [100.0]}, ceiling=None), s).variants[0] for s in (0.5, 4.0)]
     assert merge(ranks).repeats[0].cpu_steal_pct == 4.0
+
+
+def _lo(run, values):
+    """``run`` with its one variant's loader-only rates set to ``values``."""
+    from dataclasses import replace
+
+    v = run.variants[0]
+    reps = tuple(replace(r, loader_only_per_s=x) for r, x in zip(v.repeats, values))
+    return replace(run, variants=(replace(v, repeats=reps),))
+
+
+def test_diff_judges_the_loader_only_rate_on_request(tmp_path, capsys):
+    """A loader 20% slower alone, with the same training rate (bound by the GPU): the default
+    metric sees nothing, ``--metric loader-only`` calls it slower and has no ceiling row."""
+    a = _lo(_run({"pinned": SAME_A}), [5000, 5050, 4950, 5020, 4980])
+    b = _lo(_run({"pinned": SAME_A}), [4000, 4040, 3960, 4010, 3990])
+    out = _diff(tmp_path, capsys, a, b)
+    assert "no significant difference" in out.split("pinned", 1)[1].splitlines()[0]
+    lo = _diff(tmp_path, capsys, a, b, "--metric", "loader-only")
+    row = [x for x in lo.splitlines() if x.startswith("pinned")][0]
+    assert row.endswith("slower") and "0.800" in row and "A img/s" in lo
+    assert not any(x.startswith("ceiling") for x in lo.splitlines())
+    doc = json.loads(_diff(tmp_path, capsys, a, b, "--metric", "loader-only", "--json"))
+    assert doc["metric"] == "loader_only_per_s" and doc["rows"][0]["verdict"] == "slower"
+    same = _diff(tmp_path, capsys, a, _lo(_run({"pinned": SAME_A}), [5000, 5050, 4950, 5020,
+                                                                       4980]),
+                 "--metric", "loader-only")
+    assert [x for x in same.splitlines() if x.startswith("pinned")][0].endswith(
+        "no significant difference")
+
+
+def test_the_loader_only_noise_floor_is_its_own_stretches():
+    from compare.diff import within_as_range
+
+    v = _halved("pinned", [1000, 1004, 998], 300.0)  # loader-only stretches 0.5 and 1.5 apart
+    assert v.within_spread() == 300.0 and v.within_spread("loader_only_halves") == 1.0
+    assert within_as_range(v, "loader_only_per_s") == pytest.approx(1.0 * 1.693 / 1.349)
+    assert within_as_range(v) == pytest.approx(300.0 * 1.693 / 1.349)
