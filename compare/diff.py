@@ -192,6 +192,10 @@ def _finite(xs) -> List[float]:
     return [x for x in xs if x is not None and math.isfinite(x)]
 
 
+def _median(xs: List[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
 def within_as_range(v, metric: str = METRIC) -> float:
     """``v``'s spread within a window, as the range its repeats would show if the variation
     inside one window were all there is (0.0 when no repeat has halves, or one repeat).
@@ -226,8 +230,7 @@ def judge(va, vb, speed: Optional[float] = None, metric: str = METRIC) -> Judgem
     (``run_speed``)."""
     a, b = _finite(va.values(metric)), _finite(vb.values(metric))
     nan = float("nan")
-    ma = statistics.median(a) if a else nan
-    mb = statistics.median(b) if b else nan
+    ma, mb = _median(a), _median(b)
     if len(a) < MIN_REPEATS or len(b) < MIN_REPEATS:
         ratio = mb / ma if a and b and ma > 0 else nan
         return Judgement(ratio, nan, nan, NO_DIFF,
@@ -290,9 +293,8 @@ def table_rows(a: SuiteResult, b: SuiteResult, metric: str = METRIC) -> List[Row
     for label, va, vb in pairs:
         j = judge(va, vb, speed, metric)
         xa, xb = _finite(va.values(metric)), _finite(vb.values(metric))
-        out.append(Row(label, statistics.median(xa) if xa else float("nan"),
-                       statistics.median(xb) if xb else float("nan"), j.ratio, j.lo, j.hi,
-                       j.verdict, j.note, len(xa), len(xb)))
+        out.append(Row(label, _median(xa), _median(xb), j.ratio, j.lo, j.hi, j.verdict, j.note,
+                       len(xa), len(xb)))
     return out
 
 

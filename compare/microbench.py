@@ -99,14 +99,8 @@ def decode(paths, repeats, mode="train"):
 
     crop, flip = on_pil.transforms[0], v2.Compose(on_pil.transforms[1:])
 
-    def scaled():  # Decoder.SCALED: the crop (or resize) from the header, a DCT-scaled decode
-        for p in paths:
-            with open(p, "rb") as f:
-                img = scaled_crop(f.read(), crop)
-            flip(img)
-
-    def scaled_in(library):  # the scaled decode in the other library, to compare the two
-        def run():
+    def scaled_in(library=None):  # Decoder.SCALED: the crop (or resize) from the header, a
+        def run():  # DCT-scaled decode, in this machine's library or the one named
             for p in paths:
                 with open(p, "rb") as f:
                     img = scaled_crop(f.read(), crop, library=library)
@@ -117,7 +111,7 @@ def decode(paths, repeats, mode="train"):
         return lambda: (torch.manual_seed(0), fn())
 
     n = len(paths)
-    runs = {"pil": seeded(pil), "torchvision": seeded(tv), "scaled": seeded(scaled)}
+    runs = {"pil": seeded(pil), "torchvision": seeded(tv), "scaled": seeded(scaled_in())}
     lib = jpeg_library()
     if lib != "pil":
         runs["scaled_pil"] = seeded(scaled_in("pil"))
