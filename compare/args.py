@@ -147,6 +147,11 @@ def parse_args(argv):
                    help="time the loader alone after the model step, not before it, with the "
                         "DataLoader workers as training left them (compare.runner NOTE "
                         "[loader-only last]); the summary and diff say which")
+    p.add_argument("--trace", action="store_true",
+                   help="after the first repeat of each variant (and of the ceiling), trace one "
+                        "more training window with torch.profiler into OUT/trace: the waits, "
+                        "the CUDA calls and stream activity in flight during the long ones; "
+                        "its numbers are not in the results")
     p.add_argument("--cold", action="store_true",
                    help="evict the dataset's files from the page cache before each timed run "
                         "(posix_fadvise, no root) and check with mincore that it took "

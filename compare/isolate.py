@@ -116,6 +116,7 @@ class Job:
     compute: str = "default"         # --compute-stream (runner.ComputeStream)
     fit: bool = False                # --steps not given: runner.window's FIT_QUEUES x the queue
     loader_only_last: bool = False   # --loader-only-last (NOTE [loader-only last] in runner)
+    trace: Optional[str] = None      # --trace: the folder of the traces (NOTE [trace])
 
 
 def _step(job: Job):
@@ -165,7 +166,11 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
 def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
     from .hostprobe import probe_ms
     from .runner import (ceiling_repeat, endless, first_epoch, open_loader, queue_depth,
-                         settle_of, time_repeat, wave_period, window, with_decoder)
+                         settle_of, time_repeat, trace_base, wave_period, window, with_decoder)
+
+    # the first repeat of each variant, and of the ceiling, is traced (NOTE [trace])
+    trace = trace_base(job.trace, f"{'ceiling' if unit.ceiling else v.label} #1") \
+        if job.trace is not None and unit.repeat == 0 else None
 
     if unit.ceiling:
         with open_loader(v, cfg) as loader:
@@ -175,7 +180,8 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
             it.close()
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
-        rep = ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup, device=device)
+        rep = ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup, device=device,
+                             trace=trace)
         phases.timed = time.perf_counter() - t
         return rep, 0.0, None, None
     probe = probe_ms()  # before the loader's threads and workers start (NOTE [host speed])
@@ -194,7 +200,8 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
         rep = with_decoder(time_repeat(
             it, step, steps=n, warmup=job.warmup, device=device, cold=cold, queue=queue,
             first=first_epoch(len(loader), n), settle=settle_of(loader, queue),
-            period=wave_period(loader), loader_only_last=job.loader_only_last), loader)
+            period=wave_period(loader), loader_only_last=job.loader_only_last, trace=trace),
+            loader)
         rep = replace(rep, cpu_probe_ms=probe)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()

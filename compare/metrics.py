@@ -24,6 +24,7 @@ from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 
+from . import trace
 from .waves import out_of_step
 
 
@@ -80,7 +81,7 @@ def percentile(xs: List[float], q: float) -> float:
 
 def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
             device: torch.device, settle: Optional[Tuple[int, int]] = None,
-            agree: Optional[Callable[[bool], bool]] = None) -> RunMeasure:
+            agree: Optional[Callable[[bool], bool]] = None, mark: bool = False) -> RunMeasure:
     """Run ``warmup`` untimed then ``steps`` timed steps of ``step(images, labels)``.
 
     ``batches`` yields ``(images, labels)``; it must not run out (see ``runner.endless``).
@@ -88,6 +89,7 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     time, until the waits are ``out_of_step`` for ``period`` workers, or ``cap`` more batches
     have run (NOTE [settling] in compare.runner). ``agree`` turns this process's verdict into
     the job's (``Job.all_agree`` under torchrun), so every rank settles for as many steps.
+    ``mark``: name each timed step's wait and step for a profiler (``compare.trace``).
     """
     cuda = device.type == "cuda"
     seen: List[float] = []  # the warm-up's data waits, which settling reads
@@ -121,17 +123,20 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
         t = time.perf_counter()
         if not cuda:
             starts.append((t - t0) * 1e3)
-        x, y = next(batches)
+        with trace.mark(trace.MARK_WAIT, mark):
+            x, y = next(batches)
         t1 = time.perf_counter()
         waits.append((t1 - t) * 1e3)
         if cuda:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
-            step(x, y)
+            with trace.mark(trace.MARK_STEP, mark):
+                step(x, y)
             e1.record()
             events.append((e0, e1))
         else:
-            step(x, y)
+            with trace.mark(trace.MARK_STEP, mark):
+                step(x, y)
             compute.append((time.perf_counter() - t1) * 1e3)
         n += len(y)
     if cuda:

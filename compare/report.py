@@ -313,6 +313,15 @@ def _md(columns, body) -> str:
     return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
 
 
+def trace_lines(res: SuiteResult) -> List[str]:
+    """One line per traced repeat (``Repeat.trace``), the ceiling's first."""
+    from .trace import describe
+
+    rows = ([res.ceiling] if res.ceiling is not None else []) + list(res.variants)
+    return [f"{v.label}: {describe(r.trace)}" for v in rows for r in v.repeats
+            if r.trace is not None]
+
+
 def markdown(res: SuiteResult) -> str:
     s = res.setup
     e = res.env
@@ -402,6 +411,11 @@ def markdown(res: SuiteResult) -> str:
         lines += ["**Loader-only window after training** (`--loader-only-last`): each repeat "
                   "timed the model step first and the loader alone after it (compare.runner "
                   "NOTE [loader-only last]).", ""]
+    traces = trace_lines(res)
+    if traces:
+        lines += ["**Traces** (`--trace`: one more training window after the first repeat, "
+                  "under torch.profiler; not in the figures above; compare.trace NOTE [trace])",
+                  ""] + [f"- {x}" for x in traces] + [""]
     if s.get("notes"):
         lines += ["**Notes**", ""] + [f"- {x}" for x in s["notes"]] + [""]
     if w:

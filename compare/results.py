@@ -7,7 +7,7 @@ import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 SCHEMA = "gpu-feed.compare/1"
 # the default window (no --steps) holds at least this many times the loader's queue, long
@@ -71,6 +71,9 @@ class Repeat:
     # the share of the CPU the hypervisor gave other guests during the training window, in %
     # (/proc/stat's steal; metrics.CpuUtil NOTE [steal]); None without it and in older runs
     cpu_steal_pct: Optional[float] = None
+    # --trace: the digest of one more training window traced after this repeat's windows
+    # (compare.trace.digest; NOTE [trace]); None when not traced
+    trace: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import os
 import typing
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -430,7 +431,8 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 queue: Optional[int] = None, first: int = 0,
                 settle: Optional[Tuple[int, int]] = None,
                 agree: Optional[Callable[[bool], bool]] = None,
-                period: Optional[int] = None, loader_only_last: bool = False) -> Repeat:
+                period: Optional[int] = None, loader_only_last: bool = False,
+                trace: Optional[Path] = None) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
     ``warmup`` (``loader_only_last``: the model step first, NOTE [loader-only last]). The
@@ -443,7 +445,10 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     dataset) runs before each of the two windows, and the queue is drained after it: the
     loader filled it while the eviction ran, from files read before it. ``settle``: the training
     run's warm-up goes on until the workers are out of step (NOTE [settling]), on every rank
-    (``agree``). ``period``: the loader's ``wave_period``, for the loader-only stretches."""
+    (``agree``). ``period``: the loader's ``wave_period``, for the loader-only stretches.
+    ``trace``: after the windows, one more training window runs under the profiler, written
+    to files that start with this path (NOTE [trace] in compare.trace); its digest is the
+    repeat's ``trace``, its numbers are not in the repeat."""
     x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
     for _ in range(max(1, warmup)):  # the loader cannot fill its queue while they run
         step(x, y)  # (NOTE [steady state] in compare.isolate)
@@ -473,6 +478,11 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     if lo is None:
         sync()
         lo = alone()
+    traced = None
+    if trace is not None:
+        sync()
+        traced = traced_window(trace, lambda: measure(it, step, steps, warmup, device,
+                                                      mark=True))
     return Repeat(
         samples_per_s=m.samples_per_s, loader_only_per_s=lo.rate, loader_only_halves=lo.halves,
         wait_p50_ms=m.wait_pct(50), wait_p95_ms=m.wait_pct(95), idle_pct=m.idle_pct,
@@ -481,8 +491,30 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
         waits_ms=tuple(round(w, 3) for w in m.waits_ms), steps=steps,
         window_s=round(m.wall_s, 4), pid=os.getpid(),
         cold_resident=None if evicted is None else round(evicted.after, 4),
-        halves=m.halves(), settle_batches=m.settle_batches, settled=m.settled,
+        halves=m.halves(), settle_batches=m.settle_batches, settled=m.settled, trace=traced,
     )
+
+
+def traced_window(base: Path, run: Callable[[], object]) -> dict:
+    """``run()`` (a marked ``measure``) under the profiler: the trace's digest
+    (``compare.trace``), its summary named relative to the run's output directory."""
+    from . import trace as tr
+
+    _, summary = tr.record(run, base)
+    return tr.digest(summary, f"{base.parent.name}/{base.name}.summary.json")
+
+
+def trace_base(folder: Optional[Path], unit: str) -> Optional[Path]:
+    """Where ``unit``'s trace files go in ``folder`` (``None``: no trace); under torchrun each
+    rank has its own."""
+    if folder is None:
+        return None
+    from .trace import slug
+
+    dist = torch.distributed
+    rank = (f"-rank{dist.get_rank()}" if dist.is_available() and dist.is_initialized()
+            and dist.get_world_size() > 1 else "")
+    return Path(folder) / (slug(unit) + rank)
 
 
 def say_repeat(log: Callable[[str], None], label: str, r: Repeat, where: str,
@@ -504,7 +536,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 sync: Callable[[], None] = _nothing, long: bool = False,
                 cold: Optional[Callable[[], object]] = None,
                 agree: Optional[Callable[[bool], bool]] = None,
-                fit: bool = False, loader_only_last: bool = False) -> VariantResult:
+                fit: bool = False, loader_only_last: bool = False,
+                trace: Optional[Path] = None) -> VariantResult:
     """Loader-only and model runs of one variant, ``repeats`` times each, in this process.
 
     Args:
@@ -518,6 +551,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
             the ranks settle together (NOTE [settling]).
         loader_only_last: time the loader alone after the model step (NOTE [loader-only
             last]).
+        trace: a folder: the first repeat also traces one more training window into it
+            (NOTE [trace] in compare.trace).
     """
     cfg = v.config_of(base)
     device = device_of(cfg)
@@ -534,7 +569,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
                 queue=queue, first=first_epoch(len(loader), n) if r == 0 else 0,
                 settle=settle, agree=agree, period=wave_period(loader),
-                loader_only_last=loader_only_last), loader))
+                loader_only_last=loader_only_last,
+                trace=trace_base(trace, f"{v.label} #1") if r == 0 else None), loader))
             if r == 0:  # one probe per process: the repeats after it share the first's
                 reps[-1] = replace(reps[-1], cpu_probe_ms=probe)
             progress.update(1)
@@ -551,22 +587,32 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
 
 
 def ceiling_repeat(batch, step: Callable, *, steps: int, warmup: int,
-                   device: torch.device, sync: Callable[[], None] = _nothing) -> Repeat:
-    """One repeat of the same step on one batch already on the device."""
+                   device: torch.device, sync: Callable[[], None] = _nothing,
+                   trace: Optional[Path] = None) -> Repeat:
+    """One repeat of the same step on one batch already on the device (``trace``: as in
+    ``time_repeat``)."""
     sync()
     m = measure(itertools.repeat(batch), step, steps, warmup, device)
+    traced = None
+    if trace is not None:
+        sync()
+        traced = traced_window(trace, lambda: measure(itertools.repeat(batch), step, steps,
+                                                      warmup, device, mark=True))
     return Repeat(m.samples_per_s, float("nan"), m.wait_pct(50), m.wait_pct(95), m.idle_pct,
-                  steps=steps, window_s=round(m.wall_s, 4), pid=os.getpid())
+                  steps=steps, window_s=round(m.wall_s, 4), pid=os.getpid(), trace=traced)
 
 
 def run_ceiling(batch, step: Callable, *, steps: int, warmup: int, repeats: int,
                 device: torch.device, log: Callable[[str], None] = print,
-                sync: Callable[[], None] = _nothing) -> VariantResult:
-    """The same step on one batch already on the device: the model-only ceiling."""
+                sync: Callable[[], None] = _nothing,
+                trace: Optional[Path] = None) -> VariantResult:
+    """The same step on one batch already on the device: the model-only ceiling (``trace``:
+    as in ``run_variant``)."""
     reps = []
     for r in range(repeats):
         reps.append(ceiling_repeat(batch, step, steps=steps, warmup=warmup, device=device,
-                                   sync=sync))
+                                   sync=sync,
+                                   trace=trace_base(trace, "ceiling #1") if r == 0 else None))
         log(f"  {'ceiling (batch on device)':28s} repeat {r + 1}/{repeats}: "
             f"{reps[-1].samples_per_s:9.1f} samples/s"
             + (f", GPU idle {reps[-1].idle_pct:5.1f}%" if device.type == "cuda" else ""))

@@ -350,6 +350,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         "world_size": job.world, "local_world_size": job.local_world, "nodes": job.nodes,
         "step": getattr(a, "step", None), "long": bool(getattr(a, "long", False)),
         "loader_only_last": bool(getattr(a, "loader_only_last", False)),
+        "trace": bool(getattr(a, "trace", False)),
         "isolate": bool(getattr(a, "isolate", False)), "cold": bool(getattr(a, "cold", False)),
         "compute_stream": getattr(a, "compute_stream", "default"),
         # --steps not given: each window is at least FIT_QUEUES x its loader's queue
@@ -398,6 +399,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
     t0 = time.perf_counter()
     stage = "setup"
     long = bool(getattr(a, "long", False))
+    traces = out / "trace" if setup["trace"] else None  # NOTE [trace] in compare.trace
     cold = None
     if getattr(a, "cold", False):
         from .pagecache import evictor
@@ -418,7 +420,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
             work = isolate.Job(tuple(p.variants), base, a.model, p.classes, a.steps, a.warmup,
                                long, getattr(a, "step", None), cold is not None,
                                setup["compute_stream"], setup["fit_queue"],
-                               setup["loader_only_last"])
+                               setup["loader_only_last"],
+                               str(traces) if traces is not None else None)
 
             def done(got, c):
                 nonlocal ceiling
@@ -440,14 +443,15 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                                        sync=job.barrier, long=long, cold=cold,
                                        agree=job.all_agree if job.group else None,
                                        fit=setup["fit_queue"],
-                                       loader_only_last=setup["loader_only_last"])
+                                       loader_only_last=setup["loader_only_last"],
+                                       trace=traces)
                     results.append(ddp.merge(job.gather(mine)))
                     save(False)
                 if captured:
                     stage = "the ceiling run"
                     mine = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
                                        repeats=a.repeats, device=captured[0][0].device,
-                                       log=log, sync=job.barrier)
+                                       log=log, sync=job.barrier, trace=traces)
                     ceiling = ddp.merge(job.gather(mine))
     except KeyboardInterrupt:
         return late(130, f"interrupted during {stage}")

@@ -1,0 +1,276 @@
+"""``--trace``: a profiler timeline of one more training window per variant, and what was in
+flight while the step waited for data.
+
+NOTE [trace]
+The suite's numbers say how long the step waited; they cannot say why. DALI's hardware decoder,
+for one, makes the loader alone three times faster than the step and still leaves the step
+waiting about a step's time now and then (docs/results/h200/README.md, dali-handoff): a stall,
+not a lack of throughput. One suspect is a call that waits for the whole device, such as a free
+of device or pinned memory, made by the loader's threads while the step's kernels run; the GPU
+then finishes the step before the loader goes on. ``--trace`` records, for the first repeat of
+each variant (and the first ceiling repeat), one more training window after the timed ones,
+under ``torch.profiler`` (CPU and CUDA activity, with CUDA synchronisation events where this
+torch has them). Its numbers are not in the results: the profiler slows the step. The window's
+steps are marked (``MARK_WAIT`` around ``next(loader)``, ``MARK_STEP`` around the step), and
+``analyse`` reads the exported Chrome trace:
+
+* the waits of the marked steps, and the *stalls* among them: waits of at least
+  ``STALL_FLOOR_MS`` and ``STALL_FACTOR`` times the median wait;
+* every CUDA runtime and driver call in the window, by name (count, total, longest, threads),
+  with the allocation calls (``ALLOCATION``) counted apart: they can wait for every stream;
+* the CUDA synchronisation events (stream, event and device waits), by name;
+* for each stall: the host calls in flight during it (longest overlap first, with their thread's
+  name, as ``/proc`` gives it at the end of the window) and how busy each GPU stream was.
+
+The profiler sees what the CUDA runtime and driver report through CUPTI: calls a library makes
+through a CUDA runtime it links statically may be missing, and the hardware JPEG decoder's own
+work is not a kernel. So an empty stall says that nothing CUPTI sees was in flight, not that
+nothing was. The trace itself is written without the CPU operators (``<unit>.trace.json.gz``,
+for a viewer such as Perfetto) and the analysis beside it (``<unit>.summary.json``); each traced
+repeat's results keep a digest (``Repeat.trace``).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import statistics
+import tempfile
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+MARK_WAIT = "gpu_feed/wait"
+MARK_STEP = "gpu_feed/step"
+STALL_FLOOR_MS = 5.0
+STALL_FACTOR = 3.0
+LONG_CALL_MS = 1.0
+TOP = 10  # calls listed per stall, and names in the by-name tables
+HOST_CATS = ("cuda_runtime", "cuda_driver")
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+SYNC_CAT = "cuda_sync"
+DROPPED_CATS = ("cpu_op", "python_function", "cpu_instant_event")  # left out of the trace file
+# calls that allocate or free device or pinned memory, or map it: the frees among them wait
+# for all work on the device (CUDA runtime API, "implicit synchronization")
+ALLOCATION = re.compile(r"^(cuda(Malloc|Free|HostAlloc|HostRegister|HostUnregister)"
+                        r"|cuMem(Alloc|Free|HostAlloc|HostRegister|HostUnregister|Map|Unmap"
+                        r"|Release|Create))")
+
+
+def mark(name: str, on: bool):
+    """A profiler range named ``name`` when ``on`` (a traced window), else nothing."""
+    return torch.profiler.record_function(name) if on else nullcontext()
+
+
+def slug(label: str) -> str:
+    """A file name for a unit's label (``"dali hw_decoder_load=1"`` -> ``dali-hw_decoder_load-1``)."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", label).strip("-") or "unit"
+
+
+def _config():
+    """CUDA synchronisation events, where this torch has the switch (``None`` otherwise)."""
+    try:
+        return torch._C._profiler._ExperimentalConfig(enable_cuda_sync_events=True)
+    except (AttributeError, TypeError):  # pragma: no cover - an older torch
+        return None
+
+
+def thread_names() -> Dict[int, str]:
+    """``{thread id: name}`` of this process's threads, from ``/proc`` (empty elsewhere)."""
+    out: Dict[int, str] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            out[int(t)] = Path(f"/proc/self/task/{t}/comm").read_text().strip()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def record(run: Callable[[], T], base: Path) -> Tuple[T, Dict[str, Any]]:
+    """``run()`` under the profiler; writes ``base`` + ``.trace.json.gz`` (the trace without
+    CPU operators) and ``.summary.json`` (``analyse``), and returns ``(run's result, the
+    summary)``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        acts.append(ProfilerActivity.CUDA)
+    cfg = _config()
+    kw = {"experimental_config": cfg} if cfg is not None and len(acts) > 1 else {}
+    with profile(activities=acts, **kw) as prof:
+        got = run()
+    names = thread_names()
+    base.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".json", dir=base.parent)
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        with open(tmp) as f:
+            data = json.load(f)
+    finally:
+        os.unlink(tmp)
+    summary = analyse(data, names)
+    slim = {**data, "traceEvents": [e for e in data.get("traceEvents", [])
+                                    if e.get("cat") not in DROPPED_CATS]}
+    with gzip.open(f"{base}.trace.json.gz", "wt") as f:
+        json.dump(slim, f)
+    Path(f"{base}.summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
+    return got, summary
+
+
+def _spans(events: List[dict], name: str) -> List[Tuple[float, float]]:
+    return sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
+                  for e in events if e.get("name") == name and e.get("cat") == "user_annotation")
+
+
+def _span(e: dict) -> Tuple[float, float]:
+    s = float(e["ts"])
+    return s, s + float(e.get("dur", 0.0))
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def _by_name(calls: List[dict], names: Dict[int, str]) -> List[Dict[str, Any]]:
+    table: Dict[str, Dict[str, Any]] = {}
+    for e in calls:
+        row = table.setdefault(e["name"], {"name": e["name"], "count": 0, "total_ms": 0.0,
+                                           "max_ms": 0.0, "threads": set()})
+        d = float(e.get("dur", 0.0)) / 1e3
+        row["count"] += 1
+        row["total_ms"] += d
+        row["max_ms"] = max(row["max_ms"], d)
+        row["threads"].add(_thread(e, names))
+    rows = sorted(table.values(), key=lambda r: -r["total_ms"])[:TOP]
+    return [{**r, "total_ms": round(r["total_ms"], 3), "max_ms": round(r["max_ms"], 3),
+             "threads": sorted(r["threads"])} for r in rows]
+
+
+def _thread(e: dict, names: Dict[int, str]) -> str:
+    tid = e.get("tid")
+    try:
+        tid = int(tid)
+    except (TypeError, ValueError):
+        return str(tid)
+    return f"{names[tid]} ({tid})" if tid in names else str(tid)
+
+
+def _stream(e: dict) -> str:
+    args = e.get("args") or {}
+    return f"{args.get('device', e.get('pid'))}:{args.get('stream', e.get('tid'))}"
+
+
+def analyse(trace: Dict[str, Any], names: Optional[Dict[int, str]] = None) -> Dict[str, Any]:
+    """What a Chrome trace of a marked window shows (NOTE [trace]). ``names``: thread names by
+    id (``thread_names``), added to the trace's own.
+
+    Raises:
+        ValueError: the trace has no marked step (not a window this module recorded).
+    """
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e]
+    names = dict(names or {})
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            try:
+                names.setdefault(int(e["tid"]), str((e.get("args") or {}).get("name", "")))
+            except (KeyError, TypeError, ValueError):
+                continue
+    waits, steps = _spans(events, MARK_WAIT), _spans(events, MARK_STEP)
+    if not waits:
+        raise ValueError(f"the trace has no {MARK_WAIT!r} range: it is not a window that "
+                         "compare.trace recorded")
+    t0, t1 = waits[0][0], max(max(b for _, b in waits), max((b for _, b in steps), default=0))
+    inside = [e for e in events if _overlap(*_span(e), t0, t1) > 0 or t0 <= float(e["ts"]) <= t1]
+    calls = [e for e in inside if e.get("cat") in HOST_CATS]
+    gpu = [e for e in inside if e.get("cat") in GPU_CATS]
+    syncs = [e for e in inside if e.get("cat") == SYNC_CAT]
+    wait_ms = [(b - a) / 1e3 for a, b in waits]
+    med = statistics.median(wait_ms)
+    limit = max(STALL_FLOOR_MS, STALL_FACTOR * med)
+    stalls = []
+    for i, ((a, b), w) in enumerate(zip(waits, wait_ms)):
+        if w < limit:
+            continue
+        flight: Dict[Tuple[str, str], float] = {}
+        for e in calls:
+            ov = _overlap(*_span(e), a, b)
+            if ov > 0:
+                key = (e["name"], _thread(e, names))
+                flight[key] = flight.get(key, 0.0) + ov
+        busy: Dict[str, float] = {}
+        for e in gpu:
+            ov = _overlap(*_span(e), a, b)
+            if ov > 0:
+                busy[_stream(e)] = busy.get(_stream(e), 0.0) + ov
+        top = sorted(flight.items(), key=lambda kv: -kv[1])[:TOP]
+        stalls.append({
+            "step": i, "at_ms": round((a - t0) / 1e3, 3), "wait_ms": round(w, 3),
+            "in_flight": [{"name": n, "thread": th, "overlap_ms": round(v / 1e3, 3)}
+                          for (n, th), v in top],
+            "streams_busy_ms": {k: round(v / 1e3, 3) for k, v in sorted(busy.items())},
+        })
+    alloc = [e for e in calls if ALLOCATION.match(e["name"])]
+    long_calls = sorted((e for e in calls if float(e.get("dur", 0.0)) >= LONG_CALL_MS * 1e3),
+                        key=lambda e: -float(e.get("dur", 0.0)))[:TOP]
+    streams: Dict[str, Dict[str, float]] = {}
+    for e in gpu:
+        row = streams.setdefault(_stream(e), {"events": 0, "busy_ms": 0.0})
+        row["events"] += 1
+        row["busy_ms"] += float(e.get("dur", 0.0)) / 1e3
+    return {
+        "steps": len(waits), "window_ms": round((t1 - t0) / 1e3, 3),
+        "wait_ms": {"median": round(med, 3), "max": round(max(wait_ms), 3),
+                    "stall_limit": round(limit, 3)},
+        "waits_ms": [round(w, 3) for w in wait_ms],
+        "stalls": stalls,
+        "cuda_activity": bool(gpu or calls),
+        "calls": _by_name(calls, names),
+        "allocation_calls": _by_name(alloc, names),
+        "long_calls": [{"name": e["name"], "thread": _thread(e, names),
+                        "at_ms": round((float(e["ts"]) - t0) / 1e3, 3),
+                        "ms": round(float(e.get("dur", 0.0)) / 1e3, 3)} for e in long_calls],
+        "syncs": _by_name(syncs, names),
+        "streams": {k: {"events": v["events"], "busy_ms": round(v["busy_ms"], 3)}
+                    for k, v in sorted(streams.items())},
+    }
+
+
+def digest(summary: Dict[str, Any], file: str) -> Dict[str, Any]:
+    """The few facts of ``summary`` a repeat's results keep (``Repeat.trace``): the summary's
+    file, the stalls and the host calls most in flight during them, summed over the stalls."""
+    total: Dict[Tuple[str, str], float] = {}
+    for s in summary["stalls"]:
+        for c in s["in_flight"]:
+            key = (c["name"], c["thread"])
+            total[key] = total.get(key, 0.0) + c["overlap_ms"]
+    top = sorted(total.items(), key=lambda kv: -kv[1])[:3]
+    return {"file": file, "steps": summary["steps"], "stalls": len(summary["stalls"]),
+            "stall_ms": round(sum(s["wait_ms"] for s in summary["stalls"]), 3),
+            "cuda_activity": summary["cuda_activity"],
+            "allocation_calls": sum(r["count"] for r in summary["allocation_calls"]),
+            "in_stalls": [[n, th, round(v, 3)] for (n, th), v in top]}
+
+
+def describe(d: Dict[str, Any]) -> str:
+    """One line for a repeat's trace digest (``summary.md``)."""
+    if d["stalls"] == 0:
+        head = f"{d['steps']} steps, no stall"
+    else:
+        head = (f"{d['steps']} steps, {d['stalls']} stall{'s' if d['stalls'] > 1 else ''} "
+                f"({d['stall_ms']:.1f} ms)")
+    if not d["cuda_activity"]:
+        return f"{head}; no CUDA activity recorded (`{d['file']}`)"
+    top = "; ".join(f"{n} on {th}: {ms:.1f} ms" for n, th, ms in d["in_stalls"])
+    during = f"; in flight during the stalls: {top}" if top else (
+        "; nothing CUPTI sees in flight during the stalls" if d["stalls"] else "")
+    return f"{head}, {d['allocation_calls']} allocation calls{during} (`{d['file']}`)"

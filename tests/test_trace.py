@@ -1,0 +1,128 @@
+"""``--trace`` (compare.trace, NOTE [trace]): the analysis of a marked window's Chrome trace,
+and the suite writing one per variant's first repeat and the ceiling's."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from compare import trace
+from compare.suite import main as suite
+
+FAST = ["--model", "tinycnn", "--batch-size", "8", "--warmup", "1", "--device", "cpu",
+        "--workers", "1"]
+
+
+def _x(name, cat, ts_ms, dur_ms, tid=1, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts_ms * 1e3, "dur": dur_ms * 1e3,
+            "pid": 100, "tid": tid, "args": args}
+
+
+def _window(waits_ms, step_ms=50.0):
+    """Marked steps: each wait, then a step of ``step_ms``; returns (events, wait starts)."""
+    events, starts, t = [], [], 0.0
+    for w in waits_ms:
+        events.append(_x(trace.MARK_WAIT, "user_annotation", t, w))
+        starts.append(t)
+        t += w
+        events.append(_x(trace.MARK_STEP, "user_annotation", t, step_ms))
+        t += step_ms
+    return events, starts
+
+
+def test_a_stall_is_found_with_what_was_in_flight_during_it():
+    events, starts = _window([1.0, 1.2, 60.0, 0.9, 1.1])
+    s = starts[2]  # the stall: 60 ms at step 2
+    events += [
+        # a free of pinned memory on a loader thread spans most of the stall
+        _x("cudaFreeHost", "cuda_runtime", s + 2, 50.0, tid=7),
+        # a short launch on the main thread during it, and an allocation outside every stall
+        _x("cudaLaunchKernel", "cuda_runtime", s + 10, 0.01, tid=1),
+        _x("cuMemFree_v2", "cuda_driver", starts[0] + 0.1, 0.2, tid=7),
+        # the compute stream busy through the stall, the loader's stream for 5 ms of it
+        {**_x("conv", "kernel", s - 5, 65.0), "pid": 0, "tid": 7,
+         "args": {"device": 0, "stream": 7}},
+        {**_x("Memcpy HtoD", "gpu_memcpy", s + 52, 5.0), "pid": 0, "tid": 21,
+         "args": {"device": 0, "stream": 21}},
+        _x("Stream Sync", "cuda_sync", s + 1, 55.0, tid=7),
+        _x("aten::conv2d", "cpu_op", s, 1.0),  # not a CUDA call
+    ]
+    meta = [{"ph": "M", "name": "thread_name", "pid": 100, "tid": 1, "args": {"name": "main"}}]
+    out = trace.analyse({"traceEvents": meta + events}, {7: "dali-worker"})
+    assert out["steps"] == 5 and out["waits_ms"][2] == 60.0
+    assert out["wait_ms"]["stall_limit"] == pytest.approx(max(trace.STALL_FLOOR_MS, 3 * 1.1))
+    assert [st["step"] for st in out["stalls"]] == [2]
+    stall = out["stalls"][0]
+    assert stall["in_flight"][0] == {"name": "cudaFreeHost", "thread": "dali-worker (7)",
+                                     "overlap_ms": 50.0}
+    assert {c["thread"] for c in stall["in_flight"]} == {"dali-worker (7)", "main (1)"}
+    assert stall["streams_busy_ms"] == {"0:7": 60.0, "0:21": 5.0}
+    alloc = {r["name"]: r["count"] for r in out["allocation_calls"]}
+    assert alloc == {"cudaFreeHost": 1, "cuMemFree_v2": 1}  # not the launch
+    assert out["long_calls"][0]["name"] == "cudaFreeHost" and out["long_calls"][0]["ms"] == 50.0
+    assert out["syncs"][0]["name"] == "Stream Sync" and out["cuda_activity"] is True
+    json.dumps(out, allow_nan=False)  # strict JSON
+
+    d = trace.digest(out, "trace/x.summary.json")
+    assert d["stalls"] == 1 and d["stall_ms"] == 60.0 and d["allocation_calls"] == 2
+    assert d["in_stalls"][0] == ["cudaFreeHost", "dali-worker (7)", 50.0]
+    line = trace.describe(d)
+    assert line.startswith("5 steps, 1 stall (60.0 ms), 2 allocation calls")
+    assert "cudaFreeHost on dali-worker (7): 50.0 ms" in line
+
+
+def test_steady_waits_have_no_stall_and_a_trace_without_marks_is_refused():
+    events, _ = _window([2.0, 2.5, 3.0, 2.2])
+    out = trace.analyse({"traceEvents": events})
+    assert out["stalls"] == [] and out["cuda_activity"] is False
+    assert trace.describe(trace.digest(out, "f")) == \
+        "4 steps, no stall; no CUDA activity recorded (`f`)"
+    with pytest.raises(ValueError, match="no 'gpu_feed/wait' range"):
+        trace.analyse({"traceEvents": [_x("cudaFree", "cuda_runtime", 0, 1)]})
+
+
+def test_slug_names_a_unit_file():
+    assert trace.slug("dali hw_decoder_load=1 #1") == "dali-hw_decoder_load-1-1"
+    assert trace.slug("  ") == "unit"
+
+
+@pytest.mark.parametrize("how", ["--isolate", "--no-isolate"])
+def test_the_suite_traces_each_variants_first_repeat_and_the_ceiling(tiny_root, tmp_path, how):
+    out = tmp_path / "t"
+    assert suite(["--data", str(tiny_root), "--out", str(out), *FAST, how, "--backends",
+                  "pageable,pinned", "--steps", "3", "--repeats", "2", "--trace"]) == 0
+    r = json.loads((out / "results.json").read_text())
+    assert r["setup"]["trace"] is True
+    for v in r["variants"] + [r["ceiling"]]:
+        first, second = v["repeats"]
+        assert second["trace"] is None
+        d = first["trace"]
+        summary = json.loads((out / d["file"]).read_text())
+        assert summary["steps"] == d["steps"] == first["steps"]  # the same window length
+        assert len(summary["waits_ms"]) == summary["steps"]
+        name = d["file"].removesuffix(".summary.json")
+        with gzip.open(out / f"{name}.trace.json.gz", "rt") as f:
+            kept = json.load(f)["traceEvents"]
+        cats = {e.get("cat") for e in kept}
+        assert "user_annotation" in cats and "cpu_op" not in cats  # slimmed
+    text = (out / "summary.md").read_text()
+    assert "**Traces**" in text and "- pinned: " in text and "- ceiling: " in text
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_the_trace_holds_the_steps_kernels_and_cuda_calls(gpu_root, tmp_path):
+    """On a GPU the traced window's CUDA activity is recorded: the step's kernels on its
+    stream, and the runtime calls that launched them."""
+    out = tmp_path / "g"
+    assert suite(["--data", str(gpu_root), "--out", str(out), "--model", "resnet18",
+                  "--batch-size", "32", "--warmup", "2", "--workers", "4", "--no-isolate",
+                  "--backends", "pinned", "--steps", "6", "--repeats", "1", "--trace"]) == 0
+    r = json.loads((out / "results.json").read_text())
+    d = r["variants"][0]["repeats"][0]["trace"]
+    summary = json.loads((out / d["file"]).read_text())
+    assert d["cuda_activity"] is True and summary["steps"] == r["variants"][0]["repeats"][0][
+        "steps"]
+    assert max(s["busy_ms"] for s in summary["streams"].values()) > 0
+    assert any(c["name"].startswith("cudaLaunchKernel") or c["name"].startswith("cuLaunch")
+               for c in summary["calls"])
