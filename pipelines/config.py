@@ -112,6 +112,24 @@ class Handoff(str, enum.Enum):
     STREAM = "stream"
 
 
+class DecodeOn(str, enum.Enum):
+    """Where the ``dali`` backend decodes its JPEGs on a GPU (``DaliOptions.decode_on``).
+
+    * ``GPU``: DALI's mixed decoder, nvJPEG (and the hardware JPEG decoder's share,
+      ``hw_decoder_load``): the Huffman decode on the pipeline's CPU threads, the rest on the GPU.
+    * ``CPU``: DALI's CPU decoder (libjpeg-turbo) on the pipeline's threads, the crop fused into
+      the decode and the resize that follows it on the CPU too; only the images of the output
+      size move to the GPU, where the rest of the recipe runs. The GPU then does almost none of
+      the decode's work, at the cost of CPU time.
+
+    Example: ``DaliOptions(decode_on="cpu")`` for a step that keeps the GPU busy and a host
+    with cores to spare. On CPU operators (no GPU) everything runs on the CPU either way.
+    """
+
+    GPU = "gpu"
+    CPU = "cpu"
+
+
 class OutputDType(str, enum.Enum):
     """The dtype of ``Batch.images``."""
 

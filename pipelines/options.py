@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from .config import CpuBinding, Decoder, Handoff, PinMode, enum_option, int_option
+from .config import CpuBinding, Decoder, DecodeOn, Handoff, PinMode, enum_option, int_option
 
 
 def option(default: Any, *, lo: float | None = None, hi: float | None = None,
@@ -198,6 +198,12 @@ class DaliOptions(Options):
             its first batches are ready when the consumer starts it (``pipelines.dali.loader``
             NOTE [running on]). Off: every epoch starts with empty pipelines, and its first
             batch waits for a whole batch's read, decode and augmentation.
+        decode_on: a ``DecodeOn``: where the JPEGs are decoded on a GPU, nvJPEG (``"gpu"``)
+            or DALI's CPU decoder on the pipeline's threads with the crop and its resize
+            (``"cpu"``: only output-size images cross to the GPU). ``"cpu"`` takes the decode's
+            GPU work off the training step's GPU for CPU time; it uses no hardware decoder, so
+            ``hw_decoder_load`` must stay 0 with it. Not yet measured on a GPU, hence the
+            default. No effect on CPU operators.
     """
 
     backends: ClassVar[Tuple[str, ...]] = ("dali",)
@@ -214,6 +220,7 @@ class DaliOptions(Options):
     preallocate_height_hint: Optional[int] = option(0, lo=0)
     handoff: Handoff = option(Handoff.CURRENT)
     run_on: bool = option(True)
+    decode_on: DecodeOn = option(DecodeOn.GPU)
 
     def threads(self, num_workers: int) -> int:
         """The reader threads for ``num_workers`` decoder threads (``reader_threads``)."""
@@ -229,6 +236,11 @@ class DaliOptions(Options):
 
     def check(self, num_workers: int) -> None:
         """The rules that involve the ``LoaderConfig`` (raised when the loader is built)."""
+        if self.decode_on is DecodeOn.CPU and self.hw_decoder_load != 0.0:
+            raise ValueError(f"hw_decoder_load={self.hw_decoder_load!r} is the hardware "
+                             "decoder's share (None: chosen by measurement), which "
+                             "decode_on='cpu' does not use; leave it at 0 or use "
+                             "decode_on='gpu'")
         if num_workers and self.pipelines is not None and self.pipelines > num_workers:
             raise ValueError(f"pipelines={self.pipelines!r} must be <= num_workers={num_workers} "
                              "(each DALI pipeline needs a decoder thread)")

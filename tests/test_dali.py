@@ -252,3 +252,51 @@ def test_gpu_handoff_stream_gives_the_same_batches_to_a_busy_consumer(gpu_root, 
             outs[handoff] = [torch.cat([k[i] for k in kept]) for i in range(3)]
     for a, b in zip(outs["current"], outs["stream"]):
         assert torch.equal(a, b)
+
+
+def test_decode_on_cpu_refuses_a_hardware_decoder_share_and_is_a_no_op_on_cpu_operators(
+        tiny_root):
+    """``DaliOptions.decode_on="cpu"``: no nvJPEG tuning reaches its decoder, a hardware
+    decoder share (or its calibration) is refused naming both options, and on CPU operators,
+    where everything decodes on the CPU anyway, the batches are the default's."""
+    from pipelines import DaliOptions, DecodeOn
+    from pipelines.dali.graph import decoder_kwargs, decodes_on_gpu
+
+    cpu = DaliOptions(decode_on="cpu")
+    assert cpu.decode_on is DecodeOn.CPU and DaliOptions().decode_on is DecodeOn.GPU
+    assert decoder_kwargs(cpu, gpu=True) == {} and not decodes_on_gpu(cpu, gpu=True)
+    assert decoder_kwargs(DaliOptions(), gpu=True)["hw_decoder_load"] == 0.0
+    for load in (1.0, None):
+        with pytest.raises(ValueError, match="decode_on='cpu' does not use"):
+            make("dali", _cfg(tiny_root), decode_on="cpu", hw_decoder_load=load)
+    outs = []
+    for where in ("gpu", "cpu"):
+        with make("dali", _cfg(tiny_root), decode_on=where) as ld:
+            assert ld.decoder == "DALI CPU"
+            outs.append(torch.cat([x for x, _ in ld]))
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.cuda
+def test_gpu_decode_on_cpu_gives_gpu_batches_close_to_nvjpegs(gpu_root):
+    """``decode_on="cpu"`` on a GPU: DALI's CPU decoder, the batches on the device, the eval
+    recipe within 2/255 of nvJPEG's (two JPEG decoders), and the train recipe's contract."""
+    spec = AugmentSpec(mode="eval", size=224)
+    cfg = LoaderConfig(root=gpu_root, batch_size=64, device="cuda", num_workers=4,
+                       augment=spec, shuffle=False)
+    outs = {}
+    for where in ("gpu", "cpu"):
+        with make("dali", cfg, decode_on=where) as ld:
+            assert ld.decoder == ("DALI CPU decode" if where == "cpu" else "nvJPEG hw 0")
+            xs = [x for x, _ in ld]
+            assert xs[0].is_cuda
+            outs[where] = torch.cat(xs)
+    mae = _denorm_mae(outs["gpu"], outs["cpu"], spec)
+    print(f"DALI decode_on=cpu vs nvJPEG eval: mean abs diff {mae * 255:.4f}/255")
+    assert mae < 2 / 255
+    train = cfg.replace(augment=AugmentSpec(size=224), dtype="bfloat16", channels_last=True)
+    with make("dali", train, decode_on="cpu") as ld:
+        x, y = next(iter(ld))
+        assert x.is_cuda and y.is_cuda and x.dtype == torch.bfloat16
+        assert x.shape == (64, 3, 224, 224)
+        assert x.is_contiguous(memory_format=torch.channels_last)

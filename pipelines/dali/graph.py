@@ -11,7 +11,9 @@ shorter side to ``resize_size`` -> centre crop -> ``crop_mirror_normalize``.
 
 On a GPU the decoder is ``device="mixed"`` (nvJPEG, with the hardware JPEG decoder taking
 ``hw_decoder_load`` of the images where the GPU has one) and the rest runs on the GPU; with
-``device_id=None`` the same graph runs on CPU operators (how CI tests it).
+``DaliOptions.decode_on="cpu"`` the decoder (with a fused crop and its resize) runs on the CPU
+and its output moves to the GPU for the rest. With ``device_id=None`` the same graph runs on
+CPU operators (how CI tests it).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from nvidia.dali import fn, pipeline_def, types
 
 from ..migrate import Op, TvPlan
 from ..migrate.ops import build, entry
-from ..config import LoaderConfig, OutputDType
+from ..config import DecodeOn, LoaderConfig, OutputDType
 from ..indexing import dali_seed
 from ..options import DaliOptions
 
@@ -34,9 +36,14 @@ DALI_DTYPE = {
 OUTPUTS = ("images", "labels", "indices")
 
 
+def decodes_on_gpu(opt: DaliOptions, gpu: bool) -> bool:
+    """Whether the decoder is the mixed one (nvJPEG): on a GPU, unless ``decode_on="cpu"``."""
+    return gpu and opt.decode_on is DecodeOn.GPU
+
+
 def decoder_kwargs(opt: DaliOptions, gpu: bool) -> dict:
     """nvJPEG / hardware-decoder tuning; only the mixed decoder accepts these."""
-    if not gpu:
+    if not decodes_on_gpu(opt, gpu):
         return {}
     kw = dict(
         hw_decoder_load=opt.hw_decoder_load,
@@ -50,15 +57,19 @@ def decoder_kwargs(opt: DaliOptions, gpu: bool) -> dict:
     return kw
 
 
-def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool):
+def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
+            mixed: Optional[bool] = None):
     """The augmentation graph on encoded JPEGs, from a ``TvPlan``; returns normalised images.
 
     Each op is built by its op registry entry (``pipelines.migrate.ops``). A leading op whose
     entry can ``decode`` (random-resized-crop: only the crop window is decoded) is fused into
     the decoder; a trailing op whose entry gives a ``mirror`` (horizontal flip) is fused into
     ``crop_mirror_normalize``, and so is the plan's last value map (``mean`` / ``std``).
+    ``mixed``: the decoder is nvJPEG (default: on a GPU); on a GPU without it, the decoder's
+    output moves to the GPU after the decode (and the fused crop's resize).
     """
-    dec = "mixed" if gpu else "cpu"
+    mixed = gpu if mixed is None else mixed
+    dec = "mixed" if mixed else "cpu"
     ops = list(plan.ops)
     if ops and entry(ops[0]).decode is not None:
         op = ops.pop(0)
@@ -66,6 +77,8 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool):
     else:
         images = fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
                                    jpeg_fancy_upsampling=True, **dec_kw)
+    if gpu and not mixed:
+        images = images.gpu()  # DecodeOn.CPU: the rest of the recipe runs on the GPU
     kw = {}
     if ops and entry(ops[-1]).mirror is not None:
         op = ops.pop()
@@ -142,7 +155,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         # default (DaliOptions.use_mmap; docs/results/h200/dali-io-probe).
         jpegs = paths if encoded else fn.io.file.read(paths, dont_use_mmap=not opt.use_mmap)
         labels, indices = meta[0:1], meta[1:2]
-        images = augment(jpegs, plan, cfg, dec_kw, gpu)
+        images = augment(jpegs, plan, cfg, dec_kw, gpu, decodes_on_gpu(opt, gpu))
         if gpu:
             labels = labels.gpu()
         return images, labels, indices

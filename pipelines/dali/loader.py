@@ -85,7 +85,7 @@ from ..options import DaliOptions
 from ..sources import header_sizes
 from ..types import Batch
 from .calibrate import CalibrationCache, Calibrator, EventTimer, cache_key, window_for
-from .graph import OUTPUTS, build_pipeline, conditional
+from .graph import OUTPUTS, build_pipeline, conditional, decodes_on_gpu
 from .probe import DecodeProbe
 from .source import PlanSource
 
@@ -183,6 +183,8 @@ class DaliLoader(LoaderBase):
         decoder."""
         if not self.gpu:
             return "DALI CPU"
+        if not decodes_on_gpu(self.options, self.gpu):
+            return "DALI CPU decode"  # DaliOptions.decode_on="cpu"
         how = " calibrated" if self.calibrator is not None else ""
         return f"nvJPEG hw {self.hw_decoder_load:g}{how}"
 
@@ -348,10 +350,11 @@ class DaliLoader(LoaderBase):
                 for i in fed.rows.tolist():
                     items.setdefault(i, self.paths[i])
         if self._probe is None:
-            kw = {"hw_decoder_load": self.hw_decoder_load} if self.gpu else {}
+            mixed = decodes_on_gpu(self.options, self.gpu)
+            kw = {"hw_decoder_load": self.hw_decoder_load} if mixed else {}
             self._probe = DecodeProbe(self.config.batch_size, self.device_id, kw,
                                       read=None if self.data_source.by_path
-                                      else self.data_source.read)
+                                      else self.data_source.read, mixed=mixed)
         found = self._probe.failing(sorted(items.items()), on_bad=self.source.mark_bad)
         if not found:
             raise RuntimeError(

@@ -37,11 +37,14 @@ class DecodeProbe:
         decoder_kwargs: extra arguments of ``fn.decoders.image`` (the graph's decoder tuning).
         read: ``read(index) -> bytes`` for samples that are not files (tar shards): their bytes
             are fed instead of their paths.
+        mixed: decode with the mixed decoder on the device (default: when there is one); off,
+            with DALI's CPU decoder (``DaliOptions.decode_on="cpu"``).
     """
 
     def __init__(self, batch_size: int, device_id: Optional[int], decoder_kwargs: dict,
-                 read: Optional[Callable[[int], bytes]] = None):
+                 read: Optional[Callable[[int], bytes]] = None, mixed: Optional[bool] = None):
         self.read = read
+        self.mixed = device_id is not None if mixed is None else mixed
         self.batch_size = batch_size
         self.device_id = device_id
         self.decoder_kwargs = decoder_kwargs
@@ -50,7 +53,7 @@ class DecodeProbe:
         self.rebuilds = 0
 
     def _build(self):
-        dec = "mixed" if self.device_id is not None else "cpu"
+        dec = "mixed" if self.mixed else "cpu"
         kw = self.decoder_kwargs
 
         @pipeline_def(batch_size=self.batch_size, num_threads=2, device_id=self.device_id,
