@@ -3,7 +3,11 @@ behind design choices quoted in the README and docstrings (single thread, median
 
 * ``decode``: decode + RandomResizedCrop(224) + flip per image (``--mode eval``: decode +
   Resize(256) + CenterCrop(224)): PIL (``ImageFolder``'s decode), ``torchvision.io``, and the
-  scaled decode (``TorchOptions.decoder="scaled"``).
+  scaled decode (``TorchOptions.decoder="scaled"``); and ``eighth``, each file decoded at 1/8
+  scale in the scaled decode's library and nothing else. The scaled decode reads the whole
+  file, and the entropy-coded data costs the same at every scale, so no crop decoded that way
+  runs faster than ``eighth``: ``bound_over_torchvision`` (torchvision's time over it) is the
+  most the scaled decode can gain over torchvision's decoder per image on this host.
 * ``validate``: ``pipelines.validate.check_image_bytes`` per file.
 * ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
   one dense array, and copied vs ``no_copy`` buffers.
@@ -110,13 +114,31 @@ def decode(paths, repeats, mode="train"):
     def seeded(fn):  # every decoder draws the same crops in every round
         return lambda: (torch.manual_seed(0), fn())
 
-    n = len(paths)
-    runs = {"pil": seeded(pil), "torchvision": seeded(tv), "scaled": seeded(scaled_in())}
     lib = jpeg_library()
+
+    def eighth():  # the whole file at 1/8 scale: the floor of any DCT-scaled decode of it
+        for p in paths:
+            with open(p, "rb") as f:
+                data = f.read()
+            if lib == "simplejpeg":
+                import simplejpeg
+
+                h, w = simplejpeg.decode_jpeg_header(data)[:2]
+                simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-h // 8),
+                                       min_width=-(-w // 8))
+            else:
+                with Image.open(p) as im:
+                    im.draft("RGB", (im.size[0] // 8, im.size[1] // 8))
+                    im.convert("RGB")
+
+    n = len(paths)
+    runs = {"pil": seeded(pil), "torchvision": seeded(tv), "scaled": seeded(scaled_in()),
+            "eighth": eighth}
     if lib != "pil":
         runs["scaled_pil"] = seeded(scaled_in("pil"))
     med = _interleaved(runs, repeats)
-    return {"scaled_library": lib, **{f"{k}_ms_per_img": 1e3 * v / n for k, v in med.items()}}
+    return {"scaled_library": lib, **{f"{k}_ms_per_img": 1e3 * v / n for k, v in med.items()},
+            "bound_over_torchvision": round(med["torchvision"] / med["eighth"], 3)}
 
 
 def validate(paths, repeats):
