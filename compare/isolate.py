@@ -104,7 +104,7 @@ def order(variants: int, repeats: int, ceiling: bool, seed: int) -> List[Unit]:
 class Job:
     """What a unit's process needs to rebuild the suite's setup (all picklable)."""
 
-    variants: tuple          # runner.Variant
+    variants: tuple          # variants.Variant
     base: object             # LoaderConfig
     model: str
     classes: int

@@ -1,256 +1,26 @@
-"""Runs every variant on the same files, augmentation, batch size, model, steps and warm-up."""
+"""Runs every variant (``compare.variants``) on the same files, augmentation, batch size,
+model, steps and warm-up."""
 from __future__ import annotations
 
 import enum
 import gc
 import itertools
 import os
-import typing
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import torch
 
-from pipelines import Backend, Decoder, LoaderConfig, Options, create_loader, options_for
+from pipelines import Backend, LoaderConfig, create_loader
 
-from .cli import PRESETS
 from .hostprobe import probe_ms
 from .metrics import CpuUtil, NvmlSampler, loader_only, measure
 from .models import TrainStep
 from .progress import bar
 from .results import FIT_QUEUES, Repeat, VariantResult
-
-
-# What a variant may change: how data is loaded, never the data, augmentation, batch or model.
-# ``num_workers`` (a LoaderConfig field every backend honours) and every field of the backend's
-# options class (``pipelines.options_for``), read from the class, so a new option is sweepable
-# as soon as it exists.
-CONFIG_KEYS = ("num_workers",)
-
-
-def _option_types(b: Backend) -> Dict[str, object]:
-    return options_for(b).option_types()
-
-
-def honours(b: Backend, key: str) -> bool:
-    """Whether backend ``b`` has a knob ``key`` with an effect on it."""
-    if key in CONFIG_KEYS:
-        return True
-    cls = options_for(b)
-    return key in cls.option_types() and b.value in cls.honoured_by(key)
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A backend plus loader-only overrides: ``num_workers`` and its options' fields.
-
-    ``sources`` names, for each override, the command-line item that set it (e.g.
-    ``{"num_workers": "--sweep num_workers=4"}``), so a value that is refused is reported
-    against what the user typed.
-    """
-
-    label: str
-    backend: Backend
-    overrides: Dict[str, object] = field(default_factory=dict)
-    sources: Dict[str, str] = field(default_factory=dict, compare=False)
-    reference: bool = False  # --reference: a plain recipe of ``backend`` (compare.reference)
-
-    @property
-    def kind(self) -> str:
-        """The results' ``backend`` field: the backend's name, or ``"reference"``."""
-        return "reference" if self.reference else self.backend.value
-
-    def __post_init__(self):
-        allowed = set(CONFIG_KEYS) | set(_option_types(self.backend))
-        extra = sorted(set(self.overrides) - allowed)
-        if extra:  # apples to apples: a variant may only change how data is loaded
-            raise ValueError(f"variant {self.label!r} overrides {extra}; only "
-                             f"{sorted(allowed)} may differ between variants")
-
-    def config_of(self, base: LoaderConfig) -> LoaderConfig:
-        """``base`` with this variant's config overrides (validated)."""
-        return base.replace(**{k: v for k, v in self.overrides.items() if k in CONFIG_KEYS})
-
-    def options_of(self) -> Options:
-        """This variant's backend options (validated, and refused where they have no effect)."""
-        kw = {k: v for k, v in self.overrides.items() if k not in CONFIG_KEYS}
-        return options_for(self.backend)(**kw).for_backend(self.backend.value)
-
-
-ORDER = (Backend.PAGEABLE, Backend.PINNED, Backend.DALI)
-
-
-def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
-    """The variants of ``--preset name``, restricted to ``backends``:
-
-    * ``seeds``: the seeds' table, with every torch row on the PIL decoder so that only pinning
-      and streams differ (``pageable``; ``pin-only``: pinned memory, no stream; ``pinned``: two
-      streams), then ``pinned`` on the two faster decoders, ``pinned torchvision`` and
-      ``pinned scaled`` (which one is faster depends on the image size:
-      docs/results/cpu/README.md), and ``dali``;
-    * ``large``: ``pageable``, ``pinned`` (torchvision's decoder), ``pinned scaled`` (the scaled
-      decode, the fastest on large photos), ``dali`` and ``dali calibrated`` (the hardware
-      decoder's share chosen by measurement and preallocation hints sized from the data:
-      ``hw_decoder_load=None`` and the hints ``None``), for the large photos the suite
-      generates for it (``compare.suite.LARGE``).
-    """
-    if name not in PRESETS:
-        raise ValueError(f"--preset {name!r} is unknown; choose one of {', '.join(PRESETS)}")
-    src = {"streams": f"--preset {name}", "decoder": f"--preset {name}"}
-    dec = lambda d: {"streams": 2, "decoder": d}  # noqa: E731
-    if name == "large":
-        out = [Variant("pageable", Backend.PAGEABLE),
-               Variant("pinned", Backend.PINNED, dec(Decoder.TORCHVISION), src),
-               Variant("pinned scaled", Backend.PINNED, dec(Decoder.SCALED), src),
-               Variant("dali", Backend.DALI),
-               Variant("dali calibrated", Backend.DALI,
-                       {"hw_decoder_load": None, "preallocate_width_hint": None,
-                        "preallocate_height_hint": None},
-                       {k: f"--preset {name}" for k in ("hw_decoder_load",
-                                                         "preallocate_width_hint",
-                                                         "preallocate_height_hint")})]
-    else:
-        out = [Variant("pageable", Backend.PAGEABLE),
-               Variant("pin-only", Backend.PINNED, {"streams": 0, "decoder": Decoder.PIL}, src),
-               Variant("pinned", Backend.PINNED, dec(Decoder.PIL), src),
-               Variant("pinned torchvision", Backend.PINNED, dec(Decoder.TORCHVISION), src),
-               Variant("pinned scaled", Backend.PINNED, dec(Decoder.SCALED), src),
-               Variant("dali", Backend.DALI)]
-    return [v for v in out if v.backend in backends]
-
-
-# NOTE [sweep keys and the backends they apply to]
-# A sweep key is ``num_workers`` or a field of a backend's options class; it has an effect on
-# the backends that honour it (``honours``) and none on the others, so sweeping it there would
-# time identical setups and report noise as a speed-up. The rule: each backend is swept over
-# the keys it honours only, and runs once per combination of those (a one-line note says "no
-# effect on <backend>"); a key that no backend of the run honours is refused. ``pin`` is not a
-# knob but picks backends: on = pinned, off = pageable; without --backends it chooses them, with
-# --backends it must agree with them.
-PIN = {"on": Backend.PINNED, "off": Backend.PAGEABLE}
-WORDS = {"on": True, "off": False, "true": True, "false": False}
-
-
-def sweep_keys() -> Dict[str, object]:
-    """Every sweep key and its type: ``num_workers``, then each backend's option fields."""
-    keys: Dict[str, object] = {"num_workers": int}
-    for b in ORDER:
-        for k, t in _option_types(b).items():
-            keys.setdefault(k, t)
-    return keys
-
-
-def _names(backs) -> str:
-    return ",".join(b.value for b in backs)
-
-
-def _sweep_value(key: str, hint, raw: str):
-    """One ``--sweep`` value, typed from the option's annotation (ranges are checked by the
-    options class later)."""
-    if key == "pin":
-        if raw not in PIN:
-            raise ValueError(f"--sweep pin={raw} must be on or off")
-        return raw
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if raw.lower() == "none":
-            return None
-        hint = next(a for a in args if a is not type(None))
-    if hint is bool:
-        if raw.lower() not in WORDS:
-            raise ValueError(f"--sweep {key}={raw} must be on or off")
-        return WORDS[raw.lower()]
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return raw  # the options class names the valid values
-    try:
-        return float(raw) if hint is float else int(raw)
-    except ValueError:
-        kind = "a number" if hint is float else "an int"
-        raise ValueError(f"--sweep {key}={raw} must be {kind}") from None
-
-
-def _axes(spec: str, note: Callable[[str], None]) -> Dict[str, List[Tuple[str, object]]]:
-    """``"num_workers=0,4 pin=on"`` -> ``{key: [(raw, value), ...]}``, duplicates merged."""
-    axes: Dict[str, List[Tuple[str, object]]] = {}
-    types = {**sweep_keys(), "pin": str}
-    keys = sorted(types)
-    for part in spec.split():
-        k, eq, vals = part.partition("=")
-        if k not in types or not eq or not vals:
-            raise ValueError(f"--sweep item {part!r} is not KEY=V1,V2 with KEY in {keys}")
-        if k in axes:
-            note(f"--sweep {k} is given twice; its values are merged")
-        for raw in vals.split(","):
-            if not raw:
-                raise ValueError(f"--sweep item {part!r} has an empty value")
-            v = _sweep_value(k, types[k], raw)
-            seen = axes.setdefault(k, [])
-            if any(v == w for _, w in seen):
-                note(f"--sweep {k} lists {raw} more than once; it runs once")
-                continue
-            seen.append((raw, v))
-    if not axes:
-        raise ValueError(f"--sweep {spec!r} names no KEY=V1,V2 item")
-    return axes
-
-
-def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
-                note: Callable[[str], None] = lambda s: None) -> List[Variant]:
-    """``"num_workers=0,4,8 pin=on,off"`` -> one variant per combination (see the NOTE above).
-
-    Keys: ``num_workers`` (every backend) and the fields of each backend's options class
-    (``TorchOptions``: ``prefetch_factor``, ``persistent_workers``, and for ``pinned`` only
-    ``queue_depth``, ``streams``, ``pin_mode``, ``cpu_binding``; ``DaliOptions``: ``queue_depth``,
-    ``hw_decoder_load``, ``pipelines``, ``use_mmap``, ...). Booleans are ``on``/``off``.
-    ``pin=on`` picks the ``pinned`` backend, ``pin=off`` the ``pageable`` one.
-
-    Example: backends pageable,dali and ``"num_workers=2,4 hw_decoder_load=0,1"`` -> two
-    ``pageable`` variants and four ``dali`` ones; a note says hw_decoder_load has no effect on
-    pageable.
-
-    Args:
-        backends: the backends to sweep (``--backends``, or every one available).
-        chosen: the user listed ``backends`` (``--backends``): ``pin`` must agree with them.
-        note: receives one-line notes (merged duplicates, keys with no effect on a backend).
-
-    Raises:
-        ValueError: naming the ``--sweep`` item (bad key or value, or a key no backend honours).
-    """
-    axes = _axes(spec, note)
-    pins = axes.pop("pin", None)
-    backs = list(backends)
-    if pins is not None:
-        picked = [PIN[raw] for raw, _ in pins]
-        torch_backs = [b for b in backs if b in PIN.values()]
-        if not chosen:
-            backs = picked
-        elif set(picked) != set(torch_backs):
-            raise ValueError(
-                f"--sweep pin={','.join(r for r, _ in pins)} runs {_names(picked)} but "
-                f"--backends is {_names(backs)}; pin only picks between pinned (on) and "
-                "pageable (off): drop it or list the same backends")
-    names = list(axes)
-    for k in names:
-        if not any(honours(b, k) for b in backs):
-            owners = _names(b for b in ORDER if honours(b, k))
-            raise ValueError(f"--sweep {k} sets {owners} only and has no effect on "
-                             f"{_names(backs)}; add {owners} to --backends or drop {k}=")
-    out = []
-    for b in backs:
-        mine = [k for k in names if honours(b, k)]
-        idle = [k for k in names if k not in mine] + (["pin"] if pins and b not in PIN.values()
-                                                       else [])
-        if idle:
-            note(f"--sweep {', '.join(idle)}: no effect on {b.value}; it runs once")
-        for combo in itertools.product(*(axes[k] for k in mine)):
-            ov, src = {}, {}
-            for k, (raw, v) in zip(mine, combo):
-                ov[k], src[k] = v, f"--sweep {k}={raw}"
-            label = b.value + "".join(f" {k}={raw}" for k, (raw, _) in zip(mine, combo))
-            out.append(Variant(label, b, ov, src))
-    return out
+from .variants import Variant
 
 
 def endless(loader) -> Iterator:

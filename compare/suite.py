@@ -22,8 +22,8 @@ from .env import environment
 from .models import parse_model
 from .report import markdown, plots, table, warnings_for
 from .results import FIT_QUEUES, SuiteResult
-from .runner import (ORDER, ComputeStream, Variant, device_of, make_step, on_compute_stream,
-                     parse_sweep, preset, run_ceiling, run_variant)
+from .runner import ComputeStream, device_of, make_step, on_compute_stream, run_ceiling, run_variant
+from .variants import ORDER, Variant, parse_sweep, preset
 
 
 

@@ -9,7 +9,8 @@ import torch
 from compare.metrics import loader_only, measure, percentile, stretch
 from compare.results import Repeat, SuiteResult, VariantResult
 from compare.report import markdown, table, warnings_for
-from compare.runner import Variant, parse_sweep, preset, wave_period
+from compare.runner import wave_period
+from compare.variants import Variant, parse_sweep, preset
 from pipelines import Backend, LoaderConfig
 
 CPU = torch.device("cpu")

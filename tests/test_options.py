@@ -82,7 +82,7 @@ def test_a_new_option_is_one_field(tiny_root, monkeypatch, tmp_path):
     with create_loader("pinned", cfg, options=_WithKnob(new_knob=5)) as ld:
         assert ld.options.new_knob == 5
     # sweepable in compare, with its range checked before the first timed batch
-    from compare.runner import parse_sweep
+    from compare.variants import parse_sweep
     from compare.suite import plan_variants
 
     vs = parse_sweep("new_knob=1,2", [Backend.PINNED])
