@@ -22,12 +22,17 @@ steps are marked (``MARK_WAIT`` around ``next(loader)``, ``MARK_STEP`` around th
 * for each stall: the host calls in flight during it (longest overlap first, with their thread's
   name, as ``/proc`` gives it at the end of the window) and how busy each GPU stream was.
 
-The profiler sees what the CUDA runtime and driver report through CUPTI: calls a library makes
-through a CUDA runtime it links statically may be missing, and the hardware JPEG decoder's own
-work is not a kernel. So an empty stall says that nothing CUPTI sees was in flight, not that
-nothing was. The trace itself is written without the CPU operators (``<unit>.trace.json.gz``,
-for a viewer such as Perfetto) and the analysis beside it (``<unit>.summary.json``); each traced
-repeat's results keep a digest (``Repeat.trace``).
+The profiler sees what CUPTI reports and torch's profiler (Kineto) keeps: every kernel, copy
+and memset on every stream; CUDA runtime calls (a library's calls through a runtime it links
+statically may be missing); of the driver's calls only kernel launches (a free through the
+driver API is not seen); and, with the switch, stream, event and device synchronisations. The
+hardware JPEG decoder's own work is not a kernel. So an empty stall says that nothing the
+profiler sees was in flight, not that nothing was; a free that waited for the device shows
+as the loader's streams going quiet until the step's kernels end.
+
+The trace is written without the CPU operators (``<unit>.trace.json.gz``, for a viewer such as
+Perfetto) and the analysis beside it (``<unit>.summary.json``); each traced repeat's results
+keep a digest (``Repeat.trace``).
 """
 from __future__ import annotations
 
