@@ -20,7 +20,9 @@ steps are marked (``MARK_WAIT`` around ``next(loader)``, ``MARK_STEP`` around th
   with the allocation calls (``ALLOCATION``) counted apart: they can wait for every stream;
 * the CUDA synchronisation events (stream, event and device waits), by name;
 * for each stall: the host calls in flight during it (longest overlap first, with their thread's
-  name, as ``/proc`` gives it at the end of the window) and how busy each GPU stream was.
+  name, as ``/proc`` gives it at the end of the window), how busy each GPU stream was, and the
+  longest time in it that no stream but the step's (the busiest) ran anything
+  (``others_quiet_ms``).
 
 The profiler sees what CUPTI reports and torch's profiler (Kineto) keeps: every kernel, copy
 and memset on every stream; CUDA runtime calls (a library's calls through a runtime it links
@@ -199,39 +201,21 @@ def analyse(trace: Dict[str, Any], names: Optional[Dict[int, str]] = None) -> Di
     calls = [e for e in inside if e.get("cat") in HOST_CATS]
     gpu = [e for e in inside if e.get("cat") in GPU_CATS]
     syncs = [e for e in inside if e.get("cat") == SYNC_CAT]
-    wait_ms = [(b - a) / 1e3 for a, b in waits]
-    med = statistics.median(wait_ms)
-    limit = max(STALL_FLOOR_MS, STALL_FACTOR * med)
-    stalls = []
-    for i, ((a, b), w) in enumerate(zip(waits, wait_ms)):
-        if w < limit:
-            continue
-        flight: Dict[Tuple[str, str], float] = {}
-        for e in calls:
-            ov = _overlap(*_span(e), a, b)
-            if ov > 0:
-                key = (e["name"], _thread(e, names))
-                flight[key] = flight.get(key, 0.0) + ov
-        busy: Dict[str, float] = {}
-        for e in gpu:
-            ov = _overlap(*_span(e), a, b)
-            if ov > 0:
-                busy[_stream(e)] = busy.get(_stream(e), 0.0) + ov
-        top = sorted(flight.items(), key=lambda kv: -kv[1])[:TOP]
-        stalls.append({
-            "step": i, "at_ms": round((a - t0) / 1e3, 3), "wait_ms": round(w, 3),
-            "in_flight": [{"name": n, "thread": th, "overlap_ms": round(v / 1e3, 3)}
-                          for (n, th), v in top],
-            "streams_busy_ms": {k: round(v / 1e3, 3) for k, v in sorted(busy.items())},
-        })
-    alloc = [e for e in calls if ALLOCATION.match(e["name"])]
-    long_calls = sorted((e for e in calls if float(e.get("dur", 0.0)) >= LONG_CALL_MS * 1e3),
-                        key=lambda e: -float(e.get("dur", 0.0)))[:TOP]
     streams: Dict[str, Dict[str, float]] = {}
     for e in gpu:
         row = streams.setdefault(_stream(e), {"events": 0, "busy_ms": 0.0})
         row["events"] += 1
         row["busy_ms"] += float(e.get("dur", 0.0)) / 1e3
+    compute = max(streams, key=lambda k: streams[k]["busy_ms"]) if streams else None
+    wait_ms = [(b - a) / 1e3 for a, b in waits]
+    med = statistics.median(wait_ms)
+    limit = max(STALL_FLOOR_MS, STALL_FACTOR * med)
+    stalls = [{"step": i, "at_ms": round((a - t0) / 1e3, 3), "wait_ms": round(w, 3),
+               **_stall(a, b, calls, gpu, compute, names)}
+              for i, ((a, b), w) in enumerate(zip(waits, wait_ms)) if w >= limit]
+    alloc = [e for e in calls if ALLOCATION.match(e["name"])]
+    long_calls = sorted((e for e in calls if float(e.get("dur", 0.0)) >= LONG_CALL_MS * 1e3),
+                        key=lambda e: -float(e.get("dur", 0.0)))[:TOP]
     return {
         "steps": len(waits), "window_ms": round((t1 - t0) / 1e3, 3),
         "wait_ms": {"median": round(med, 3), "max": round(max(wait_ms), 3),
@@ -247,7 +231,40 @@ def analyse(trace: Dict[str, Any], names: Optional[Dict[int, str]] = None) -> Di
         "syncs": _by_name(syncs, names),
         "streams": {k: {"events": v["events"], "busy_ms": round(v["busy_ms"], 3)}
                     for k, v in sorted(streams.items())},
+        "compute_stream": compute,
     }
+
+
+def _stall(a: float, b: float, calls: List[dict], gpu: List[dict], compute: Optional[str],
+           names: Dict[int, str]) -> Dict[str, Any]:
+    """What ran during the wait ``[a, b]``: the host calls in flight (longest overlap first),
+    each stream's busy time, and the longest time no stream but ``compute`` (the busiest: the
+    step's) ran anything. A loader whose GPU work went quiet for most of the stall waited
+    upstream of the GPU (its CPU work, or a host call that waited for the device)."""
+    flight: Dict[Tuple[str, str], float] = {}
+    for e in calls:
+        ov = _overlap(*_span(e), a, b)
+        if ov > 0:
+            key = (e["name"], _thread(e, names))
+            flight[key] = flight.get(key, 0.0) + ov
+    busy: Dict[str, float] = {}
+    others: List[Tuple[float, float]] = []
+    for e in gpu:
+        s, t = _span(e)
+        ov = _overlap(s, t, a, b)
+        if ov > 0:
+            busy[_stream(e)] = busy.get(_stream(e), 0.0) + ov
+            if _stream(e) != compute:
+                others.append((max(s, a), min(t, b)))
+    quiet, edge = 0.0, a
+    for s, t in sorted(others):
+        quiet, edge = max(quiet, s - edge), max(edge, t)
+    quiet = max(quiet, b - edge)
+    top = sorted(flight.items(), key=lambda kv: -kv[1])[:TOP]
+    return {"in_flight": [{"name": n, "thread": th, "overlap_ms": round(v / 1e3, 3)}
+                          for (n, th), v in top],
+            "streams_busy_ms": {k: round(v / 1e3, 3) for k, v in sorted(busy.items())},
+            "others_quiet_ms": round(quiet / 1e3, 3)}
 
 
 def digest(summary: Dict[str, Any], file: str) -> Dict[str, Any]:
@@ -261,6 +278,7 @@ def digest(summary: Dict[str, Any], file: str) -> Dict[str, Any]:
     top = sorted(total.items(), key=lambda kv: -kv[1])[:3]
     return {"file": file, "steps": summary["steps"], "stalls": len(summary["stalls"]),
             "stall_ms": round(sum(s["wait_ms"] for s in summary["stalls"]), 3),
+            "quiet_ms": round(sum(s["others_quiet_ms"] for s in summary["stalls"]), 3),
             "cuda_activity": summary["cuda_activity"],
             "allocation_calls": sum(r["count"] for r in summary["allocation_calls"]),
             "in_stalls": [[n, th, round(v, 3)] for (n, th), v in top]}
@@ -278,4 +296,6 @@ def describe(d: Dict[str, Any]) -> str:
     top = "; ".join(f"{n} on {th}: {ms:.1f} ms" for n, th, ms in d["in_stalls"])
     during = f"; in flight during the stalls: {top}" if top else (
         "; nothing CUPTI sees in flight during the stalls" if d["stalls"] else "")
-    return f"{head}, {d['allocation_calls']} allocation calls{during} (`{d['file']}`)"
+    quiet = (f"; no stream but the step's ran for {d['quiet_ms']:.1f} ms of them"
+             if d["stalls"] else "")
+    return f"{head}, {d['allocation_calls']} allocation calls{quiet}{during} (`{d['file']}`)"

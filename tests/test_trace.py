@@ -58,6 +58,8 @@ def test_a_stall_is_found_with_what_was_in_flight_during_it():
                                      "overlap_ms": 50.0}
     assert {c["thread"] for c in stall["in_flight"]} == {"dali-worker (7)", "main (1)"}
     assert stall["streams_busy_ms"] == {"0:7": 60.0, "0:21": 5.0}
+    assert out["compute_stream"] == "0:7"  # the busiest
+    assert stall["others_quiet_ms"] == 52.0  # the loader's stream ran only from 52 to 57 ms
     alloc = {r["name"]: r["count"] for r in out["allocation_calls"]}
     assert alloc == {"cudaFreeHost": 1, "cuMemFree_v2": 1}  # not the launch
     assert out["long_calls"][0]["name"] == "cudaFreeHost" and out["long_calls"][0]["ms"] == 50.0
@@ -66,9 +68,11 @@ def test_a_stall_is_found_with_what_was_in_flight_during_it():
 
     d = trace.digest(out, "trace/x.summary.json")
     assert d["stalls"] == 1 and d["stall_ms"] == 60.0 and d["allocation_calls"] == 2
+    assert d["quiet_ms"] == 52.0
     assert d["in_stalls"][0] == ["cudaFreeHost", "dali-worker (7)", 50.0]
     line = trace.describe(d)
-    assert line.startswith("5 steps, 1 stall (60.0 ms), 2 allocation calls")
+    assert line.startswith("5 steps, 1 stall (60.0 ms), 2 allocation calls; no stream but the "
+                           "step's ran for 52.0 ms of them")
     assert "cudaFreeHost on dali-worker (7): 50.0 ms" in line
 
 
