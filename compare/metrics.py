@@ -24,7 +24,6 @@ from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from . import trace
 from .waves import out_of_step
 
 
@@ -42,6 +41,9 @@ class RunMeasure:
     # whether they were by the cap (None: no settling)
     settle_batches: Optional[int] = None
     settled: Optional[bool] = None
+    # ``mark``: each timed step's (wait start, wait end, step launched) on the host's clock, in
+    # ns since the epoch (``time.time_ns``), which is the profiler's clock (compare.trace)
+    marks_ns: List[Tuple[int, int, int]] = field(default_factory=list)
 
     def halves(self) -> Optional[Tuple[float, float]]:
         """Samples/s over the window's first and second halves (``None`` under 4 steps): their
@@ -89,7 +91,8 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     time, until the waits are ``out_of_step`` for ``period`` workers, or ``cap`` more batches
     have run (NOTE [settling] in compare.runner). ``agree`` turns this process's verdict into
     the job's (``Job.all_agree`` under torchrun), so every rank settles for as many steps.
-    ``mark``: name each timed step's wait and step for a profiler (``compare.trace``).
+    ``mark``: keep each timed step's wait and step on the host's clock for a profiler's trace
+    (``RunMeasure.marks_ns``; ``compare.trace``).
     """
     cuda = device.type == "cuda"
     seen: List[float] = []  # the warm-up's data waits, which settling reads
@@ -116,6 +119,7 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     waits: List[float] = []
     compute: List[float] = []
     events = []
+    marks: List[Tuple[int, int, int]] = []
     n = 0
     t0 = time.perf_counter()
     starts: List[float] = []
@@ -123,21 +127,22 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
         t = time.perf_counter()
         if not cuda:
             starts.append((t - t0) * 1e3)
-        with trace.mark(trace.MARK_WAIT, mark):
-            x, y = next(batches)
+        w0 = time.time_ns() if mark else 0
+        x, y = next(batches)
         t1 = time.perf_counter()
+        w1 = time.time_ns() if mark else 0
         waits.append((t1 - t) * 1e3)
         if cuda:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
-            with trace.mark(trace.MARK_STEP, mark):
-                step(x, y)
+            step(x, y)
             e1.record()
             events.append((e0, e1))
         else:
-            with trace.mark(trace.MARK_STEP, mark):
-                step(x, y)
+            step(x, y)
             compute.append((time.perf_counter() - t1) * 1e3)
+        if mark:
+            marks.append((w0, w1, time.time_ns()))
         n += len(y)
     if cuda:
         end.record()
@@ -149,7 +154,7 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     else:
         wall = time.perf_counter() - t0
         timeline = wall * 1e3
-    return RunMeasure(n, wall, waits, compute, timeline, starts, extra, settled)
+    return RunMeasure(n, wall, waits, compute, timeline, starts, extra, settled, marks)
 
 
 class LoaderOnly(NamedTuple):

@@ -9,9 +9,12 @@ not a lack of throughput. One suspect is a call that waits for the whole device,
 of device or pinned memory, made by the loader's threads while the step's kernels run; the GPU
 then finishes the step before the loader goes on. ``--trace`` records, for the first repeat of
 each variant (and the first ceiling repeat), one more training window after the timed ones,
-under ``torch.profiler`` (CPU and CUDA activity, with CUDA synchronisation events where this
-torch has them). Its numbers are not in the results: the profiler slows the step. The window's
-steps are marked (``MARK_WAIT`` around ``next(loader)``, ``MARK_STEP`` around the step), and
+under ``torch.profiler``: CUDA activity only on a GPU (with CUDA synchronisation events where
+this torch has them), since recording every CPU operator slowed ResNet-50's step by about a
+tenth on the H200 and the hardware decoder's stalls went away with it; CPU activity without
+one. Its numbers are not in the results. The window's steps are marked on the host's clock,
+which is the profiler's (``RunMeasure.marks_ns``), and the marks are added to the trace as
+ranges (``MARK_WAIT`` around ``next(loader)``, ``MARK_STEP`` around the step's launch);
 ``analyse`` reads the exported Chrome trace:
 
 * the waits of the marked steps, and the *stalls* among them: waits of at least
@@ -44,7 +47,7 @@ import os
 import re
 import statistics
 import tempfile
-from contextlib import nullcontext
+import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
@@ -69,11 +72,6 @@ ALLOCATION = re.compile(r"^(cuda(Malloc|Free|HostAlloc|HostRegister|HostUnregist
                         r"|Release|Create))")
 
 
-def mark(name: str, on: bool):
-    """A profiler range named ``name`` when ``on`` (a traced window), else nothing."""
-    return torch.profiler.record_function(name) if on else nullcontext()
-
-
 def slug(label: str) -> str:
     """A file name for a unit's label (``"dali hw_decoder_load=1"`` -> ``dali-hw_decoder_load-1``)."""
     return re.sub(r"[^A-Za-z0-9_.]+", "-", label).strip("-") or "unit"
@@ -87,45 +85,76 @@ def _config():
         return None
 
 
-def thread_names() -> Dict[int, str]:
-    """``{thread id: name}`` of this process's threads, from ``/proc`` (empty elsewhere)."""
+def thread_names(ids=()) -> Dict[int, str]:
+    """``{thread id: name}`` of this process's threads, from ``/proc`` (empty elsewhere): by
+    the kernel's thread id, and for each of ``ids`` that is none, as CUPTI gives the threads
+    of CUDA calls (the low 32 bits of the thread's ``pthread_t``), the thread whose stack
+    mapping holds it (glibc keeps a thread's ``pthread_t`` in its stack's mapping; the stack
+    pointer of a waiting thread is in ``/proc/self/task/TID/syscall``)."""
     out: Dict[int, str] = {}
+    stacks: List[Tuple[int, int, str]] = []
     try:
         tids = os.listdir("/proc/self/task")
+        maps = [tuple(int(x, 16) for x in line.split()[0].split("-"))
+                for line in Path("/proc/self/maps").read_text().splitlines()]
     except OSError:
         return out
     for t in tids:
         try:
-            out[int(t)] = Path(f"/proc/self/task/{t}/comm").read_text().strip()
-        except (OSError, ValueError):
+            name = f"{Path(f'/proc/self/task/{t}/comm').read_text().strip()} ({t})"
+            out[int(t)] = name
+            sp = int(Path(f"/proc/self/task/{t}/syscall").read_text().split()[-2], 16)
+        except (OSError, ValueError, IndexError):  # a running thread has no stack pointer
             continue
+        stacks += [(lo, hi, name) for lo, hi in maps if lo <= sp < hi]
+    low = 0xFFFFFFFF
+    for i in ids:
+        if i in out or not isinstance(i, int):
+            continue
+        for lo, hi, name in stacks:
+            if (lo & low) <= i < (hi & low) and (hi - lo) <= low:
+                out[i] = f"{name} [{i}]"
+                break
     return out
 
 
+def with_marks(trace: Dict[str, Any], marks_ns) -> Dict[str, Any]:
+    """``trace`` with a ``MARK_WAIT`` and a ``MARK_STEP`` range for each ``(wait start, wait
+    end, step launched)`` of ``marks_ns`` (ns since the epoch; the trace's times are µs after
+    its ``baseTimeNanoseconds``)."""
+    base = int(trace.get("baseTimeNanoseconds", 0))
+    pid, tid = os.getpid(), threading.get_native_id()
+    extra = []
+    for a, b, c in marks_ns:
+        for name, s, t in ((MARK_WAIT, a, b), (MARK_STEP, b, c)):
+            extra.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": pid,
+                          "tid": tid, "ts": (s - base) / 1e3, "dur": (t - s) / 1e3})
+    return {**trace, "traceEvents": list(trace.get("traceEvents", [])) + extra}
+
+
 def record(run: Callable[[], T], base: Path) -> Tuple[T, Dict[str, Any]]:
-    """``run()`` under the profiler; writes ``base`` + ``.trace.json.gz`` (the trace without
-    CPU operators) and ``.summary.json`` (``analyse``), and returns ``(run's result, the
-    summary)``."""
+    """``run()`` (a ``measure`` with ``mark``) under the profiler; writes ``base`` +
+    ``.trace.json.gz`` (the trace with the marks, without CPU operators) and ``.summary.json``
+    (``analyse``), and returns ``(run's result, the summary)``."""
     from torch.profiler import ProfilerActivity, profile
 
-    acts = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        acts.append(ProfilerActivity.CUDA)
+    cuda = torch.cuda.is_available()
+    acts = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
     cfg = _config()
-    kw = {"experimental_config": cfg} if cfg is not None and len(acts) > 1 else {}
+    kw = {"experimental_config": cfg} if cfg is not None and cuda else {}
     with profile(activities=acts, **kw) as prof:
         got = run()
-    names = thread_names()
     base.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".json", dir=base.parent)
     os.close(fd)
     try:
         prof.export_chrome_trace(tmp)
         with open(tmp) as f:
-            data = json.load(f)
+            data = with_marks(json.load(f), getattr(got, "marks_ns", ()))
     finally:
         os.unlink(tmp)
-    summary = analyse(data, names)
+    ids = {e.get("tid") for e in data["traceEvents"] if e.get("cat") in HOST_CATS + (SYNC_CAT,)}
+    summary = analyse(data, thread_names(ids))
     slim = {**data, "traceEvents": [e for e in data.get("traceEvents", [])
                                     if e.get("cat") not in DROPPED_CATS]}
     with gzip.open(f"{base}.trace.json.gz", "wt") as f:
@@ -169,7 +198,7 @@ def _thread(e: dict, names: Dict[int, str]) -> str:
         tid = int(tid)
     except (TypeError, ValueError):
         return str(tid)
-    return f"{names[tid]} ({tid})" if tid in names else str(tid)
+    return names.get(tid, str(tid))
 
 
 def _stream(e: dict) -> str:
@@ -189,7 +218,8 @@ def analyse(trace: Dict[str, Any], names: Optional[Dict[int, str]] = None) -> Di
     for e in trace.get("traceEvents", []):
         if e.get("ph") == "M" and e.get("name") == "thread_name":
             try:
-                names.setdefault(int(e["tid"]), str((e.get("args") or {}).get("name", "")))
+                tid = int(e["tid"])
+                names.setdefault(tid, f"{(e.get('args') or {}).get('name', '')} ({tid})")
             except (KeyError, TypeError, ValueError):
                 continue
     waits, steps = _spans(events, MARK_WAIT), _spans(events, MARK_STEP)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import time
 
 import pytest
 
@@ -49,7 +51,7 @@ def test_a_stall_is_found_with_what_was_in_flight_during_it():
         _x("aten::conv2d", "cpu_op", s, 1.0),  # not a CUDA call
     ]
     meta = [{"ph": "M", "name": "thread_name", "pid": 100, "tid": 1, "args": {"name": "main"}}]
-    out = trace.analyse({"traceEvents": meta + events}, {7: "dali-worker"})
+    out = trace.analyse({"traceEvents": meta + events}, {7: "dali-worker (7)"})
     assert out["steps"] == 5 and out["waits_ms"][2] == 60.0
     assert out["wait_ms"]["stall_limit"] == pytest.approx(max(trace.STALL_FLOOR_MS, 3 * 1.1))
     assert [st["step"] for st in out["stalls"]] == [2]
@@ -84,6 +86,42 @@ def test_steady_waits_have_no_stall_and_a_trace_without_marks_is_refused():
         "4 steps, no stall; no CUDA activity recorded (`f`)"
     with pytest.raises(ValueError, match="no 'gpu_feed/wait' range"):
         trace.analyse({"traceEvents": [_x("cudaFree", "cuda_runtime", 0, 1)]})
+
+
+def test_marks_on_the_host_clock_become_ranges_at_the_traces_times():
+    """The marks are ns since the epoch; a trace's times are µs after its base."""
+    base = 1_700_000_000_000_000_000
+    marks = [(base + 1_000, base + 3_000, base + 4_000), (base + 4_000, base + 60_000,
+                                                          base + 61_000)]
+    t = trace.with_marks({"baseTimeNanoseconds": base, "traceEvents": []}, marks)
+    spans = [(e["name"], e["ts"], e["dur"]) for e in t["traceEvents"]]
+    assert spans == [(trace.MARK_WAIT, 1.0, 2.0), (trace.MARK_STEP, 3.0, 1.0),
+                     (trace.MARK_WAIT, 4.0, 56.0), (trace.MARK_STEP, 60.0, 1.0)]
+    assert trace.analyse(t)["waits_ms"] == [0.002, 0.056]
+
+
+def test_threads_are_named_by_kernel_id_and_by_the_low_bits_of_their_pthread():
+    """CUPTI names a CUDA call's thread by the low 32 bits of its ``pthread_t``; the thread
+    whose stack mapping holds it is found (Linux)."""
+    import threading
+
+    try:
+        open(f"/proc/self/task/{threading.get_native_id()}/syscall").read()
+    except OSError:
+        pytest.skip("no /proc/self/task/TID/syscall here")
+    ready, done = threading.Event(), threading.Event()
+    th = threading.Thread(target=lambda: (ready.set(), done.wait()), name="waiter")
+    th.start()
+    try:
+        ready.wait()
+        time.sleep(0.05)  # waiting in the kernel: its stack pointer is in /proc
+        low = th.ident & 0xFFFFFFFF  # threading's ident is the pthread_t on Linux
+        names = trace.thread_names([low])
+        assert names[th.native_id].endswith(f"({th.native_id})")
+        assert names[low] == f"{names[th.native_id]} [{low}]"
+    finally:
+        done.set()
+        th.join()
 
 
 def test_slug_names_a_unit_file():
