@@ -122,8 +122,9 @@ class DecodeOn(str, enum.Enum):
       size move to the GPU, where the rest of the recipe runs. The GPU then does almost none of
       the decode's work, at the cost of CPU time.
 
-    Example: ``DaliOptions(decode_on="cpu")`` for a step that keeps the GPU busy and a host
-    with cores to spare. On CPU operators (no GPU) everything runs on the CPU either way.
+    Example: ``DaliOptions(decode_on="cpu")`` for a host with many cores per GPU (on the
+    H200's 16 cores it was far slower than nvJPEG: docs/results/h200/README.md,
+    dali-decode-on). On CPU operators (no GPU) everything runs on the CPU either way.
     """
 
     GPU = "gpu"
