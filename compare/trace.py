@@ -10,9 +10,11 @@ of device or pinned memory, made by the loader's threads while the step's kernel
 then finishes the step before the loader goes on. ``--trace`` records, for the first repeat of
 each variant (and the first ceiling repeat), one more training window after the timed ones,
 under ``torch.profiler``: CUDA activity only on a GPU (with CUDA synchronisation events where
-this torch has them), since recording every CPU operator slowed ResNet-50's step by about a
-tenth on the H200 and the hardware decoder's stalls went away with it; CPU activity without
-one. Its numbers are not in the results. The window's steps are marked on the host's clock,
+this torch has them), since recording every CPU operator as well slowed DALI's training steps
+more on the H200; CPU activity without one. Its numbers are not in the results. The profiler
+slows a loader that makes many CUDA calls (DALI's threads), and on the H200 the hardware
+decoder's stalls did not happen under it at all (docs/results/h200/README.md, dali-trace):
+what it catches is what survives that. The window's steps are marked on the host's clock,
 which is the profiler's (``RunMeasure.marks_ns``), and the marks are added to the trace as
 ranges (``MARK_WAIT`` around ``next(loader)``, ``MARK_STEP`` around the step's launch);
 ``analyse`` reads the exported Chrome trace:
