@@ -137,15 +137,36 @@ def with_marks(trace: Dict[str, Any], marks_ns) -> Dict[str, Any]:
 def record(run: Callable[[], T], base: Path) -> Tuple[T, Dict[str, Any]]:
     """``run()`` (a ``measure`` with ``mark``) under the profiler; writes ``base`` +
     ``.trace.json.gz`` (the trace with the marks, without CPU operators) and ``.summary.json``
-    (``analyse``), and returns ``(run's result, the summary)``."""
+    (``analyse``), and returns ``(run's result, the summary)``. The trace is extra to the run's
+    timed windows, so a profiler that fails to start, stop or export gives a summary with its
+    ``error`` instead of failing the run; an error of ``run()`` itself is raised."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = torch.cuda.is_available()
     acts = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
     cfg = _config()
     kw = {"experimental_config": cfg} if cfg is not None and cuda else {}
-    with profile(activities=acts, **kw) as prof:
+    prof = profile(activities=acts, **kw)
+    try:
+        prof.start()
+    except Exception as e:  # noqa: BLE001 - said in the summary and the report
+        return run(), {"error": f"the profiler did not start: {type(e).__name__}: {e}"}
+    try:
         got = run()
+    finally:
+        try:
+            prof.stop()
+        except Exception:  # noqa: BLE001 - a run that raised keeps its own error
+            pass
+    try:
+        summary = _written(prof, got, base)
+    except Exception as e:  # noqa: BLE001 - said in the summary and the report
+        summary = {"error": f"the trace could not be written or read: {type(e).__name__}: {e}"}
+    return got, summary
+
+
+def _written(prof, got, base: Path) -> Dict[str, Any]:
+    """Export ``prof``'s trace with ``got``'s marks, analyse it, write both files."""
     base.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".json", dir=base.parent)
     os.close(fd)
@@ -162,7 +183,7 @@ def record(run: Callable[[], T], base: Path) -> Tuple[T, Dict[str, Any]]:
     with gzip.open(f"{base}.trace.json.gz", "wt") as f:
         json.dump(slim, f)
     Path(f"{base}.summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
-    return got, summary
+    return summary
 
 
 def _spans(events: List[dict], name: str) -> List[Tuple[float, float]]:
@@ -301,7 +322,10 @@ def _stall(a: float, b: float, calls: List[dict], gpu: List[dict], compute: Opti
 
 def digest(summary: Dict[str, Any], file: str) -> Dict[str, Any]:
     """The few facts of ``summary`` a repeat's results keep (``Repeat.trace``): the summary's
-    file, the stalls and the host calls most in flight during them, summed over the stalls."""
+    file, the stalls and the host calls most in flight during them, summed over the stalls;
+    or the summary's ``error``."""
+    if "error" in summary:
+        return {"file": None, "error": summary["error"]}
     total: Dict[Tuple[str, str], float] = {}
     for s in summary["stalls"]:
         for c in s["in_flight"]:
@@ -318,6 +342,8 @@ def digest(summary: Dict[str, Any], file: str) -> Dict[str, Any]:
 
 def describe(d: Dict[str, Any]) -> str:
     """One line for a repeat's trace digest (``summary.md``)."""
+    if d.get("error"):
+        return f"no trace: {d['error']}"
     if d["stalls"] == 0:
         head = f"{d['steps']} steps, no stall"
     else:

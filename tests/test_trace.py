@@ -167,3 +167,22 @@ def test_on_a_gpu_the_trace_holds_the_steps_kernels_and_cuda_calls(gpu_root, tmp
     assert max(s["busy_ms"] for s in summary["streams"].values()) > 0
     assert any(c["name"].startswith("cudaLaunchKernel") or c["name"].startswith("cuLaunch")
                for c in summary["calls"])
+
+
+def test_a_trace_that_cannot_be_written_is_said_and_the_run_kept(tmp_path, monkeypatch):
+    """The trace is extra: an export that fails gives its error in the summary and the report
+    line, and the run's own result comes back; an error of the run itself is raised."""
+    from torch.profiler import profile
+
+    def broken(self, path):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(profile, "export_chrome_trace", broken)
+    got, summary = trace.record(lambda: "measured", tmp_path / "u")
+    assert got == "measured" and summary["error"].endswith("OSError: disk full")
+    d = trace.digest(summary, "f")
+    assert trace.describe(d) == ("no trace: the trace could not be written or read: "
+                                 "OSError: disk full")
+    with pytest.raises(RuntimeError, match="loader broke"):
+        trace.record(lambda: (_ for _ in ()).throw(RuntimeError("loader broke")),
+                     tmp_path / "v")
