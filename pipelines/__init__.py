@@ -10,7 +10,8 @@ Example:
     ...             ...
 """
 from .augment import AugmentSpec, Mode
-from .config import (BadFilePolicy, CpuBinding, Decoder, DecodeOn, Handoff, LastBatchPolicy,
+from .config import (BadFilePolicy, CpuBinding, DaliExecutor, Decoder, DecodeOn, Handoff,
+                     LastBatchPolicy,
                      LoaderConfig, OutputDType, PinMode, default_workers, usable_cores)
 from .device import HW_JPEG_DECODERS
 from .distributed import Placement, local_world_size, placement
@@ -33,7 +34,8 @@ from .validate import BadFileError, check_image_bytes
 
 __all__ = [
     "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig",
-    "OutputDType", "PinMode", "CpuBinding", "Decoder", "DecodeOn", "Handoff", "scaled_crop", "jpeg_library",
+    "OutputDType", "PinMode", "CpuBinding", "Decoder", "DecodeOn", "DaliExecutor", "Handoff",
+    "scaled_crop", "jpeg_library",
     "Backend",
     "DaliOptions", "Options", "TorchOptions", "LoaderBase",
     "Recipe", "available_backends", "create_loader", "dali_available", "options_for", "preload",

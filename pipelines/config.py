@@ -131,6 +131,25 @@ class DecodeOn(str, enum.Enum):
     CPU = "cpu"
 
 
+class DaliExecutor(str, enum.Enum):
+    """Which DALI executor runs the ``dali`` backend's pipelines (``DaliOptions.executor``).
+
+    * ``DYNAMIC``: DALI's default execution model (``exec_dynamic``): outputs and the buffers
+      between operators are allocated as each iteration needs them.
+    * ``PIPELINED``: the executor before it (``exec_dynamic=False``): fixed buffers that only
+      grow, the same batches. DALI's documentation says that allocating and freeing device and
+      pinned memory requires device synchronisation, and on the H200 one DALI thread
+      synchronised the whole device about once a batch (docs/results/h200/README.md,
+      dali-trace): this is the switch that tests whether the dynamic executor's allocations
+      are behind it.
+
+    Example: ``DaliOptions(executor="pipelined")``.
+    """
+
+    DYNAMIC = "dynamic"
+    PIPELINED = "pipelined"
+
+
 class OutputDType(str, enum.Enum):
     """The dtype of ``Batch.images``."""
 

@@ -20,7 +20,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from .config import CpuBinding, Decoder, DecodeOn, Handoff, PinMode, enum_option, int_option
+from .config import (CpuBinding, DaliExecutor, Decoder, DecodeOn, Handoff, PinMode, enum_option,
+                     int_option)
 
 
 def option(default: Any, *, lo: float | None = None, hi: float | None = None,
@@ -205,6 +206,11 @@ class DaliOptions(Options):
             ``hw_decoder_load`` must stay 0 with it. On the H200's 16 cores it fed ResNet-50
             at about two thirds of the ceiling (docs/results/h200/README.md, dali-decode-on),
             hence the default. No effect on CPU operators.
+        executor: a ``DaliExecutor``: DALI's default execution model (``"dynamic"``, which
+            allocates outputs and inner buffers per iteration) or the executor before it
+            (``"pipelined"``: fixed buffers, the same batches). Not yet measured on a GPU;
+            the switch tests whether the dynamic executor's allocations are behind the device
+            synchronisations seen on the H200 (docs/results/h200/README.md, dali-trace).
     """
 
     backends: ClassVar[Tuple[str, ...]] = ("dali",)
@@ -222,6 +228,7 @@ class DaliOptions(Options):
     handoff: Handoff = option(Handoff.CURRENT)
     run_on: bool = option(True)
     decode_on: DecodeOn = option(DecodeOn.GPU)
+    executor: DaliExecutor = option(DaliExecutor.DYNAMIC)
 
     def threads(self, num_workers: int) -> int:
         """The reader threads for ``num_workers`` decoder threads (``reader_threads``)."""

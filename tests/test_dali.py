@@ -300,3 +300,41 @@ def test_gpu_decode_on_cpu_gives_gpu_batches_close_to_nvjpegs(gpu_root):
         assert x.is_cuda and y.is_cuda and x.dtype == torch.bfloat16
         assert x.shape == (64, 3, 224, 224)
         assert x.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_the_pipelined_executor_gives_the_dynamic_ones_batches_and_resumes(tiny_root):
+    """``DaliOptions.executor="pipelined"`` (``exec_dynamic=False``): the same batches as
+    DALI's default executor over two epochs (the pipelines run on across the boundary), a
+    conditional graph runs, and a resumed loader draws the saved run's crops."""
+    from torchvision.transforms import v2
+
+    from pipelines import DaliExecutor, DaliOptions
+
+    assert DaliOptions().executor is DaliExecutor.DYNAMIC
+    outs = {}
+    for ex in ("dynamic", "pipelined"):
+        with make("dali", _cfg(tiny_root, seed=3), executor=ex) as ld:
+            assert all(p._exec_dynamic is (ex == "dynamic") for p in ld.pipes)  # DALI's own
+            got = []
+            for epoch in (0, 1):
+                ld.set_epoch(epoch)
+                got += [x for x, _ in ld]
+            outs[ex] = torch.cat(got)
+    assert torch.equal(outs["dynamic"], outs["pipelined"])
+    ta = v2.Compose([v2.RandomResizedCrop(32), v2.TrivialAugmentWide(), v2.ToDtype(
+        torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.5] * 3)])
+    with make("dali", _cfg(tiny_root, transform=ta), executor="pipelined") as ld:
+        assert ld.options.pipelines == 2  # conditional: two pipelines by default
+        assert next(iter(ld))[0].shape == (8, 3, 32, 32)
+    cfg = _cfg(tiny_root, seed=5)
+    with make("dali", cfg, executor="pipelined") as ref:
+        full = [x for x, _ in ref]
+    with make("dali", cfg, executor="pipelined") as a:
+        it = iter(a)
+        next(it)
+        state = a.state_dict()
+        it.close()
+    with make("dali", cfg, executor="pipelined") as b:
+        b.load_state_dict(state)
+        rest = [x for x, _ in b]
+    assert len(rest) == len(full) - 1 and all(torch.equal(p, q) for p, q in zip(full[1:], rest))

@@ -23,7 +23,7 @@ from nvidia.dali import fn, pipeline_def, types
 
 from ..migrate import Op, TvPlan
 from ..migrate.ops import build, entry
-from ..config import DecodeOn, LoaderConfig, OutputDType
+from ..config import DaliExecutor, DecodeOn, LoaderConfig, OutputDType
 from ..indexing import dali_seed
 from ..options import DaliOptions
 
@@ -145,6 +145,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         seed=dali_seed(cfg.seed, cfg.rank, lane),
         enable_checkpointing=opt.checkpointing,
         enable_conditionals=conditional(plan),
+        exec_dynamic=opt.executor is DaliExecutor.DYNAMIC,
     )
     def graph():
         paths, meta = fn.external_source(
