@@ -11,7 +11,7 @@ Example:
 """
 from .augment import AugmentSpec, Mode
 from .config import (BadFilePolicy, CpuBinding, DaliExecutor, Decoder, DecodeOn, Handoff,
-                     LastBatchPolicy,
+                     LabelsVia, LastBatchPolicy,
                      LoaderConfig, OutputDType, PinMode, default_workers, usable_cores)
 from .device import HW_JPEG_DECODERS
 from .distributed import Placement, local_world_size, placement
@@ -34,7 +34,7 @@ from .validate import BadFileError, check_image_bytes
 
 __all__ = [
     "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig",
-    "OutputDType", "PinMode", "CpuBinding", "Decoder", "DecodeOn", "DaliExecutor", "Handoff",
+    "OutputDType", "PinMode", "CpuBinding", "Decoder", "DecodeOn", "DaliExecutor", "Handoff", "LabelsVia",
     "scaled_crop", "jpeg_library",
     "Backend",
     "DaliOptions", "Options", "TorchOptions", "LoaderBase",

@@ -150,6 +150,24 @@ class DaliExecutor(str, enum.Enum):
     PIPELINED = "pipelined"
 
 
+class LabelsVia(str, enum.Enum):
+    """Who moves the ``dali`` backend's labels to the GPU (``DaliOptions.labels_via``).
+
+    * ``DALI``: the graph does (``labels.gpu()``): a copy of a few bytes a batch in DALI's
+      mixed stage, which one of DALI's threads then waits for on the host. On the H200 that
+      wait took up to about a third of a step with the hardware decoder on, and nothing at
+      0.0 (docs/results/h200/README.md, dali-trace).
+    * ``TORCH``: DALI hands the labels over on the CPU and the loader copies them from pinned
+      memory on the consumer's stream (``non_blocking``), so DALI's pipeline holds no copy
+      to the device but the images'.
+
+    Example: ``DaliOptions(labels_via="torch")``. The batches are the same either way.
+    """
+
+    DALI = "dali"
+    TORCH = "torch"
+
+
 class OutputDType(str, enum.Enum):
     """The dtype of ``Batch.images``."""
 

@@ -20,8 +20,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from .config import (CpuBinding, DaliExecutor, Decoder, DecodeOn, Handoff, PinMode, enum_option,
-                     int_option)
+from .config import (CpuBinding, DaliExecutor, Decoder, DecodeOn, Handoff, LabelsVia, PinMode,
+                     enum_option, int_option)
 
 
 def option(default: Any, *, lo: float | None = None, hi: float | None = None,
@@ -211,6 +211,12 @@ class DaliOptions(Options):
             (``"pipelined"``: fixed buffers, the same batches). Not yet measured on a GPU;
             the switch tests whether the dynamic executor's allocations are behind the device
             synchronisations seen on the H200 (docs/results/h200/README.md, dali-trace).
+        labels_via: a ``LabelsVia``: who copies the labels to the GPU, DALI's graph
+            (``"dali"``, whose thread then waits on the host for that copy) or the loader, from
+            pinned memory on the consumer's stream (``"torch"``). The same batches. Not yet
+            measured on a GPU: the test of the one host wait of DALI's that the H200 trace
+            showed growing with the hardware decoder on (docs/results/h200/README.md,
+            dali-trace). No effect on CPU operators.
     """
 
     backends: ClassVar[Tuple[str, ...]] = ("dali",)
@@ -229,6 +235,7 @@ class DaliOptions(Options):
     run_on: bool = option(True)
     decode_on: DecodeOn = option(DecodeOn.GPU)
     executor: DaliExecutor = option(DaliExecutor.DYNAMIC)
+    labels_via: LabelsVia = option(LabelsVia.DALI)
 
     def threads(self, num_workers: int) -> int:
         """The reader threads for ``num_workers`` decoder threads (``reader_threads``)."""

@@ -338,3 +338,41 @@ def test_the_pipelined_executor_gives_the_dynamic_ones_batches_and_resumes(tiny_
         b.load_state_dict(state)
         rest = [x for x, _ in b]
     assert len(rest) == len(full) - 1 and all(torch.equal(p, q) for p, q in zip(full[1:], rest))
+
+
+def test_labels_via_torch_is_a_no_op_on_cpu_operators(tiny_root):
+    """``DaliOptions.labels_via``: on CPU operators the labels stay on the CPU either way, and
+    the batches are the same."""
+    from pipelines import DaliOptions, LabelsVia
+
+    assert DaliOptions().labels_via is LabelsVia.DALI
+    got = {}
+    for via in ("dali", "torch"):
+        with make("dali", _cfg(tiny_root, seed=4), labels_via=via) as ld:
+            xs, ys = zip(*[(x, y) for x, y in ld])
+            got[via] = torch.cat(xs), torch.cat(ys)
+            assert ys[0].device.type == "cpu" and ys[0].dtype == torch.int64
+    assert torch.equal(got["dali"][0], got["torch"][0])
+    assert torch.equal(got["dali"][1], got["torch"][1])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("handoff", ["current", "stream"])
+def test_gpu_labels_via_torch_gives_the_same_labels_on_the_device(gpu_root, handoff):
+    """``labels_via="torch"``: the labels come to the device through the loader's pinned copy,
+    equal to DALI's, with either hand-over stream, while the consumer's stream is busy."""
+    cfg = LoaderConfig(root=gpu_root, batch_size=64, device="cuda", num_workers=4,
+                       augment=AugmentSpec(mode="eval", size=224), shuffle=False)
+    busy = torch.randn(2048, 2048, device="cuda")
+    got = {}
+    for via in ("dali", "torch"):
+        with make("dali", cfg, labels_via=via, handoff=handoff) as ld:
+            ys = []
+            for x, y in ld:
+                for _ in range(10):
+                    busy = (busy @ busy).clamp_(-1, 1)
+                assert y.is_cuda and y.dtype == torch.int64 and x.is_cuda
+                ys.append(y.clone())
+            torch.cuda.synchronize()
+            got[via] = torch.cat(ys)
+    assert torch.equal(got["dali"], got["torch"])

@@ -23,7 +23,7 @@ from nvidia.dali import fn, pipeline_def, types
 
 from ..migrate import Op, TvPlan
 from ..migrate.ops import build, entry
-from ..config import DaliExecutor, DecodeOn, LoaderConfig, OutputDType
+from ..config import DaliExecutor, DecodeOn, LabelsVia, LoaderConfig, OutputDType
 from ..indexing import dali_seed
 from ..options import DaliOptions
 
@@ -157,8 +157,8 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         jpegs = paths if encoded else fn.io.file.read(paths, dont_use_mmap=not opt.use_mmap)
         labels, indices = meta[0:1], meta[1:2]
         images = augment(jpegs, plan, cfg, dec_kw, gpu, decodes_on_gpu(opt, gpu))
-        if gpu:
-            labels = labels.gpu()
+        if gpu and opt.labels_via is LabelsVia.DALI:
+            labels = labels.gpu()  # else the loader copies them (LabelsVia.TORCH)
         return images, labels, indices
 
     return graph(checkpoint=checkpoint) if checkpoint is not None else graph()

@@ -478,9 +478,12 @@ class DaliLoader(LoaderBase):
 
     def _own(self, d: Dict[str, torch.Tensor], cast: bool):
         """The batch's ``(images, labels)`` from DALI's outputs ``d``: images in the config's
-        layout and dtype. With a handoff stream they are copies in memory of this process's
+        layout and dtype, labels on the device (copied here from the CPU under
+        ``DaliOptions.labels_via="torch"``). With a handoff stream they are copies in memory of this process's
         allocator, so DALI's output memory can go back (NOTE [handoff])."""
         x, y = d["images"], d["labels"].view(-1)
+        if self.gpu and y.device.type == "cpu":  # DaliOptions.labels_via="torch"
+            y = y.pin_memory().to(self.device, non_blocking=True)
         if self.config.channels_last:
             x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
         if cast:
