@@ -3,7 +3,7 @@ flight while the step waited for data.
 
 NOTE [trace]
 The suite's numbers say how long the step waited; they cannot say why. DALI's hardware decoder,
-for one, makes the loader alone three times faster than the step and still leaves the step
+for one, makes the loader alone much faster than the step and still leaves the step
 waiting about a step's time now and then (docs/results/h200/README.md, dali-handoff): a stall,
 not a lack of throughput. One suspect is a call that waits for the whole device, such as a free
 of device or pinned memory, made by the loader's threads while the step's kernels run; the GPU

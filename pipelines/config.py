@@ -139,9 +139,9 @@ class DaliExecutor(str, enum.Enum):
     * ``PIPELINED``: the executor before it (``exec_dynamic=False``): fixed buffers that only
       grow, the same batches. DALI's documentation says that allocating and freeing device and
       pinned memory requires device synchronisation, and on the H200 one DALI thread
-      synchronised the whole device about once a batch (docs/results/h200/README.md,
-      dali-trace): this is the switch that tests whether the dynamic executor's allocations
-      are behind it.
+      synchronised the whole device again and again during training
+      (docs/results/h200/README.md, dali-trace): this is the switch that tests whether the
+      dynamic executor's allocations are behind it.
 
     Example: ``DaliOptions(executor="pipelined")``.
     """
@@ -155,8 +155,8 @@ class LabelsVia(str, enum.Enum):
 
     * ``DALI``: the graph does (``labels.gpu()``): a copy of a few bytes a batch in DALI's
       mixed stage, which one of DALI's threads then waits for on the host. On the H200 that
-      wait took up to about a third of a step with the hardware decoder on, and nothing at
-      0.0 (docs/results/h200/README.md, dali-trace).
+      wait grew long with the hardware decoder on and stayed short without it
+      (docs/results/h200/README.md, dali-trace).
     * ``TORCH``: DALI hands the labels over on the CPU and the loader copies them from pinned
       memory on the consumer's stream (``non_blocking``), so DALI's pipeline holds no copy
       to the device but the images'.

@@ -204,8 +204,8 @@ class DaliOptions(Options):
             (``"cpu"``: only output-size images cross to the GPU). ``"cpu"`` takes the decode's
             GPU work off the training step's GPU for CPU time; it uses no hardware decoder, so
             ``hw_decoder_load`` must stay 0 with it. On the H200's 16 cores it fed ResNet-50
-            at about two thirds of the ceiling (docs/results/h200/README.md, dali-decode-on),
-            hence the default. No effect on CPU operators.
+            far below nvJPEG (docs/results/h200/README.md, dali-decode-on), hence the
+            default. No effect on CPU operators.
         executor: a ``DaliExecutor``: DALI's default execution model (``"dynamic"``, which
             allocates outputs and inner buffers per iteration) or the executor before it
             (``"pipelined"``: fixed buffers, the same batches). Not yet measured on a GPU;
