@@ -99,7 +99,7 @@ def decode(paths, repeats, mode="train"):
             with open(p, "rb") as f:
                 on_tensor(decode_rgb(f.read()))
 
-    from pipelines import jpeg_library, scaled_crop
+    from pipelines import jpeg_library, reduced_decode, scaled_crop
 
     crop, flip = on_pil.transforms[0], v2.Compose(on_pil.transforms[1:])
 
@@ -119,17 +119,7 @@ def decode(paths, repeats, mode="train"):
     def eighth():  # the whole file at 1/8 scale: the floor of any DCT-scaled decode of it
         for p in paths:
             with open(p, "rb") as f:
-                data = f.read()
-            if lib == "simplejpeg":
-                import simplejpeg
-
-                h, w = simplejpeg.decode_jpeg_header(data)[:2]
-                simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-h // 8),
-                                       min_width=-(-w // 8))
-            else:
-                with Image.open(p) as im:
-                    im.draft("RGB", (im.size[0] // 8, im.size[1] // 8))
-                    im.convert("RGB")
+                reduced_decode(f.read(), 8, library=lib)
 
     n = len(paths)
     runs = {"pil": seeded(pil), "torchvision": seeded(tv), "scaled": seeded(scaled_in()),

@@ -187,8 +187,8 @@ def _written(prof, got, base: Path) -> Dict[str, Any]:
 
 
 def _spans(events: List[dict], name: str) -> List[Tuple[float, float]]:
-    return sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
-                  for e in events if e.get("name") == name and e.get("cat") == "user_annotation")
+    return sorted(_span(e) for e in events
+                  if e.get("name") == name and e.get("cat") == "user_annotation")
 
 
 def _span(e: dict) -> Tuple[float, float]:

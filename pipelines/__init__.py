@@ -26,7 +26,7 @@ from .options import DaliOptions, Options, TorchOptions
 from .recipe import Recipe
 from .shards import ShardError, shard_paths
 from .sources import Source, SourceKind, list_dataset, open_source, source_kind
-from .torch_backend.decode import jpeg_library, scaled_crop
+from .torch_backend.decode import jpeg_library, reduced_decode, scaled_crop
 from .torch_backend.shm import HEADROOM as SHM_HEADROOM
 from .torch_backend.shm import fit_to_shm, shm_free_bytes, shm_need
 from .types import Batch, BatchLoader
@@ -35,7 +35,7 @@ from .validate import BadFileError, check_image_bytes
 __all__ = [
     "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig",
     "OutputDType", "PinMode", "CpuBinding", "Decoder", "DecodeOn", "DaliExecutor", "Handoff",
-    "LabelsVia", "scaled_crop", "jpeg_library",
+    "LabelsVia", "scaled_crop", "jpeg_library", "reduced_decode",
     "Backend",
     "DaliOptions", "Options", "TorchOptions", "LoaderBase",
     "Recipe", "available_backends", "create_loader", "dali_available", "options_for", "preload",

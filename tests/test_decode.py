@@ -321,3 +321,21 @@ def test_a_sample_seeds_the_cpu_generator_only(monkeypatch):
     a, b = ds[(0, 0)][0], ds[(0, 0)][0]
     assert device_seeds == [] and torch.equal(a, b)  # still seeded per sample
     assert not torch.equal(a, ds[(1, 0)][0])  # another epoch, another crop
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_reduced_decode_is_the_scaled_decodes_decode_in_both_libraries(photos, k):
+    """``pipelines.reduced_decode`` (what ``compare.microbench decode``'s ``eighth`` row times):
+    the whole file at ``ceil(size / k)``, and the same pixels from either library."""
+    pytest.importorskip("simplejpeg")
+    from PIL import Image
+
+    from pipelines import reduced_decode
+
+    files = sorted(photos.rglob("*.jpg"))[:4]
+    for f in files:
+        data = f.read_bytes()
+        w, h = Image.open(f).size
+        a, b = reduced_decode(data, k, "simplejpeg"), reduced_decode(data, k, "pil")
+        assert a.shape == b.shape == (-(-h // k), -(-w // k), 3) and a.dtype == np.uint8
+        assert np.abs(a.astype(int) - b).max() <= 1, f

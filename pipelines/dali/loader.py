@@ -479,19 +479,19 @@ class DaliLoader(LoaderBase):
     def _own(self, d: Dict[str, torch.Tensor], cast: bool):
         """The batch's ``(images, labels)`` from DALI's outputs ``d``: images in the config's
         layout and dtype, labels on the device (copied here from the CPU under
-        ``DaliOptions.labels_via="torch"``). With a handoff stream they are copies in memory of this process's
-        allocator, so DALI's output memory can go back (NOTE [handoff])."""
+        ``DaliOptions.labels_via="torch"``). With a handoff stream they are copies in memory of
+        this process's allocator, so DALI's output memory can go back (NOTE [handoff])."""
         x, y = d["images"], d["labels"].view(-1)
-        if self.gpu and y.device.type == "cpu":  # DaliOptions.labels_via="torch"
+        if self.gpu and y.device.type == "cpu":  # DaliOptions.labels_via="torch": ours already
             y = y.pin_memory().to(self.device, non_blocking=True)
+        elif self._stream is not None:
+            y = y.clone()
         if self.config.channels_last:
             x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
         if cast:
             x = x.to(torch.bfloat16, memory_format=torch.preserve_format)
         elif self._stream is not None:
             x = x.clone(memory_format=torch.preserve_format)
-        if self._stream is not None:
-            y = y.clone()
         return x, y
 
     def _release(self) -> None:

@@ -171,6 +171,28 @@ def _reduced_rgb(data: bytes, width: int, height: int, k: int) -> np.ndarray:
                                   min_width=-(-width // k))
 
 
+def _draft(im: Image.Image, width: int, height: int, k: int) -> None:
+    """Have PIL decode ``im`` at ``1/k`` (``size // k``, not its ceiling: NOTE [the scaled
+    decode's library])."""
+    if k > 1:
+        im.draft("RGB", (width // k, height // k))
+
+
+def reduced_decode(data: bytes, k: int, library: Optional[str] = None) -> np.ndarray:
+    """The JPEG ``data`` decoded whole at ``1/k`` (8, 4, 2 or 1) of its size, ``H x W x 3``
+    uint8, in ``library`` (default: ``jpeg_library()``): the decode under every scaled crop
+    (``python -m compare.microbench decode`` times it alone)."""
+    library = library or jpeg_library()
+    if library == "simplejpeg":
+        import simplejpeg
+
+        height, width = simplejpeg.decode_jpeg_header(data)[:2]
+        return _reduced_rgb(data, width, height, k)
+    with Image.open(io.BytesIO(data)) as im:
+        _draft(im, im.size[0], im.size[1], k)
+        return np.asarray(im.convert("RGB"))
+
+
 def _resize_box(rgb: np.ndarray, box, size, resample, support: float) -> Image.Image:
     """``Image.fromarray(rgb).resize(size, resample, box=box)`` with only ``box`` and the
     ``support`` (the filter's radius) around it made a PIL image: the pixels the filter reads,
@@ -214,8 +236,7 @@ def scaled_crop(data: bytes, t, library: Optional[str] = None) -> Optional[Image
             rgb = _reduced_rgb(data, width, height, k)
             rh, rw = rgb.shape[:2]
         else:
-            if k > 1:  # size // k, not its ceiling (NOTE [the scaled decode's library])
-                im.draft("RGB", (width // k, height // k))
+            _draft(im, width, height, k)
             rw, rh = im.size
         sx, sy = rw / width, rh / height
         box = (p["left"] * sx, p["top"] * sy, (p["left"] + p["width"]) * sx,
