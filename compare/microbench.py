@@ -8,6 +8,12 @@ behind design choices quoted in the README and docstrings (single thread, median
   file, and the entropy-coded data costs the same at every scale, so no crop decoded that way
   runs faster than ``eighth``: ``bound_over_torchvision`` (torchvision's time over it) is the
   most the scaled decode can gain over torchvision's decoder per image on this host.
+* ``baseline``: what ``pageable`` adds to the plain recipe's per-sample work: one ``pageable``
+  dataset item (as its workers run it: read, check, seed, PIL decode, the recipe) against
+  ``torchvision.datasets.ImageFolder``'s item with the same transforms, on the same files and
+  with the same crops (the plain recipe seeded per sample with ``pageable``'s seeds, which it
+  also pays for). ``same_output`` counts the samples whose two outputs are equal, checked
+  before timing; ``seed_us`` and ``check_us`` time two of the additions alone.
 * ``validate``: ``pipelines.validate.check_image_bytes`` per file.
 * ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
   one dense array, and copied vs ``no_copy`` buffers.
@@ -129,6 +135,63 @@ def decode(paths, repeats, mode="train"):
     med = _interleaved(runs, repeats)
     return {"scaled_library": lib, **{f"{k}_ms_per_img": 1e3 * v / n for k, v in med.items()},
             "bound_over_torchvision": round(med["torchvision"] / med["eighth"], 3)}
+
+
+def baseline(root: str, images: int, repeats: int) -> dict:
+    from torchvision import datasets
+
+    from pipelines import LoaderConfig, check_image_bytes, create_loader, sample_seed
+
+    torch.set_num_threads(1)
+    cfg = LoaderConfig(root=root, batch_size=1, num_workers=0, device="cpu")
+    loader = create_loader("pageable", cfg)
+    try:
+        ds = loader.dataset
+        ref = datasets.ImageFolder(root, transform=cfg.resolved().augment.to_torchvision(
+            normalize=True))
+        where = {str(path): j for j, (path, _) in enumerate(ref.samples)}
+        idx = [i for i in range(len(ds.paths)) if str(ds.paths[i]) in where][:images]
+        if not idx:
+            raise ValueError(f"--data {root}: no file that ImageFolder lists too")
+        seeds = [sample_seed(cfg.seed, 0, i) for i in idx]
+        gen = torch.random.default_generator
+
+        def plain_item(i, s):
+            gen.manual_seed(s)
+            return ref[where[str(ds.paths[i])]][0]
+
+        same = sum(bool(torch.equal(ds[(0, i)][0], plain_item(i, s))) for i, s in zip(idx, seeds))
+        datas = []
+        for i in idx:
+            with open(ds.paths[i], "rb") as f:
+                datas.append(f.read())
+
+        def ours():
+            for i in idx:
+                ds[(0, i)]
+
+        def plain():
+            for i, s in zip(idx, seeds):
+                plain_item(i, s)
+
+        def seeding():
+            for i in idx:
+                gen.manual_seed(sample_seed(cfg.seed, 0, i))
+
+        def check():
+            for d in datas:
+                check_image_bytes(d)
+
+        med = _interleaved({"pageable": ours, "imagefolder": plain, "seed": seeding,
+                            "check": check}, repeats)
+    finally:
+        loader.close()
+    n = len(idx)
+    return {"images": n, "same_output": same,
+            "pageable_ms_per_img": 1e3 * med["pageable"] / n,
+            "imagefolder_ms_per_img": 1e3 * med["imagefolder"] / n,
+            "pageable_over_imagefolder": round(med["pageable"] / med["imagefolder"], 3),
+            "seed_us": 1e6 * med["seed"] / n, "check_us": 1e6 * med["check"] / n}
 
 
 def validate(paths, repeats):
@@ -388,8 +451,8 @@ def early_exit(data: str, backends, batch_size: int, trials: int, device: str) -
 def main(argv=None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__,
                    formatter_class=cli.HelpFormatter)
-    p.add_argument("what", choices=["decode", "validate", "feed", "listing", "early-exit",
-                                           "shard-read", "cpu-scaling", "host-probe"])
+    p.add_argument("what", choices=["decode", "baseline", "validate", "feed", "listing",
+                                    "early-exit", "shard-read", "cpu-scaling", "host-probe"])
     p.add_argument("--data", help="an ImageFolder root")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
@@ -448,6 +511,19 @@ def main(argv=None) -> int:
         res = early_exit(a.data, backs, a.batch_size, a.repeats, a.device)
         print(json.dumps({"what": "early-exit", "data": a.data, "batch_size": a.batch_size,
                           "repeats": a.repeats, "backends": res}, indent=1))
+        return 0
+    if a.what == "baseline":
+        try:
+            cli.at_least("--images", a.images, 1)
+            cli.at_least("--repeats", a.repeats, 1)
+            if not a.data:
+                raise ValueError("--data DIR is needed by baseline")
+            res = baseline(a.data, a.images, a.repeats)
+        except ValueError as e:
+            return cli.fail(PROG, e)
+        print(json.dumps({"what": "baseline", "data": a.data, "repeats": a.repeats,
+                          **{k: round(v, 3) if isinstance(v, float) else v
+                             for k, v in res.items()}}, indent=1))
         return 0
     if a.what == "shard-read":
         try:

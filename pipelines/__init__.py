@@ -17,7 +17,8 @@ from .device import HW_JPEG_DECODERS
 from .distributed import Placement, local_world_size, placement
 from .factory import (Backend, available_backends, create_loader, dali_available, options_for,
                       preload)
-from .indexing import DatasetRootError, check_nonempty, epoch_batches, list_samples, num_batches
+from .indexing import (DatasetRootError, check_nonempty, epoch_batches, list_samples, num_batches,
+                       sample_seed)
 from .loader import LoaderBase
 from .migrate import (InvalidTransformError, TransformError, UnsupportedTransformError,
                       check_transform, from_torchvision)
@@ -40,6 +41,7 @@ __all__ = [
     "DaliOptions", "Options", "TorchOptions", "LoaderBase",
     "Recipe", "available_backends", "create_loader", "dali_available", "options_for", "preload",
     "DatasetRootError", "check_nonempty", "epoch_batches", "list_samples", "num_batches",
+    "sample_seed",
     "Batch", "BatchLoader", "InvalidTransformError", "TransformError",
     "UnsupportedTransformError", "check_transform", "from_torchvision", "check_image_bytes",
     "default_workers", "usable_cores", "SHM_HEADROOM", "fit_to_shm", "shm_free_bytes",

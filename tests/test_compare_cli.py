@@ -99,6 +99,25 @@ def test_microbench_decode_times_three_decoders(tiny_root, capsys, mode):
     assert out["scaled_library"] in ("pil", "simplejpeg")
 
 
+def test_microbench_baseline_gives_the_plain_recipes_outputs(tiny_root, capsys):
+    """``pageable``'s item and the plain ImageFolder item, seeded alike, give the same tensors
+    (the check the timing relies on), and both costs are timed."""
+    from compare.microbench import main as mb
+
+    assert mb(["baseline", "--data", str(tiny_root), "--images", "5", "--repeats", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["images"] == 5 and out["same_output"] == 5
+    assert out["pageable_ms_per_img"] > 0 and out["imagefolder_ms_per_img"] > 0
+    assert out["pageable_over_imagefolder"] > 0 and out["seed_us"] > 0 and out["check_us"] > 0
+
+
+def test_microbench_baseline_needs_data(capsys):
+    from compare.microbench import main as mb
+
+    assert mb(["baseline"]) == 2
+    assert "--data DIR is needed by baseline" in capsys.readouterr().err
+
+
 def test_microbench_interleaves_what_it_compares():
     """Each round times every function once, the order reversed every other round."""
     from compare.microbench import _interleaved
