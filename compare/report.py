@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import (FIT_QUEUES, OVER_CEILING, SPREAD_WARN, STEAL_WARN_PCT, SuiteResult,
-                      VariantResult, steal_span)
+                      VariantResult, role_medians, steal_span)
 from .waves import in_step
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
@@ -382,6 +382,17 @@ def markdown(res: SuiteResult) -> str:
         lines += [f"**CPU steal** (the share of the CPU the hypervisor gave other guests during "
                   f"each training window, from /proc/stat; compare.metrics NOTE [steal]): "
                   f"{steal[0]:.2f}-{steal[1]:.2f}% across the repeats.", ""]
+    roles = [(v.label, m) for v in res.variants if (m := role_medians(v))]
+    if roles:
+        lines += ["**CPU by role**, in cores (CPU seconds over the window's seconds; medians over "
+                  "the repeats; compare.cpuroles NOTE [cpu roles]): the loop's thread, the "
+                  "loader's worker processes, and the process's other threads.", "",
+                  "| backend | training: loop / workers / threads | "
+                  "loader-only: loop / workers / threads |", "|---|---|---|"]
+        cell = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("main", "workers", "threads"))  # noqa: E731
+        lines += [f"| {label} | {cell(m['training'])} | {cell(m['loader_only'])} |"
+                  for label, m in roles]
+        lines += [""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "
                   "(`--cold`; compare.pagecache), then the loader's queue, filled from files "

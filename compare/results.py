@@ -74,6 +74,10 @@ class Repeat:
     # --trace: the digest of one more training window traced after this repeat's windows
     # (compare.trace.digest; NOTE [trace]); None when not traced
     trace: Optional[Dict[str, Any]] = None
+    # the CPU each window took, in cores, by role: {"training": {...}, "loader_only": {...}},
+    # each {"main", "workers", "threads"} (compare.cpuroles NOTE [cpu roles]); the training
+    # window's includes its warm-up and settling; None without /proc and in older runs
+    cpu_roles: Optional[Dict[str, Dict[str, float]]] = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,25 @@ class SuiteResult:
 
 
 STEAL_WARN_PCT = 3.0  # CPU steal in a training window above this (% of the CPU) is reported
+
+
+def role_means(splits) -> Optional[Dict[str, Dict[str, float]]]:
+    """The mean of several ``Repeat.cpu_roles`` (ranks' or repeats'), role by role; ``None``
+    unless every one has them."""
+    if not splits or any(not s for s in splits):
+        return None
+    return {w: {k: round(statistics.fmean(s[w][k] for s in splits), 3) for k in splits[0][w]}
+            for w in splits[0]}
+
+
+def role_medians(v: "VariantResult") -> Optional[Dict[str, Dict[str, float]]]:
+    """The median over ``v``'s repeats of each window's CPU by role (compare.cpuroles NOTE
+    [cpu roles]), ``None`` when no repeat has them."""
+    got = [r.cpu_roles for r in v.repeats if r.cpu_roles]
+    if not got:
+        return None
+    return {w: {k: round(statistics.median(s[w][k] for s in got), 2) for k in got[0][w]}
+            for w in got[0]}
 
 
 def steal_span(res: SuiteResult) -> Optional[Tuple[float, float]]:

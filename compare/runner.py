@@ -15,6 +15,7 @@ import torch
 
 from pipelines import Backend, LoaderConfig, create_loader
 
+from .cpuroles import RoleCpu
 from .hostprobe import probe_ms
 from .metrics import CpuUtil, NvmlSampler, loader_only, measure
 from .models import TrainStep
@@ -228,11 +229,17 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     drain(it, max(0, first - 1))  # the priming took the first epoch's first batch
     sync()
 
+    roles: dict = {}
+
     def alone():
         if cold is not None:
             cold()
         drain(it, queue or 0)  # the queue made while the step ran (or the eviction ran)
-        return loader_only(it, steps, warmup, device, period=period)
+        split = RoleCpu()
+        split.start()
+        got = loader_only(it, steps, warmup, device, period=period)
+        roles["loader_only"] = split.stop()
+        return got
 
     lo = None if loader_only_last else alone()
     if lo is not None:
@@ -240,10 +247,12 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     evicted = cold() if cold is not None else None
     if cold is not None or lo is None:
         drain(it, queue or 0)
-    cpu = CpuUtil()
+    cpu, split = CpuUtil(), RoleCpu()
     cpu.start()
+    split.start()
     with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
         m = measure(it, step, steps, warmup, device, settle=settle, agree=agree)
+    roles["training"] = split.stop()
     busy = cpu.stop()
     if lo is None:
         sync()
@@ -262,6 +271,8 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
         window_s=round(m.wall_s, 4), pid=os.getpid(),
         cold_resident=None if evicted is None else round(evicted.after, 4),
         halves=m.halves(), settle_batches=m.settle_batches, settled=m.settled, trace=traced,
+        cpu_roles=({k: roles[k] for k in ("training", "loader_only")}
+                   if roles.get("training") and roles.get("loader_only") else None),
     )
 
 

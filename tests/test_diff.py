@@ -427,3 +427,30 @@ def test_the_loader_only_noise_floor_is_its_own_stretches():
     assert v.within_spread() == 300.0 and v.within_spread("loader_only_halves") == 1.0
     assert within_as_range(v, "loader_only_per_s") == pytest.approx(1.0 * 1.693 / 1.349)
     assert within_as_range(v) == pytest.approx(300.0 * 1.693 / 1.349)
+
+
+def test_cpu_roles_survive_json_are_summarised_and_a_job_averages_its_ranks(tmp_path):
+    from dataclasses import replace
+
+    from compare.ddp import merge
+
+    def split(w):
+        return {"training": {"main": 1.0, "workers": w, "threads": 0.5},
+                "loader_only": {"main": 0.8, "workers": w / 2, "threads": 0.25}}
+
+    def with_roles(run, *ws):
+        v = run.variants[0]
+        reps = tuple(replace(r, cpu_roles=split(w)) for r, w in zip(v.repeats, ws))
+        return replace(run, variants=(replace(v, repeats=reps),))
+
+    run = with_roles(_run({"pinned": [100.0, 101.0, 99.0]}), 10.0, 12.0, 14.0)
+    run.dump(tmp_path / "r.json")
+    back = SuiteResult.load(tmp_path / "r.json")
+    assert back.variants[0].repeats[1].cpu_roles == split(12.0)
+    text = markdown(back)
+    assert "**CPU by role**" in text and "| pinned | 1.00 / 12.00 / 0.50 | 0.80 / 6.00 / 0.25 |" in text
+    assert "CPU by role" not in markdown(_run({"pinned": SAME_A}))
+    ranks = [with_roles(_run({"pinned": [100.0]}, ceiling=None), w).variants[0] for w in (4.0, 8.0)]
+    assert merge(ranks).repeats[0].cpu_roles == split(6.0)
+    one_without = [ranks[0], _run({"pinned": [100.0]}, ceiling=None).variants[0]]
+    assert merge(one_without).repeats[0].cpu_roles is None

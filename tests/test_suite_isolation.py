@@ -359,7 +359,13 @@ def test_loader_only_last_is_recorded_summarised_and_noted_by_diff(tiny_root, tm
                 "--steps", "2", "--repeats", "2", "--loader-only-last")
     assert last["setup"]["loader_only_last"] is True
     assert last["variants"][0]["repeats"][0]["loader_only_per_s"] > 0
-    assert "Loader-only window after training" in (tmp_path / "last" / "summary.md").read_text()
+    summary = (tmp_path / "last" / "summary.md").read_text()
+    assert "Loader-only window after training" in summary
+    roles = last["variants"][0]["repeats"][0]["cpu_roles"]  # compare.cpuroles, both windows
+    assert set(roles) == {"training", "loader_only"}
+    assert all(set(r) == {"main", "workers", "threads"} and min(r.values()) >= 0
+               for r in roles.values())
+    assert roles["training"]["main"] > 0 and "**CPU by role**" in summary
     _run(tiny_root, tmp_path / "first", "--no-isolate", "--backends", "pageable", "--steps", "2",
          "--repeats", "2")
     capsys.readouterr()

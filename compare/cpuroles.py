@@ -1,0 +1,116 @@
+"""Where a window's CPU time went: this thread, this process's other threads, and its child
+processes (a DataLoader's workers).
+
+NOTE [cpu roles]
+The suite's CPU % is the whole machine's (``metrics.CpuUtil``). It cannot tell a loader whose
+workers were starved of cores from one whose workers sat idle waiting for work, nor see a thread
+beside them that took a core (a spinning wait, a pin-memory thread). ``RoleCpu`` splits one
+window's CPU time, read from ``/proc``, into three roles, each in cores (CPU seconds over the
+window's wall seconds):
+
+* ``main``: the thread that started the window (the training or loader-only loop);
+* ``threads``: every other thread of this process (torch's pin-memory thread, DALI's threads,
+  CUDA's), the process's total less ``main``; threads that ended inside the window count, since
+  the process's total keeps their time;
+* ``workers``: the child processes, the DataLoader's workers. A worker alive at both ends counts
+  its difference; one started inside the window all of its time; one that ended inside it (a
+  non-persistent loader's workers at an epoch's end) its time up to the end less what it had at
+  the start, which the kernel adds to this process's ``cutime``/``cstime`` once it is reaped.
+  A child that ended and was not reaped by the end of the window is still in ``/proc`` (a
+  zombie keeps its times) and counts there. Only direct children count: a worker's own
+  children (none in a DataLoader) would be missed.
+
+On a machine without ``/proc`` (not Linux) ``start`` and ``stop`` give ``None``. The suite
+records the split of both windows of each repeat (``Repeat.cpu_roles``) and the summary gives
+the medians; ``pinned``'s loader-only window below its training window (the H200 index,
+``loader-only-last/``) is the question it was built for.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+ROLES = ("main", "workers", "threads")
+_PROC = Path("/proc")
+
+
+def _ticks(stat: str) -> Tuple[int, int, int, int]:
+    """``(utime, stime, cutime, cstime)`` of a ``/proc/.../stat`` line (fields 14-17). The
+    command name (field 2) is in parentheses and may hold spaces, so fields are counted from
+    its closing parenthesis."""
+    rest = stat[stat.rindex(")") + 2:].split()
+    return int(rest[11]), int(rest[12]), int(rest[13]), int(rest[14])
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text()
+    except OSError:  # the process or thread ended between listing and reading
+        return None
+
+
+def _children(pid: int) -> Dict[int, int]:
+    """``{child pid: its utime + stime}`` of ``pid``'s direct children."""
+    out: Dict[int, int] = {}
+    for d in _PROC.iterdir():
+        if not d.name.isdigit():
+            continue
+        s = _read(d / "stat")
+        if s is None:
+            continue
+        rest = s[s.rindex(")") + 2:].split()
+        if int(rest[1]) == pid:  # field 4: the parent's pid
+            u, st, _, _ = _ticks(s)
+            out[int(d.name)] = u + st
+    return out
+
+
+class _Snapshot:
+    def __init__(self, pid: int, tid: int):
+        self.t = time.perf_counter()
+        own = _read(_PROC / str(pid) / "stat")
+        main = _read(_PROC / str(pid) / "task" / str(tid) / "stat")
+        if own is None or main is None:
+            raise OSError("no /proc stat for this process")
+        u, s, cu, cs = _ticks(own)
+        mu, ms, _, _ = _ticks(main)
+        self.process = u + s
+        self.reaped = cu + cs
+        self.main = mu + ms
+        self.children = _children(pid)
+
+
+class RoleCpu:
+    """One window's CPU split (NOTE [cpu roles]): ``start()`` on the loop's thread before the
+    window, ``stop()`` after it; ``stop()`` returns ``{role: cores}`` or ``None`` where
+    ``/proc`` cannot be read."""
+
+    def __init__(self) -> None:
+        self._a: Optional[_Snapshot] = None
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def _snap(self) -> Optional[_Snapshot]:
+        try:
+            return _Snapshot(os.getpid(), threading.get_native_id())
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def start(self) -> None:
+        self._a = self._snap()
+
+    def stop(self) -> Optional[Dict[str, float]]:
+        a, b = self._a, self._snap()
+        if a is None or b is None or b.t <= a.t:
+            return None
+        workers = (sum(b.children.values()) + (b.reaped - a.reaped)
+                   - sum(a.children.values()))
+        wall = (b.t - a.t) * self._tick
+        main = b.main - a.main
+        cores = {"main": main, "workers": workers, "threads": (b.process - a.process) - main}
+        return {k: round(max(0, v) / wall, 3) for k, v in cores.items()}
+
+
+__all__ = ["ROLES", "RoleCpu"]

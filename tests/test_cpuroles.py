@@ -1,0 +1,97 @@
+"""compare.cpuroles: a window's CPU split into the loop's thread, other threads and children."""
+import multiprocessing as mp
+import threading
+import time
+
+import pytest
+
+from compare import cpuroles
+from compare.cpuroles import RoleCpu, _ticks
+
+pytestmark = pytest.mark.skipif(not cpuroles._PROC.joinpath("self/stat").exists(),
+                                reason="needs Linux /proc")
+
+
+def _spin(seconds: float) -> None:
+    end = time.thread_time() + seconds  # CPU time, so a shared core cannot shorten the work
+    while time.thread_time() < end:
+        pass
+
+
+def _spin_then_sleep(spin: float, sleep: float, done) -> None:
+    _spin(spin)
+    done.set()
+    time.sleep(sleep)
+
+
+def _ctx():
+    return mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+
+
+def _cpu_s(split: dict, wall: float, role: str) -> float:
+    return split[role] * wall
+
+
+def test_a_child_that_starts_and_ends_inside_the_window_counts_once_reaped():
+    r = RoleCpu()
+    r.start()
+    t0 = time.perf_counter()
+    p = _ctx().Process(target=_spin, args=(0.4,))
+    p.start()
+    p.join()
+    got = r.stop()
+    wall = time.perf_counter() - t0
+    assert 0.3 <= _cpu_s(got, wall, "workers") <= 0.7
+    assert got["main"] < 0.5  # the loop only waited on the join
+
+
+def test_a_child_counts_only_its_time_inside_the_window():
+    """Busy before the window and ended inside it: the time it had at the start is taken off
+    again when the kernel adds its whole life to this process's cutime."""
+    ctx = _ctx()
+    done = ctx.Event()
+    p = ctx.Process(target=_spin_then_sleep, args=(0.6, 0.4, done))
+    p.start()
+    assert done.wait(30)  # its spin is over before the window starts
+    r = RoleCpu()
+    r.start()
+    t0 = time.perf_counter()
+    p.join()
+    got = r.stop()
+    wall = time.perf_counter() - t0
+    assert _cpu_s(got, wall, "workers") < 0.3  # not the 0.6 s it spent before the window
+
+
+def test_another_thread_is_counted_apart_from_the_loop():
+    r = RoleCpu()
+    r.start()
+    t0 = time.perf_counter()
+    th = threading.Thread(target=_spin, args=(0.3,))
+    th.start()
+    th.join()  # ended inside the window: the process's total keeps its time
+    got = r.stop()
+    wall = time.perf_counter() - t0
+    assert 0.2 <= _cpu_s(got, wall, "threads") <= 0.6
+    assert _cpu_s(got, wall, "main") < 0.15 and got["workers"] < 0.1
+
+
+def test_the_loop_thread_is_main():
+    r = RoleCpu()
+    r.start()
+    t0 = time.perf_counter()
+    _spin(0.3)
+    got = r.stop()
+    wall = time.perf_counter() - t0
+    assert 0.2 <= _cpu_s(got, wall, "main") <= 0.45 and got["threads"] < 0.3
+
+
+def test_stat_fields_are_counted_after_the_command_name():
+    line = "42 (a b) c) S 1 42 42 0 -1 4194560 10 0 0 0 7 3 11 5 20 0 1 0"
+    assert _ticks(line) == (7, 3, 11, 5)
+
+
+def test_no_proc_gives_none(monkeypatch, tmp_path):
+    monkeypatch.setattr(cpuroles, "_PROC", tmp_path / "nothing")
+    r = RoleCpu()
+    r.start()
+    assert r.stop() is None
