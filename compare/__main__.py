@@ -1,4 +1,4 @@
-"""``python -m compare [run] | train | doctor | memory | diff | scaling | plot | fuzz``.
+"""``python -m compare [run] | train | doctor | memory | diff | scaling | plot | report | fuzz``.
 
 Each command is a module with its own argparse parser (``main(argv)``), imported only when it
 is asked for: ``run`` (the default, ``compare.args`` then ``compare.suite``) parses its options
@@ -18,6 +18,7 @@ COMMANDS = {
     "diff": ("compare.diff", "compare two results.json: faster, slower or no difference"),
     "scaling": ("compare.scaling", "a run with more ranks against one with fewer: efficiency"),
     "plot": ("compare.plot", "redraw the PNGs of a results.json"),
+    "report": ("compare.report", "write the summary of a results.json again"),
     "fuzz": ("compare.fuzz", "mutated image files against every loader"),
 }
 

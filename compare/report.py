@@ -1,18 +1,23 @@
 """Turn a ``SuiteResult`` into a terminal table, a markdown summary and PNG plots.
 
 The plots are drawn by ``compare.plot`` (``python -m compare plot`` redraws them from a
-``results.json``); ``plots`` is re-exported here for the suite."""
+``results.json``); ``plots`` is re-exported here for the suite. ``python -m compare report
+RESULTS.json`` writes the summary again from a ``results.json``, with what this version of
+the report says (``main``)."""
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
-from typing import List, Optional, Tuple
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import (FIT_QUEUES, OVER_CEILING, SPREAD_WARN, STEAL_WARN_PCT, SuiteResult,
                       VariantResult, role_medians, steal_span)
-from .waves import in_step
+from .waves import LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES, in_step, long_waits
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
 SLOWER_STEP = 0.03  # a step this much slower than on resident batches is reported
@@ -308,6 +313,36 @@ def contention_lines(res: SuiteResult) -> List[str]:
     return out
 
 
+def long_wait_lines(res: SuiteResult) -> List[str]:
+    """The rows whose training windows held ``LONG_WAITS_MIN`` or more long data waits
+    (``waves.long_waits``) at the median: how many, how far apart, how long, and their share of
+    the window's wait. A loader that stalls now and then on a step it keeps up with on average
+    shows here; one that is simply too slow waits every batch and does not. Left out under
+    torchrun, whose waits are the ranks' end to end."""
+    out: List[str] = []
+    if (res.setup.get("world_size") or 1) > 1:
+        return out
+    for v in res.variants:
+        per = []
+        for r in v.repeats:
+            w = list(r.waits_ms)
+            long = long_waits(w)
+            if w and sum(w) > 0:
+                per.append((len(long), len(w), statistics.median([w[i] for i in long])
+                            if long else 0.0, sum(w[i] for i in long) / sum(w)))
+        if not per:
+            continue
+        n, size, ms, share = (statistics.median(x) for x in zip(*per))
+        if n >= LONG_WAITS_MIN:
+            out.append(f"{res.row_label(v)}: {n:g} long waits in {size:g} batches (one every "
+                       f"{size / n:.1f}), {ms:.0f} ms each, {100 * share:.0f}% of the window's "
+                       "data wait (medians over the repeats)")
+    return out
+
+
+LONG_WAITS_MIN = 3  # long data waits in a window (at the median) from which a row is listed
+
+
 def _md(columns, body) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "|".join("---" for _ in columns) + "|\n"
     return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
@@ -412,6 +447,11 @@ def markdown(res: SuiteResult) -> str:
         lines += ["**The step ran slower beside the loader** (busy time per sample against the "
                   "ceiling's; not data waits: the loader's own GPU work shared the device)", ""
                   ] + [f"- {x}" for x in slow] + [""]
+    stalls = long_wait_lines(res)
+    if stalls:
+        lines += [f"**Long data waits** in the training window (above {LONG_WAIT_FLOOR_MS:g} ms "
+                  f"and {LONG_WAIT_TIMES:g}x the window's median wait; compare.waves)", ""]
+        lines += [f"- {x}" for x in stalls] + [""]
     windows = window_lines(res)
     if windows:
         lines += ["**Timed windows** (training run; without `--steps` at least "
@@ -432,3 +472,43 @@ def markdown(res: SuiteResult) -> str:
     if w:
         lines += ["**Warnings**", ""] + [f"- {x}" for x in w] + [""]
     return "\n".join(lines)
+
+
+PROG = "python -m compare report"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``python -m compare report``: the markdown summary of a results.json, on
+    stdout or into ``--out``."""
+    from .plot import load
+
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Write the markdown summary of a suite results.json again, with "
+                               "what this version of the report says.")
+    p.add_argument("results", metavar="RESULTS.json",
+                   help="a results.json written by python -m compare, or the folder holding it")
+    p.add_argument("--out", metavar="FILE", default=None,
+                   help="write the summary here (default: print it)")
+    a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    src = Path(a.results)
+    if src.is_dir():
+        src = src / "results.json"
+    try:
+        text = markdown(load(src))
+    except ValueError as e:
+        print(f"{PROG}: error: RESULTS.json: {str(src)!r} is {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{PROG}: error: RESULTS.json: cannot read {str(src)!r} ({e.strerror or e})",
+              file=sys.stderr)
+        return 2
+    if a.out is None:
+        print(text)
+        return 0
+    try:
+        Path(a.out).write_text(text + "\n")
+    except OSError as e:
+        print(f"{PROG}: error: --out: cannot write {a.out!r} ({e.strerror or e})", file=sys.stderr)
+        return 2
+    print(a.out)
+    return 0

@@ -454,3 +454,54 @@ def test_cpu_roles_survive_json_are_summarised_and_a_job_averages_its_ranks(tmp_
     assert merge(ranks).repeats[0].cpu_roles == split(6.0)
     one_without = [ranks[0], _run({"pinned": [100.0]}, ceiling=None).variants[0]]
     assert merge(one_without).repeats[0].cpu_roles is None
+
+
+def _waits(run, label_waits):
+    from dataclasses import replace
+
+    return replace(run, variants=tuple(
+        replace(v, repeats=tuple(replace(r, waits_ms=tuple(label_waits[v.label]))
+                                 for r in v.repeats)) for v in run.variants))
+
+
+def test_the_summary_lists_a_loader_that_stalls_now_and_then_but_not_a_slow_one():
+    """Seen on the H200 with DALI's hardware decoder: a ~70 ms wait every few batches, with
+    short waits between; a loader too slow for the step waits about as long every batch."""
+    from compare.report import long_wait_lines
+
+    stalls = [70.0 if i % 4 == 3 else 1.0 for i in range(62)]  # 15 stalls
+    slow = [50.0 + (i % 3) for i in range(62)]
+    run = _waits(_run({"dali": [100.0, 101.0], "pinned": [90.0, 91.0]}),
+                 {"dali": stalls, "pinned": slow})
+    lines = long_wait_lines(run)
+    assert lines == ["dali: 15 long waits in 62 batches (one every 4.1), 70 ms each, 96% of the "
+                     "window's data wait (medians over the repeats)"]
+    assert "**Long data waits**" in markdown(run)
+    few = _waits(_run({"dali": [100.0]}), {"dali": [1.0] * 60 + [70.0, 70.0]})
+    assert long_wait_lines(few) == [] and "Long data waits" not in markdown(few)
+    job = replace_setup(run, world_size=2)
+    assert long_wait_lines(job) == []  # a job's waits are its ranks' end to end
+
+
+def replace_setup(run, **kw):
+    from dataclasses import replace
+
+    return replace(run, setup={**run.setup, **kw})
+
+
+def test_report_writes_the_summary_of_a_results_json_again(tmp_path, capsys):
+    from compare.report import main as report
+
+    run = _waits(_run({"dali": [100.0, 101.0]}), {"dali": [70.0 if i % 4 == 3 else 1.0
+                                                           for i in range(62)]})
+    run.dump(tmp_path / "results.json")
+    assert report([str(tmp_path), "--out", str(tmp_path / "summary.md")]) == 0
+    text = (tmp_path / "summary.md").read_text()
+    assert text.startswith("# gpu-feed comparison") and "**Long data waits**" in text
+    capsys.readouterr()
+    assert report([str(tmp_path / "results.json")]) == 0
+    assert "**Long data waits**" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("{}")
+    assert report([str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m compare report: error: RESULTS.json:") and "\n" not in err
