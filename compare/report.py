@@ -417,7 +417,7 @@ def markdown(res: SuiteResult) -> str:
         lines += [f"**CPU steal** (the share of the CPU the hypervisor gave other guests during "
                   f"each training window, from /proc/stat; compare.metrics NOTE [steal]): "
                   f"{steal[0]:.2f}-{steal[1]:.2f}% across the repeats.", ""]
-    roles = [(v.label, m) for v in res.variants if (m := role_medians(v))]
+    roles = [(res.row_label(v), m) for v in res.variants if (m := role_medians(v))]
     if roles:
         lines += ["**CPU by role**, in cores (CPU seconds over the window's seconds; medians over "
                   "the repeats; compare.cpuroles NOTE [cpu roles]): the loop's thread, the "
