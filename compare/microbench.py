@@ -518,19 +518,6 @@ def main(argv=None) -> int:
         print(json.dumps({"what": "early-exit", "data": a.data, "batch_size": a.batch_size,
                           "repeats": a.repeats, "backends": res}, indent=1))
         return 0
-    if a.what == "baseline":
-        try:
-            cli.at_least("--images", a.images, 1)
-            cli.at_least("--repeats", a.repeats, 1)
-            if not a.data:
-                raise ValueError("--data DIR is needed by baseline")
-            res = baseline(a.data, a.images, a.repeats)
-        except ValueError as e:
-            return cli.fail(PROG, e)
-        print(json.dumps({"what": "baseline", "data": a.data, "repeats": a.repeats,
-                          **{k: round(v, 3) if isinstance(v, float) else v
-                             for k, v in res.items()}}, indent=1))
-        return 0
     if a.what == "shard-read":
         try:
             cli.at_least("--repeats", a.repeats, 1)
@@ -562,6 +549,11 @@ def main(argv=None) -> int:
         return cli.fail(PROG, e)
     if a.what == "decode":
         res = decode(paths, a.repeats, a.mode)
+    elif a.what == "baseline":
+        try:
+            res = baseline(a.data, a.images, a.repeats)
+        except ValueError as e:
+            return cli.fail(PROG, e)
     else:
         res = {"validate": validate, "feed": feed}[a.what](paths, a.repeats)
     print(json.dumps({"what": a.what, **({"mode": a.mode} if a.what == "decode" else {}),
