@@ -11,6 +11,7 @@ Commands (``python -m compare COMMAND --help`` for each):
   diff     compare two results.json: faster, slower or no significant difference
   scaling  a run with more ranks against one with fewer: speed-up and efficiency
   plot     redraw the PNGs of a results.json
+  report   write the summary of a results.json again, with this version's report
   fuzz     mutated image files against every loader
 
 Under ``torchrun --nproc_per_node N -m compare ...`` every rank runs every variant on its shard
