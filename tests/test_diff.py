@@ -147,6 +147,22 @@ def test_repeats_in_one_process_are_noted(tmp_path, capsys):
     assert "note: B ran" not in out
 
 
+def test_a_small_change_between_runs_in_one_process_each_is_not_called():
+    """Seen in CI: two runs of one command, each in one process, 4% apart with tight
+    repeats. Such a change is called only in fresh processes, where the spread is the one
+    between processes."""
+    tight_a, tight_b = [100.0, 100.2, 99.9, 100.1, 100.0], [96.0, 96.1, 95.9, 96.0, 96.2]
+    one = judge(_var("pinned", tight_a, [7] * 5), _var("pinned", tight_b, [8] * 5))
+    assert one.verdict == NO_DIFF and "under the 5% minimum effect (repeats in one process)" \
+        in one.note
+    fresh = judge(_var("pinned", tight_a, [1, 2, 3, 4, 5]), _var("pinned", tight_b,
+                                                                 [6, 7, 8, 9, 10]))
+    assert fresh.verdict == "slower"
+    big = judge(_var("pinned", tight_a, [7] * 5), _var("pinned", [x * 0.85 for x in tight_b],
+                                                       [8] * 5))
+    assert big.verdict == "slower"  # a 20%-slower step still shows
+
+
 def test_a_cold_run_against_a_warm_one_is_compared_and_noted(tmp_path, capsys):
     warm = _run({"pageable": SAME_A})
     cold = SuiteResult(warm.env, {**warm.setup, "cold": True}, warm.ceiling,
