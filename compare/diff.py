@@ -68,8 +68,8 @@ HALVES = {field: halves for field, _, halves in METRICS.values()}
 NO_DIFF = "no significant difference"
 MIN_EFFECT = 0.02   # a change of B/A smaller than 2% is never called (module docstring: why)
 # ... and 5% when either run kept all of a row's repeats in one process: those repeats share
-# the process's and the host's state, so their spread says nothing of the next run's. Two
-# such runs of one command on the 2-core CI machine differed by 4% with intervals excluding 1
+# the process's and the host's state, so their spread says nothing of the next run's: two such
+# runs of one command on the 2-core CI machine came out "slower" under the 2% floor
 # (tests/test_suite_isolation.py, the 20%-slower step)
 ONE_PROCESS_MIN_EFFECT = 0.05
 MIN_REPEATS = 2     # fewer repeats than this in either run: no verdict but NO_DIFF

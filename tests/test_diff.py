@@ -148,8 +148,8 @@ def test_repeats_in_one_process_are_noted(tmp_path, capsys):
 
 
 def test_a_small_change_between_runs_in_one_process_each_is_not_called():
-    """Seen in CI: two runs of one command, each in one process, 4% apart with tight
-    repeats. Such a change is called only in fresh processes, where the spread is the one
+    """Seen in CI: two runs of one command, each in one process, apart by more than 2% with
+    tight repeats. Such a change is called only in fresh processes, where the spread is the one
     between processes."""
     tight_a, tight_b = [100.0, 100.2, 99.9, 100.1, 100.0], [96.0, 96.1, 95.9, 96.0, 96.2]
     one = judge(_var("pinned", tight_a, [7] * 5), _var("pinned", tight_b, [8] * 5))
@@ -481,8 +481,9 @@ def _waits(run, label_waits):
 
 
 def test_the_summary_lists_a_loader_that_stalls_now_and_then_but_not_a_slow_one():
-    """Seen on the H200 with DALI's hardware decoder: a ~70 ms wait every few batches, with
-    short waits between; a loader too slow for the step waits about as long every batch."""
+    """Seen on the H200 with DALI's hardware decoder (dali-stall-leads/long-waits.txt in the
+    H200 index): a wait of about a step every few batches, with short waits between; a
+    loader too slow for the step waits about as long every batch."""
     from compare.report import long_wait_lines
 
     stalls = [70.0 if i % 4 == 3 else 1.0 for i in range(62)]  # 15 stalls

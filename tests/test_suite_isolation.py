@@ -88,8 +88,8 @@ def test_diff_of_two_runs_of_one_command_and_of_a_20_percent_slower_step(tiny_ro
     # the step's sleep dominates (the loader keeps up), so its 20% is most of the run's 20%;
     # pinned, as pageable restarts its workers at each 4-batch epoch of tiny_root (epoch_stream
     # off). The loader's own work adds a fixed time a step: with 100 ms steps that left a
-    # change of 10-14% beside a spread as large on a 2-core VM whose neighbours took 5-18% of
-    # its CPU, and the verdict flipped; 200 ms steps keep the change near the sleep's.
+    # change no larger than the spread on the busy 2-core CI VM, and the verdict flipped;
+    # 200 ms steps keep the change near the sleep's.
     run = lambda name, ms: _run(  # noqa: E731
         tiny_root, tmp_path / name, "--no-isolate", "--backends", "pinned", "--steps", "10",
         "--repeats", "5", "--step", f"tests.steps:sleepy(ms={ms})")
