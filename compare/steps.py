@@ -4,6 +4,11 @@
 own under torchrun), SGD with momentum, bf16 autocast and channels_last, wrapped by
 ``torch.compile`` unless ``compile=False``, and returns its step. Copy it and put your own
 model, loss and optimiser in.
+
+``compare.steps:host_sleep(ms=55)`` sleeps on the host and queues no GPU work. Beside
+``--model synthetic:55`` (one GPU kernel that spins 55 ms, the host free, as in a step whose
+launches run ahead) it tells what in a model's step a loader reacts to: a loader that waits
+beside the GPU kernel and not beside the host sleep waits for the step's GPU work.
 """
 from __future__ import annotations
 
@@ -43,5 +48,19 @@ def compiled(model: str = "resnet50", num_classes: int = 1000, compile: bool = T
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+
+    return step
+
+
+def host_sleep(ms: float = 55.0) -> Callable:
+    """A step that sleeps ``ms`` on the host and queues no GPU work (module doc)."""
+    import time
+
+    if not ms > 0:
+        raise ValueError(f"host_sleep: ms={ms!r} must be above 0")
+    secs = ms / 1000.0
+
+    def step(images, labels) -> None:
+        time.sleep(secs)
 
     return step
