@@ -153,6 +153,10 @@ def parse_args(argv):
                         "more training window with torch.profiler into OUT/trace: the waits, "
                         "the CUDA calls and stream activity in flight during the long ones; "
                         "its numbers are not in the results")
+    p.add_argument("--wait-sites", action="store_true",
+                   help="sample the training loop's Python stack while it waits for data and "
+                        "list, per row, where it waited: DALI's share_outputs, the "
+                        "DataLoader's queue, a CUDA event (compare.waitsites)")
     p.add_argument("--cold", action="store_true",
                    help="evict the dataset's files from the page cache before each timed run "
                         "(posix_fadvise, no root) and check with mincore that it took "

@@ -117,6 +117,7 @@ class Job:
     fit: bool = False                # --steps not given: runner.window's FIT_QUEUES x the queue
     loader_only_last: bool = False   # --loader-only-last (NOTE [loader-only last] in runner)
     trace: Optional[str] = None      # --trace: the folder of the traces (NOTE [trace])
+    wait_sites: bool = False         # --wait-sites (NOTE [wait sites] in compare.waitsites)
 
 
 def _step(job: Job):
@@ -200,7 +201,8 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
         rep = with_decoder(time_repeat(
             it, step, steps=n, warmup=job.warmup, device=device, cold=cold, queue=queue,
             first=first_epoch(len(loader), n), settle=settle_of(loader, queue),
-            period=wave_period(loader), loader_only_last=job.loader_only_last, trace=trace),
+            period=wave_period(loader), loader_only_last=job.loader_only_last, trace=trace,
+            wait_sites=job.wait_sites),
             loader)
         rep = replace(rep, cpu_probe_ms=probe)
         phases.timed = time.perf_counter() - t

@@ -83,7 +83,8 @@ def percentile(xs: List[float], q: float) -> float:
 
 def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
             device: torch.device, settle: Optional[Tuple[int, int]] = None,
-            agree: Optional[Callable[[bool], bool]] = None, mark: bool = False) -> RunMeasure:
+            agree: Optional[Callable[[bool], bool]] = None, mark: bool = False,
+            sites=None) -> RunMeasure:
     """Run ``warmup`` untimed then ``steps`` timed steps of ``step(images, labels)``.
 
     ``batches`` yields ``(images, labels)``; it must not run out (see ``runner.endless``).
@@ -92,7 +93,8 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     have run (NOTE [settling] in compare.runner). ``agree`` turns this process's verdict into
     the job's (``Job.all_agree`` under torchrun), so every rank settles for as many steps.
     ``mark``: keep each timed step's wait and step on the host's clock for a profiler's trace
-    (``RunMeasure.marks_ns``; ``compare.trace``).
+    (``RunMeasure.marks_ns``; ``compare.trace``). ``sites``: a ``waitsites.WaitSites`` whose
+    ``waiting`` is set around each timed ``next()`` (NOTE [wait sites]).
     """
     cuda = device.type == "cuda"
     seen: List[float] = []  # the warm-up's data waits, which settling reads
@@ -128,8 +130,12 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
         if not cuda:
             starts.append((t - t0) * 1e3)
         w0 = time.time_ns() if mark else 0
+        if sites is not None:
+            sites.waiting = True
         x, y = next(batches)
         t1 = time.perf_counter()
+        if sites is not None:
+            sites.waiting = False
         w1 = time.time_ns() if mark else 0
         waits.append((t1 - t) * 1e3)
         if cuda:

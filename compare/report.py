@@ -340,6 +340,20 @@ def long_wait_lines(res: SuiteResult) -> List[str]:
     return out
 
 
+def wait_site_lines(res: SuiteResult, top: int = 3) -> List[str]:
+    """Per row sampled with ``--wait-sites``: its ``top`` wait sites, each with its mean share
+    of the samples over the repeats (``waitsites.merge``)."""
+    from .waitsites import merge
+
+    out: List[str] = []
+    for v in res.variants:
+        sites = merge(r.wait_sites for r in v.repeats)
+        if sites:
+            out.append(f"{res.row_label(v)}: " + "; ".join(
+                f"{100 * share:.0f}% `{site}`" for site, share in list(sites.items())[:top]))
+    return out
+
+
 LONG_WAITS_MIN = 3  # long data waits in a window (at the median) from which a row is listed
 
 
@@ -452,6 +466,12 @@ def markdown(res: SuiteResult) -> str:
         lines += [f"**Long data waits** in the training window (above {LONG_WAIT_FLOOR_MS:g} ms "
                   f"and {LONG_WAIT_TIMES:g}x the window's median wait; compare.waves)", ""]
         lines += [f"- {x}" for x in stalls] + [""]
+    where = wait_site_lines(res)
+    if where:
+        lines += ["**Where the loop waited for data** (`--wait-sites`: the loop thread's Python "
+                  "stack, innermost first, sampled during the training window's waits; shares "
+                  "of the samples; compare.waitsites NOTE [wait sites])", ""]
+        lines += [f"- {x}" for x in where] + [""]
     windows = window_lines(res)
     if windows:
         lines += ["**Timed windows** (training run; without `--steps` at least "

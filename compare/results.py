@@ -78,6 +78,9 @@ class Repeat:
     # each {"main", "workers", "threads"} (compare.cpuroles NOTE [cpu roles]); the training
     # window's includes its warm-up and settling; None without /proc and in older runs
     cpu_roles: Optional[Dict[str, Dict[str, float]]] = None
+    # --wait-sites: the training window's data waits by where the loop's thread waited, each
+    # site's share of the samples (compare.waitsites NOTE [wait sites]); None when not sampled
+    wait_sites: Optional[Dict[str, float]] = None
 
 
 @dataclass(frozen=True)

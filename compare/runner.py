@@ -22,6 +22,7 @@ from .models import TrainStep
 from .progress import bar
 from .results import FIT_QUEUES, Repeat, VariantResult
 from .variants import Variant
+from .waitsites import WaitSites
 
 
 def endless(loader) -> Iterator:
@@ -203,7 +204,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 settle: Optional[Tuple[int, int]] = None,
                 agree: Optional[Callable[[bool], bool]] = None,
                 period: Optional[int] = None, loader_only_last: bool = False,
-                trace: Optional[Path] = None) -> Repeat:
+                trace: Optional[Path] = None, wait_sites: bool = False) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
     ``warmup`` (``loader_only_last``: the model step first, NOTE [loader-only last]). The
@@ -219,7 +220,8 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     (``agree``). ``period``: the loader's ``wave_period``, for the loader-only stretches.
     ``trace``: after the windows, one more training window runs under the profiler, written
     to files that start with this path (NOTE [trace] in compare.trace); its digest is the
-    repeat's ``trace``, its numbers are not in the repeat."""
+    repeat's ``trace``, its numbers are not in the repeat. ``wait_sites``: sample where the
+    training window's loop waits for data (NOTE [wait sites] in compare.waitsites)."""
     x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
     for _ in range(max(1, warmup)):  # the loader cannot fill its queue while they run
         step(x, y)  # (NOTE [steady state] in compare.isolate)
@@ -250,9 +252,11 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     cpu, split = CpuUtil(), RoleCpu()
     cpu.start()
     split.start()
+    sites = WaitSites().start() if wait_sites else None
     with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
-        m = measure(it, step, steps, warmup, device, settle=settle, agree=agree)
+        m = measure(it, step, steps, warmup, device, settle=settle, agree=agree, sites=sites)
     roles["training"] = split.stop()
+    where = sites.stop() if sites is not None else None
     busy = cpu.stop()
     if lo is None:
         sync()
@@ -273,6 +277,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
         halves=m.halves(), settle_batches=m.settle_batches, settled=m.settled, trace=traced,
         cpu_roles=({k: roles[k] for k in ("training", "loader_only")}
                    if roles.get("training") and roles.get("loader_only") else None),
+        wait_sites=where,
     )
 
 
@@ -317,7 +322,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 sync: Callable[[], None] = _nothing, long: bool = False,
                 cold: Optional[Callable[[], object]] = None,
                 agree: Optional[Callable[[bool], bool]] = None,
-                fit: bool = False, loader_only_last: bool = False,
+                fit: bool = False, loader_only_last: bool = False, wait_sites: bool = False,
                 trace: Optional[Path] = None) -> VariantResult:
     """Loader-only and model runs of one variant, ``repeats`` times each, in this process.
 
@@ -334,6 +339,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
             last]).
         trace: a folder: the first repeat also traces one more training window into it
             (NOTE [trace] in compare.trace).
+        wait_sites: sample where each training window's loop waits for data
+            (``--wait-sites``; NOTE [wait sites] in compare.waitsites).
     """
     cfg = v.config_of(base)
     device = device_of(cfg)
@@ -350,7 +357,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
                 queue=queue, first=first_epoch(len(loader), n) if r == 0 else 0,
                 settle=settle, agree=agree, period=wave_period(loader),
-                loader_only_last=loader_only_last,
+                loader_only_last=loader_only_last, wait_sites=wait_sites,
                 trace=trace_base(trace, f"{v.label} #1") if r == 0 else None), loader))
             if r == 0:  # one probe per process: the repeats after it share the first's
                 reps[-1] = replace(reps[-1], cpu_probe_ms=probe)

@@ -351,6 +351,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         "step": getattr(a, "step", None), "long": bool(getattr(a, "long", False)),
         "loader_only_last": bool(getattr(a, "loader_only_last", False)),
         "trace": bool(getattr(a, "trace", False)),
+        "wait_sites": bool(getattr(a, "wait_sites", False)),
         "isolate": bool(getattr(a, "isolate", False)), "cold": bool(getattr(a, "cold", False)),
         "compute_stream": getattr(a, "compute_stream", "default"),
         # --steps not given: each window is at least FIT_QUEUES x its loader's queue
@@ -421,7 +422,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                                long, getattr(a, "step", None), cold is not None,
                                setup["compute_stream"], setup["fit_queue"],
                                setup["loader_only_last"],
-                               str(traces) if traces is not None else None)
+                               str(traces) if traces is not None else None,
+                               setup["wait_sites"])
 
             def done(got, c):
                 nonlocal ceiling
@@ -444,7 +446,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                                        agree=job.all_agree if job.group else None,
                                        fit=setup["fit_queue"],
                                        loader_only_last=setup["loader_only_last"],
-                                       trace=traces)
+                                       trace=traces, wait_sites=setup["wait_sites"])
                     results.append(ddp.merge(job.gather(mine)))
                     save(False)
                 if captured:
