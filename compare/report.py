@@ -16,7 +16,7 @@ from typing import List, Optional, Sequence, Tuple
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import (FIT_QUEUES, OVER_CEILING, SPREAD_WARN, STEAL_WARN_PCT, SuiteResult,
-                      VariantResult, role_medians, steal_span)
+                      VariantResult, per_worker_core, role_medians, steal_span)
 from .waves import LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES, in_step, long_waits
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
@@ -435,12 +435,17 @@ def markdown(res: SuiteResult) -> str:
     if roles:
         lines += ["**CPU by role**, in cores (CPU seconds over the window's seconds; medians over "
                   "the repeats; compare.cpuroles NOTE [cpu roles]): the loop's thread, the "
-                  "loader's worker processes, and the process's other threads.", "",
+                  "loader's worker processes, and the process's other threads; then the "
+                  "window's rate over its workers' cores, which falls when a CPU second makes fewer "
+                  "samples (a slower host).", "",
                   "| backend | training: loop / workers / threads | "
-                  "loader-only: loop / workers / threads |", "|---|---|---|"]
+                  "loader-only: loop / workers / threads | samples per worker core: training / "
+                  "loader-only |", "|---|---|---|---|"]
         cell = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("main", "workers", "threads"))  # noqa: E731
-        lines += [f"| {label} | {cell(m['training'])} | {cell(m['loader_only'])} |"
-                  for label, m in roles]
+        per = {res.row_label(v): per_worker_core(v) for v in res.variants}
+        lines += [f"| {label} | {cell(m['training'])} | {cell(m['loader_only'])} | "
+                  + (" / ".join(f"{x:.0f}" for x in per[label]) if per.get(label) else "-")
+                  + " |" for label, m in roles]
         lines += [""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "

@@ -239,6 +239,27 @@ def role_medians(v: "VariantResult") -> Optional[Dict[str, Dict[str, float]]]:
             for w in got[0]}
 
 
+def per_worker_core(v: "VariantResult", least: float = 0.5) -> Optional[Tuple[float, float]]:
+    """The median over ``v``'s repeats of each window's rate over the cores its workers used:
+    ``(training, loader-only)`` samples per worker-core second (compare.cpuroles NOTE [cpu
+    roles]). Two windows whose workers had as many cores and made unequal rates did unequal
+    work per CPU second: the host's speed, not the loader's share of it. ``None`` without the
+    split, or when the workers used under ``least`` cores in a window (DALI has none)."""
+    pairs = []
+    for r in v.repeats:
+        roles = r.cpu_roles
+        if not roles:
+            continue
+        tw, lw = roles["training"]["workers"], roles["loader_only"]["workers"]
+        if tw < least or lw < least or not r.loader_only_per_s == r.loader_only_per_s:
+            return None
+        pairs.append((r.samples_per_s / tw, r.loader_only_per_s / lw))
+    if not pairs:
+        return None
+    return (round(statistics.median(p[0] for p in pairs), 1),
+            round(statistics.median(p[1] for p in pairs), 1))
+
+
 def steal_span(res: SuiteResult) -> Optional[Tuple[float, float]]:
     """``(lowest, highest)`` CPU steal of the run's training windows, in % of the CPU
     (``Repeat.cpu_steal_pct``; compare.metrics NOTE [steal]), or ``None`` without any."""

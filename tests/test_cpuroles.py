@@ -95,3 +95,20 @@ def test_no_proc_gives_none(monkeypatch, tmp_path):
     r = RoleCpu()
     r.start()
     assert r.stop() is None
+
+
+def test_samples_per_worker_core_are_each_windows_rate_over_its_workers_cores():
+    from compare.results import Repeat, VariantResult, per_worker_core
+
+    def rep(train, lo, tw, lw):
+        roles = {"training": {"main": 0.5, "workers": tw, "threads": 0.5},
+                 "loader_only": {"main": 0.0, "workers": lw, "threads": 0.3}}
+        return Repeat(train, lo, 1.0, 2.0, 0.0, cpu_roles=roles)
+
+    v = VariantResult("pinned", "pinned", {}, None,
+                      (rep(4000, 3000, 10, 10), rep(4400, 4400, 11, 11), rep(3600, 3900, 12, 13)))
+    assert per_worker_core(v) == (400.0, 300.0)  # medians of 400/400/300 and 300/400/300
+    dali = VariantResult("dali", "dali", {}, None, (rep(4000, 9000, 0.0, 0.0),))
+    assert per_worker_core(dali) is None  # no workers
+    none = VariantResult("pinned", "pinned", {}, None, (Repeat(1.0, 1.0, 1.0, 1.0, 0.0),))
+    assert per_worker_core(none) is None
