@@ -3,8 +3,9 @@
 NOTE [calibration]
 On the H200 no one ``hw_decoder_load`` serves every use: 0.0 trains ResNet-50 closest to the
 ceiling, 1.0 decodes fastest when nothing else runs on the GPU (docs/results/h200/README.md:
-dali-hw-table-train, dali-hw-table-loader, dali-handoff). Which one wins depends on what the
-consumer does with the batches, and only the consumer's loop shows that. So with ``None`` the
+dali-hw-table-train, dali-hw-table-loader). With the hardware decoder on, a batch waits for the
+GPU work queued before it, the consumer's included (dali-hw-wait). Which one wins depends on
+how much GPU work the consumer queues ahead, and only the consumer's loop shows that. So with ``None`` the
 loader measures it on the job's own batches:
 
 1. It starts with ``CANDIDATES[0]`` and times windows of ``WINDOW`` batches, from the consumer's
