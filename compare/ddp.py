@@ -21,6 +21,7 @@ from typing import Any, List
 import torch
 
 from .results import VariantResult, role_means
+from .waitsites import merge as merge_sites
 
 RANK_FIELDS = ("samples_per_s", "loader_only_per_s", "wait_p50_ms", "wait_p95_ms", "idle_pct")
 
@@ -127,6 +128,7 @@ def merge(parts: List[VariantResult]) -> VariantResult:
             nvml_util_pct=statistics.fmean(nv) if nv else None,
             cpu_steal_pct=max(steal) if steal else None,  # the worst host of the job's
             cpu_roles=role_means([r.cpu_roles for r in rs]),  # a rank's, on average
+            wait_sites=merge_sites(r.wait_sites for r in rs) or None,  # the ranks' mean
             waits_ms=tuple(w for r in rs for w in r.waits_ms),
             ranks=tuple({k: getattr(r, k) for k in RANK_FIELDS} for r in rs),
             halves=(tuple(sum(h) for h in zip(*(r.halves for r in rs)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -334,10 +335,23 @@ def long_wait_lines(res: SuiteResult) -> List[str]:
             continue
         n, size, ms, share = (statistics.median(x) for x in zip(*per))
         if n >= LONG_WAITS_MIN:
+            hw = hw_share(v)
             out.append(f"{res.row_label(v)}: {n:g} long waits in {size:g} batches (one every "
                        f"{size / n:.1f}), {ms:.0f} ms each, {100 * share:.0f}% of the window's "
-                       "data wait (medians over the repeats)")
+                       "data wait (medians over the repeats)"
+                       + (f". DALI's hardware decoder was on (hw {hw:g}): its batches wait for "
+                          "the GPU work queued before them, the step's included; "
+                          "hw_decoder_load=0 trains without that wait, None measures which "
+                          "suits (docs/results/h200/README.md, dali-hw-wait)" if hw else ""))
     return out
+
+
+def hw_share(v: VariantResult) -> float:
+    """The hardware decoder's largest share in ``v``'s repeats, from their decoder
+    (``nvJPEG hw X``); 0.0 for other loaders and DALI's CPU operators."""
+    shares = [float(m.group(1)) for r in v.repeats if r.decoder
+              and (m := re.search(r"nvJPEG hw ([0-9.]+)", r.decoder))]
+    return max(shares, default=0.0)
 
 
 def wait_site_lines(res: SuiteResult, top: int = 3) -> List[str]:

@@ -42,7 +42,17 @@ def test_merge_sums_throughput_and_keeps_each_rank():
     assert m.h2d_bytes_per_sample == 200.0 and m.world == 2
     assert m.rank_median(1, "samples_per_s") == 31.0 and m.rank_median(0, "idle_pct") == 10.0
     assert m.repeats[0].waits_ms == (1.0, 1.0)
+    assert m.repeats[0].wait_sites is None  # not sampled on any rank
     assert ddp.merge([a]) is a
+
+
+def test_merge_averages_the_ranks_wait_sites():
+    from dataclasses import replace
+
+    a = VariantResult("v", "dali", {}, 1.0, (replace(_rep(10.0), wait_sites={"x": 1.0}),))
+    b = VariantResult("v", "dali", {}, 1.0,
+                      (replace(_rep(10.0), wait_sites={"x": 0.5, "y": 0.5}),))
+    assert ddp.merge([a, b]).repeats[0].wait_sites == {"x": 0.75, "y": 0.25}
 
 
 def _suite(world, values, ceiling):

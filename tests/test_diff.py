@@ -500,6 +500,26 @@ def test_the_summary_lists_a_loader_that_stalls_now_and_then_but_not_a_slow_one(
     assert long_wait_lines(job) == []  # a job's waits are its ranks' end to end
 
 
+def test_a_stalling_dali_row_with_the_hardware_decoder_on_says_what_it_waits_for():
+    from dataclasses import replace
+
+    from compare.report import hw_share, long_wait_lines
+
+    stalls = [70.0 if i % 4 == 3 else 1.0 for i in range(62)]
+    run = _waits(_run({"dali": [100.0, 101.0]}), {"dali": stalls})
+
+    def decoder(name):
+        return replace(run, variants=tuple(replace(v, repeats=tuple(
+            replace(r, decoder=name) for r in v.repeats)) for v in run.variants))
+
+    on = decoder("nvJPEG hw 0.65 (calibrated)")
+    assert hw_share(on.variants[0]) == 0.65
+    assert "hardware decoder was on (hw 0.65)" in long_wait_lines(on)[0]
+    assert "dali-hw-wait" in long_wait_lines(on)[0]
+    off = decoder("nvJPEG hw 0")
+    assert hw_share(off.variants[0]) == 0.0 and "hardware" not in long_wait_lines(off)[0]
+
+
 def replace_setup(run, **kw):
     from dataclasses import replace
 
