@@ -112,7 +112,8 @@ MODES = (("cold", "page cache", ("warm", "cold (--cold)")),
                                                      "after training (--loader-only-last)")),
          ("fit_queue", "window length", ("--steps batches",
                                          f"at least {FIT_QUEUES}x the queue (no --steps)")),
-         ("compute_stream", "model step's stream", None))
+         ("compute_stream", "model step's stream", None),
+         ("wait_sites", "wait sampling", ("off", "on (--wait-sites)")))
 
 
 def mode_changes(a: SuiteResult, b: SuiteResult) -> List[str]:

@@ -5,6 +5,7 @@ import json
 import threading
 import time
 
+from compare.diff import main as diff
 from compare.suite import main as suite
 from compare.waitsites import WaitSites, merge
 
@@ -39,7 +40,7 @@ def test_no_samples_give_none_and_merge_averages_the_windows():
     assert merge([None, None]) == {}
 
 
-def test_the_suite_records_and_lists_where_each_row_waited(tiny_root, tmp_path):
+def test_the_suite_records_and_lists_where_each_row_waited(tiny_root, tmp_path, capsys):
     out = tmp_path / "ws"
     args = ["--data", str(tiny_root), "--out", str(out), "--model", "tinycnn", "--batch-size",
             "8", "--warmup", "1", "--device", "cpu", "--workers", "1", "--backends", "pageable",
@@ -55,3 +56,6 @@ def test_the_suite_records_and_lists_where_each_row_waited(tiny_root, tmp_path):
     plain = json.loads((tmp_path / "plain" / "results.json").read_text())
     assert plain["variants"][0]["repeats"][0]["wait_sites"] is None
     assert "Where the loop waited" not in (tmp_path / "plain" / "summary.md").read_text()
+    capsys.readouterr()
+    diff([str(tmp_path / "plain"), str(out)])
+    assert "wait sampling: off in A, on (--wait-sites) in B" in capsys.readouterr().out
