@@ -251,7 +251,7 @@ def per_worker_core(v: "VariantResult", least: float = 0.5) -> Optional[Tuple[fl
         if not roles:
             continue
         tw, lw = roles["training"]["workers"], roles["loader_only"]["workers"]
-        if tw < least or lw < least or not r.loader_only_per_s == r.loader_only_per_s:
+        if tw < least or lw < least or math.isnan(r.loader_only_per_s):
             return None
         pairs.append((r.samples_per_s / tw, r.loader_only_per_s / lw))
     if not pairs:

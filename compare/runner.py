@@ -253,10 +253,13 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     cpu.start()
     split.start()
     sites = WaitSites().start() if wait_sites else None
-    with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
-        m = measure(it, step, steps, warmup, device, settle=settle, agree=agree, sites=sites)
+    try:
+        with NvmlSampler(device.index or 0) if device.type == "cuda" else nullcontext() as nv:
+            m = measure(it, step, steps, warmup, device, settle=settle, agree=agree,
+                        sites=sites)
+    finally:
+        where = sites.stop() if sites is not None else None
     roles["training"] = split.stop()
-    where = sites.stop() if sites is not None else None
     busy = cpu.stop()
     if lo is None:
         sync()
