@@ -488,7 +488,8 @@ def markdown(res: SuiteResult) -> str:
     where = wait_site_lines(res)
     if where:
         lines += ["**Where the loop waited for data** (`--wait-sites`: the loop thread's Python "
-                  "stack, innermost first, sampled during the training window's waits; shares "
+                  "stack, innermost first, sampled while it was inside the loader's `next()` in "
+                  "the training window, the loader's own work on that thread included; shares "
                   "of the samples; compare.waitsites NOTE [wait sites])", ""]
         lines += [f"- {x}" for x in where] + [""]
     windows = window_lines(res)

@@ -12,8 +12,10 @@ shares of the samples. Standard-library frames (``queue``, ``threading``, ``sele
 
 It sees Python frames only. A wait inside native code shows as the Python call that entered
 it: DALI's ``Pipeline.share_outputs`` (its executor had not finished the batch), the
-DataLoader's queue ``get`` (no worker had delivered), a CUDA event's ``synchronize``. That is
-enough to tell the loader's own wait from the hand-over's or the copy's. Each sample takes the
+DataLoader's ``_try_get_data`` (no worker had delivered), a CUDA event's ``synchronize``.
+Work the loader does on the loop's thread inside ``next()`` counts as well (``pinned``'s
+normalisation without CUDA). That is enough to tell the loader's own wait from the hand-over's
+or the copy's. Each sample takes the
 GIL for a few microseconds, so sampling is off unless asked for, and the suite records it per
 repeat (``Repeat.wait_sites``) and lists it per row in the summary.
 """
