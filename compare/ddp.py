@@ -107,6 +107,16 @@ def wrap(module: torch.nn.Module, job: Job) -> torch.nn.Module:
     return DDP(module, device_ids=[device.index] if device.type == "cuda" else None)
 
 
+def _paired(rs) -> Any:
+    """The job's long pair (``Repeat.paired_long``): the ranks' rates summed, like samples/s."""
+    got = [r.paired_long for r in rs]
+    if not all(got):
+        return None
+    return {**got[0], "samples_per_s": sum(g["samples_per_s"] for g in got),
+            "loader_only_per_s": sum(g["loader_only_per_s"] for g in got),
+            "settled": all(g.get("settled") is not False for g in got)}
+
+
 def merge(parts: List[VariantResult]) -> VariantResult:
     """One ``VariantResult`` from every rank's (module NOTE); one part is returned as it is."""
     if len(parts) == 1:
@@ -129,6 +139,7 @@ def merge(parts: List[VariantResult]) -> VariantResult:
             cpu_steal_pct=max(steal) if steal else None,  # the worst host of the job's
             cpu_roles=role_means([r.cpu_roles for r in rs]),  # a rank's, on average
             wait_sites=merge_sites(r.wait_sites for r in rs) or None,  # the ranks' mean
+            paired_long=_paired(rs),
             waits_ms=tuple(w for r in rs for w in r.waits_ms),
             ranks=tuple({k: getattr(r, k) for k in RANK_FIELDS} for r in rs),
             halves=(tuple(sum(h) for h in zip(*(r.halves for r in rs)))

@@ -113,7 +113,8 @@ MODES = (("cold", "page cache", ("warm", "cold (--cold)")),
          ("fit_queue", "window length", ("--steps batches",
                                          f"at least {FIT_QUEUES}x the queue (no --steps)")),
          ("compute_stream", "model step's stream", None),
-         ("wait_sites", "wait sampling", ("off", "on (--wait-sites)")))
+         ("wait_sites", "wait sampling", ("off", "on (--wait-sites)")),
+         ("paired_long", "long windows", ("none", "paired in each repeat (--paired-long)")))
 
 
 def mode_changes(a: SuiteResult, b: SuiteResult) -> List[str]:

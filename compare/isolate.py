@@ -118,6 +118,7 @@ class Job:
     loader_only_last: bool = False   # --loader-only-last (NOTE [loader-only last] in runner)
     trace: Optional[str] = None      # --trace: the folder of the traces (NOTE [trace])
     wait_sites: bool = False         # --wait-sites (NOTE [wait sites] in compare.waitsites)
+    paired_long: bool = False        # --paired-long (NOTE [paired long] in runner)
 
 
 def _step(job: Job):
@@ -166,8 +167,9 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
 
 def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
     from .hostprobe import probe_ms
-    from .runner import (ceiling_repeat, endless, first_epoch, open_loader, queue_depth,
-                         settle_of, time_repeat, trace_base, wave_period, window, with_decoder)
+    from .runner import (ceiling_repeat, endless, first_epoch, open_loader, paired_repeat,
+                         queue_depth, settle_of, time_repeat, trace_base, wave_period, window,
+                         with_decoder)
 
     # the first repeat of each variant, and of the ceiling, is traced (NOTE [trace])
     trace = trace_base(job.trace, f"{'ceiling' if unit.ceiling else v.label} #1") \
@@ -198,12 +200,17 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
             cold = evictor(cfg.root)
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
-        rep = with_decoder(time_repeat(
-            it, step, steps=n, warmup=job.warmup, device=device, cold=cold, queue=queue,
-            first=first_epoch(len(loader), n), settle=settle_of(loader, queue),
-            period=wave_period(loader), loader_only_last=job.loader_only_last, trace=trace,
-            wait_sites=job.wait_sites),
-            loader)
+        kw = dict(warmup=job.warmup, device=device, cold=cold, queue=queue,
+                  first=first_epoch(len(loader), n), settle=settle_of(loader, queue),
+                  period=wave_period(loader), loader_only_last=job.loader_only_last,
+                  trace=trace, wait_sites=job.wait_sites)
+        if job.paired_long:
+            got = paired_repeat(it, step, steps=n, long_first=unit.repeat % 2 == 1,
+                                long_steps=window(job.steps, True, queue, len(loader), job.fit),
+                                **kw)
+        else:
+            got = time_repeat(it, step, steps=n, **kw)
+        rep = with_decoder(got, loader)
         rep = replace(rep, cpu_probe_ms=probe)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()

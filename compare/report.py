@@ -368,6 +368,36 @@ def wait_site_lines(res: SuiteResult, top: int = 3) -> List[str]:
     return out
 
 
+PAIRED_AGREE = 0.05  # --paired-long: long / default within this of 1 agrees (issue 19's 5%)
+
+
+def paired_long_lines(res: SuiteResult) -> List[str]:
+    """Per row timed with ``--paired-long`` (compare.runner NOTE [paired long]): the median,
+    lowest and highest of long / default over the repeats, in training and loader-only, and
+    whether both medians are within ``PAIRED_AGREE`` of 1."""
+    out: List[str] = []
+    for v in res.variants:
+        pairs = [(r.paired_long, r) for r in v.repeats if r.paired_long]
+        if not pairs:
+            continue
+        train = [p["samples_per_s"] / r.samples_per_s for p, r in pairs if r.samples_per_s]
+        alone = [p["loader_only_per_s"] / r.loader_only_per_s for p, r in pairs
+                 if r.loader_only_per_s and not math.isnan(r.loader_only_per_s)
+                 and not math.isnan(p["loader_only_per_s"])]
+        parts, ok = [], True
+        for what, xs in (("in training", train), ("loader-only", alone)):
+            if xs:
+                m = statistics.median(xs)
+                ok = ok and abs(m - 1) <= PAIRED_AGREE
+                parts.append(f"{m:.3f} {what} ({min(xs):.3f}-{max(xs):.3f})")
+        steps = sorted({p["steps"] for p, _ in pairs})
+        out.append(f"{res.row_label(v)}: long / default {', '.join(parts)} over {len(pairs)} "
+                   f"repeats, long windows of {'/'.join(map(str, steps))} batches: "
+                   + (f"within {100 * PAIRED_AGREE:g}%" if ok
+                      else f"not within {100 * PAIRED_AGREE:g}%"))
+    return out
+
+
 LONG_WAITS_MIN = 3  # long data waits in a window (at the median) from which a row is listed
 
 
@@ -485,6 +515,13 @@ def markdown(res: SuiteResult) -> str:
         lines += [f"**Long data waits** in the training window (above {LONG_WAIT_FLOOR_MS:g} ms "
                   f"and {LONG_WAIT_TIMES:g}x the window's median wait; compare.waves)", ""]
         lines += [f"- {x}" for x in stalls] + [""]
+    paired = paired_long_lines(res)
+    if paired:
+        lines += ["**Default and long windows, paired** (`--paired-long`: each repeat timed a "
+                  "long pair of windows beside its default pair, in the same process, the "
+                  "default first in even repeats and the long first in odd ones; medians and "
+                  "ranges of long / default; compare.runner NOTE [paired long])", ""]
+        lines += [f"- {x}" for x in paired] + [""]
     where = wait_site_lines(res)
     if where:
         lines += ["**Where the loop waited for data** (`--wait-sites`: the loop thread's Python "

@@ -81,6 +81,10 @@ class Repeat:
     # --wait-sites: the training window's data waits by where the loop's thread waited, each
     # site's share of the samples (compare.waitsites NOTE [wait sites]); None when not sampled
     wait_sites: Optional[Dict[str, float]] = None
+    # --paired-long: the long pair of windows timed beside this repeat's in its process
+    # (compare.runner NOTE [paired long]): {"steps", "samples_per_s", "loader_only_per_s",
+    # "long_first", "settled"}; None when not asked for
+    paired_long: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)

@@ -284,6 +284,38 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
     )
 
 
+# NOTE [paired long]
+# ``--long`` proves that the default window times the steady state by timing a window of at
+# least 10x the queue, across an epoch boundary, in another run. On the H200 the torch rows'
+# rates moved with the host's speed from process to process, by more than the 5% the two runs
+# were to agree within (docs/results/h200/README.md, loader-only-last), so two runs could
+# not show it. ``--paired-long`` times both in the same process, on the same loader: each
+# repeat runs a default pair of windows (loader-only and training) and a long pair, the
+# default first in even repeats and the long first in odd ones, so a drift of the host within
+# the process falls on both alike. The repeat's figures are the default pair's; the long
+# pair's go to ``Repeat.paired_long``, and the summary gives long / default per row.
+def paired_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: int,
+                  long_first: bool, first: int = 0, trace: Optional[Path] = None,
+                  wait_sites: bool = False, **kw) -> Repeat:
+    """Two ``time_repeat`` runs on one loader, ``steps`` and ``long_steps`` batches, in the
+    order ``long_first`` says (NOTE [paired long]); the default run's ``Repeat`` with the long
+    run's rates in ``paired_long``. ``trace`` and ``wait_sites`` apply to the default run."""
+    def one(n: int, start: int, main: bool) -> Repeat:
+        return time_repeat(it, step, steps=n, first=start, trace=trace if main else None,
+                           wait_sites=wait_sites and main, **kw)
+
+    if long_first:
+        lg = one(long_steps, first, False)
+        rep = one(steps, 0, True)
+    else:
+        rep = one(steps, first, True)
+        lg = one(long_steps, 0, False)
+    return replace(rep, paired_long={
+        "steps": long_steps, "samples_per_s": lg.samples_per_s,
+        "loader_only_per_s": lg.loader_only_per_s, "long_first": long_first,
+        "settled": lg.settled})
+
+
 def traced_window(base: Path, run: Callable[[], object]) -> dict:
     """``run()`` (a marked ``measure``) under the profiler: the trace's digest
     (``compare.trace``), its summary named relative to the run's output directory."""
@@ -326,6 +358,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                 cold: Optional[Callable[[], object]] = None,
                 agree: Optional[Callable[[bool], bool]] = None,
                 fit: bool = False, loader_only_last: bool = False, wait_sites: bool = False,
+                paired_long: bool = False,
                 trace: Optional[Path] = None) -> VariantResult:
     """Loader-only and model runs of one variant, ``repeats`` times each, in this process.
 
@@ -344,6 +377,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
             (NOTE [trace] in compare.trace).
         wait_sites: sample where each training window's loop waits for data
             (``--wait-sites``; NOTE [wait sites] in compare.waitsites).
+        paired_long: time a ``--long`` pair of windows beside each repeat's, in this process
+            (``--paired-long``; NOTE [paired long]).
     """
     cfg = v.config_of(base)
     device = device_of(cfg)
@@ -356,12 +391,18 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
         it = endless(loader)
         progress = bar(repeats, f"compare {v.label}", "repeat")
         for r in range(repeats):
-            reps.append(with_decoder(time_repeat(
-                it, step, steps=n, warmup=warmup, device=device, sync=sync, cold=cold,
-                queue=queue, first=first_epoch(len(loader), n) if r == 0 else 0,
-                settle=settle, agree=agree, period=wave_period(loader),
-                loader_only_last=loader_only_last, wait_sites=wait_sites,
-                trace=trace_base(trace, f"{v.label} #1") if r == 0 else None), loader))
+            kw = dict(warmup=warmup, device=device, sync=sync, cold=cold, queue=queue,
+                      first=first_epoch(len(loader), n) if r == 0 else 0, settle=settle,
+                      agree=agree, period=wave_period(loader),
+                      loader_only_last=loader_only_last, wait_sites=wait_sites,
+                      trace=trace_base(trace, f"{v.label} #1") if r == 0 else None)
+            if paired_long:
+                got = paired_repeat(it, step, steps=n, long_first=r % 2 == 1,
+                                    long_steps=window(steps, True, queue, len(loader), fit),
+                                    **kw)
+            else:
+                got = time_repeat(it, step, steps=n, **kw)
+            reps.append(with_decoder(got, loader))
             if r == 0:  # one probe per process: the repeats after it share the first's
                 reps[-1] = replace(reps[-1], cpu_probe_ms=probe)
             progress.update(1)

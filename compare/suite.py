@@ -121,6 +121,9 @@ def _variants(a, note: Callable[[str], None]) -> List[Variant]:
 def _backend_variants(a, note: Callable[[str], None]) -> List[Variant]:
     chosen = a.backends is not None
     backs = cli.parse_backends(a.backends, note=note) if chosen else available_backends()
+    if getattr(a, "paired_long", False) and getattr(a, "long", False):
+        raise ValueError("--paired-long times a default and a --long window in each repeat; "
+                         "drop --long")
     if a.preset and a.sweep is not None:
         raise ValueError(f"--preset {a.preset} is a fixed set of variants and cannot be combined "
                          "with --sweep; use one of them")
@@ -352,6 +355,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         "loader_only_last": bool(getattr(a, "loader_only_last", False)),
         "trace": bool(getattr(a, "trace", False)),
         "wait_sites": bool(getattr(a, "wait_sites", False)),
+        "paired_long": bool(getattr(a, "paired_long", False)),
         "isolate": bool(getattr(a, "isolate", False)), "cold": bool(getattr(a, "cold", False)),
         "compute_stream": getattr(a, "compute_stream", "default"),
         # --steps not given: each window is at least FIT_QUEUES x its loader's queue
@@ -423,7 +427,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                                setup["compute_stream"], setup["fit_queue"],
                                setup["loader_only_last"],
                                str(traces) if traces is not None else None,
-                               setup["wait_sites"])
+                               setup["wait_sites"], setup["paired_long"])
 
             def done(got, c):
                 nonlocal ceiling
@@ -446,7 +450,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                                        agree=job.all_agree if job.group else None,
                                        fit=setup["fit_queue"],
                                        loader_only_last=setup["loader_only_last"],
-                                       trace=traces, wait_sites=setup["wait_sites"])
+                                       trace=traces, wait_sites=setup["wait_sites"],
+                                       paired_long=setup["paired_long"])
                     results.append(ddp.merge(job.gather(mine)))
                     save(False)
                 if captured:

@@ -55,6 +55,21 @@ def test_merge_averages_the_ranks_wait_sites():
     assert ddp.merge([a, b]).repeats[0].wait_sites == {"x": 0.75, "y": 0.25}
 
 
+def test_merge_sums_the_ranks_long_pair():
+    from dataclasses import replace
+
+    def part(x, settled):
+        pl = {"steps": 40, "samples_per_s": x, "loader_only_per_s": 2 * x, "long_first": True,
+              "settled": settled}
+        return VariantResult("v", "pinned", {}, 1.0, (replace(_rep(x), paired_long=pl),))
+
+    got = ddp.merge([part(10.0, True), part(12.0, False)]).repeats[0].paired_long
+    assert got == {"steps": 40, "samples_per_s": 22.0, "loader_only_per_s": 44.0,
+                   "long_first": True, "settled": False}
+    one_without = [part(10.0, True), VariantResult("v", "pinned", {}, 1.0, (_rep(1.0),))]
+    assert ddp.merge(one_without).repeats[0].paired_long is None
+
+
 def _suite(world, values, ceiling):
     reps = lambda xs: tuple(_rep(x) for x in xs)  # noqa: E731
     setup = {"world_size": world, "model": "resnet50", "batch_size": 256, "nodes": 1,

@@ -537,3 +537,52 @@ def test_windows_hold_whole_epochs_when_epochs_are_short(steps, long, queue, epo
     assert n == want
     starts = {sum(1 for b in range(s, s + n) if b % epoch == 0) for s in range(epoch)}
     assert len(starts) == 1 or epoch > 2 * n  # every placement holds as many epoch starts
+
+
+def test_paired_long_times_both_windows_in_one_process_by_turns():
+    """``--paired-long`` (NOTE [paired long] in compare.runner): a default and a long pair of
+    windows on one loader, the default first in even repeats and the long first in odd ones;
+    the repeat keeps the default pair's figures and records the long pair's."""
+    import torch
+
+    from compare.runner import paired_repeat
+
+    def windows(long_first):
+        events = []
+        rep = paired_repeat(_logged(events), lambda x, y: events.append("step"), steps=3,
+                            long_steps=7, long_first=long_first, warmup=1,
+                            device=torch.device("cpu"), queue=2)
+        return rep, "".join({"batch": "b", "step": "s"}[e] for e in events)
+
+    def run(n):  # priming, loader-only (drain 2, warm-up 1, n), training (warm-up 1, n)
+        return "bs" + "b" * (2 + 1 + n) + "bs" * (1 + n)
+
+    rep, tags = windows(False)
+    assert tags == run(3) + run(7) and rep.steps == 3
+    assert rep.paired_long["steps"] == 7 and rep.paired_long["long_first"] is False
+    assert rep.paired_long["samples_per_s"] > 0 and rep.paired_long["loader_only_per_s"] > 0
+    rep, tags = windows(True)
+    assert tags == run(7) + run(3) and rep.steps == 3 and rep.paired_long["long_first"] is True
+
+
+def test_paired_long_is_recorded_summarised_refused_with_long_and_named_by_diff(
+        tiny_root, tmp_path, capsys):
+    r = _run(tiny_root, tmp_path / "pl", "--isolate", "--backends", "pageable", "--steps", "2",
+             "--repeats", "2", "--paired-long")
+    assert r["setup"]["paired_long"] is True
+    reps = r["variants"][0]["repeats"]
+    q = r["variants"][0]["queue_batches"]
+    assert [p["paired_long"]["long_first"] for p in reps] == [False, True]
+    assert all(p["paired_long"]["steps"] >= 10 * q > p["steps"] for p in reps)
+    summary = (tmp_path / "pl" / "summary.md").read_text()
+    assert "**Default and long windows, paired**" in summary
+    assert "pageable: long / default" in summary and "over 2 repeats" in summary
+    assert suite(["--data", str(tiny_root), "--out", str(tmp_path / "x"), *FAST,
+                  "--long", "--paired-long"]) == 2
+    assert "--paired-long times a default and a --long window" in capsys.readouterr().err
+    _run(tiny_root, tmp_path / "plain", "--no-isolate", "--backends", "pageable", "--steps", "2",
+         "--repeats", "2")
+    capsys.readouterr()
+    diff([str(tmp_path / "plain"), str(tmp_path / "pl")])
+    assert "long windows: none in A, paired in each repeat (--paired-long) in B" \
+        in capsys.readouterr().out
