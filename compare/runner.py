@@ -347,7 +347,10 @@ def say_repeat(log: Callable[[str], None], label: str, r: Repeat, where: str,
     idle = f"GPU idle {r.idle_pct:5.1f}%" if gpu else ""
     cold = ("" if r.cold_resident is None
             else f"cold ({100 * r.cold_resident:.1f}% still cached)")
-    rest = ", ".join(x for x in (loader, idle, cold) if x)
+    pl = r.paired_long
+    paired = (f"long window {pl['samples_per_s']:.1f} samples/s, "
+              f"{pl['loader_only_per_s']:.1f} img/s loader-only" if pl else "")
+    rest = ", ".join(x for x in (loader, idle, cold, paired) if x)
     log(f"  {label:28s} {where}: {r.samples_per_s:9.1f} samples/s" + (f", {rest}" if rest else ""))
 
 

@@ -577,6 +577,7 @@ def test_paired_long_is_recorded_summarised_refused_with_long_and_named_by_diff(
     summary = (tmp_path / "pl" / "summary.md").read_text()
     assert "**Default and long windows, paired**" in summary
     assert "pageable: long / default" in summary and "over 2 repeats" in summary
+    assert "long window" in capsys.readouterr().out  # each repeat's line
     assert suite(["--data", str(tiny_root), "--out", str(tmp_path / "x"), *FAST,
                   "--long", "--paired-long"]) == 2
     assert "--paired-long times a default and a --long window" in capsys.readouterr().err
