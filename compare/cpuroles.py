@@ -20,6 +20,14 @@ window's wall seconds):
   zombie keeps its times) and counts there. Only direct children count: a worker's own
   children (none in a DataLoader) would be missed.
 
+One more figure, ``workers_runq``: the time the workers were ready to run and waited for a
+core (``/proc/PID/schedstat``'s run delay), in cores too. Workers that used fewer cores in one
+window than in another either had less to do (they waited for work, not in the run queue) or
+got less of the CPU: that shows here as run-queue time. It counts the workers alive at both
+ends of the window and those started inside it (a worker that ended inside the window takes its
+run delay with it), and it is ``None`` where the kernel does not keep schedstat. The time the
+hypervisor gives other guests is not in it (``metrics.CpuUtil``'s steal is).
+
 On a machine without ``/proc`` (not Linux) ``start`` and ``stop`` give ``None``. The suite
 records the split of both windows of each repeat (``Repeat.cpu_roles``) and the summary gives
 the medians; ``pinned``'s loader-only window below its training window (the H200 index,
@@ -34,6 +42,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 ROLES = ("main", "workers", "threads")
+RUNQ = "workers_runq"  # the workers' run-queue wait, in cores (NOTE [cpu roles])
 _PROC = Path("/proc")
 
 
@@ -49,6 +58,16 @@ def _read(path: Path) -> Optional[str]:
     try:
         return path.read_text()
     except OSError:  # the process or thread ended between listing and reading
+        return None
+
+
+def _runq_ns(pid: int) -> Optional[int]:
+    """Nanoseconds ``pid`` has waited on a run queue (``/proc/PID/schedstat``'s second field),
+    ``None`` without it."""
+    s = _read(_PROC / str(pid) / "schedstat")
+    try:
+        return int(s.split()[1]) if s else None
+    except (IndexError, ValueError):
         return None
 
 
@@ -81,6 +100,7 @@ class _Snapshot:
         self.reaped = cu + cs
         self.main = mu + ms
         self.children = _children(pid)
+        self.runq = {c: _runq_ns(c) for c in self.children}
 
 
 class RoleCpu:
@@ -110,7 +130,11 @@ class RoleCpu:
         wall = (b.t - a.t) * self._tick
         main = b.main - a.main
         cores = {"main": main, "workers": workers, "threads": (b.process - a.process) - main}
-        return {k: round(max(0, v) / wall, 3) for k, v in cores.items()}
+        out = {k: round(max(0, v) / wall, 3) for k, v in cores.items()}
+        if b.runq and all(v is not None for v in b.runq.values()):
+            waited = sum(ns - (a.runq.get(c) or 0) for c, ns in b.runq.items())
+            out[RUNQ] = round(max(0, waited) / 1e9 / (b.t - a.t), 3)
+        return out
 
 
-__all__ = ["ROLES", "RoleCpu"]
+__all__ = ["ROLES", "RUNQ", "RoleCpu"]

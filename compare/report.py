@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
+from .cpuroles import RUNQ
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import (FIT_QUEUES, OVER_CEILING, SPREAD_WARN, STEAL_WARN_PCT, SuiteResult,
                       VariantResult, per_worker_core, role_medians, steal_span)
@@ -479,15 +480,24 @@ def markdown(res: SuiteResult) -> str:
     if roles:
         lines += ["**CPU by role**, in cores (CPU seconds over the window's seconds; medians over "
                   "the repeats; compare.cpuroles NOTE [cpu roles]): the loop's thread, the "
-                  "loader's worker processes, and the process's other threads; then the "
-                  "window's rate over its workers' cores, which falls when a CPU second makes fewer "
+                  "loader's worker processes, and the process's other threads; the time the "
+                  "workers were ready and waited for a core (run queue); then the window's "
+                  "rate over its workers' cores, which falls when a CPU second makes fewer "
                   "samples (a slower host).", "",
                   "| backend | training: loop / workers / threads | "
-                  "loader-only: loop / workers / threads | samples per worker core: training / "
-                  "loader-only |", "|---|---|---|---|"]
-        cell = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("main", "workers", "threads"))  # noqa: E731
+                  "loader-only: loop / workers / threads | workers' run queue: training / "
+                  "loader-only | samples per worker core: training / loader-only |",
+                  "|---|---|---|---|---|"]
+
+        def cell(m):
+            return " / ".join(f"{m[k]:.2f}" for k in ("main", "workers", "threads"))
+
+        def runq(m):
+            got = [m[w].get(RUNQ) for w in ("training", "loader_only")]
+            return "-" if None in got else " / ".join(f"{x:.2f}" for x in got)
+
         per = {res.row_label(v): per_worker_core(v) for v in res.variants}
-        lines += [f"| {label} | {cell(m['training'])} | {cell(m['loader_only'])} | "
+        lines += [f"| {label} | {cell(m['training'])} | {cell(m['loader_only'])} | {runq(m)} | "
                   + (" / ".join(f"{x:.0f}" for x in per[label]) if per.get(label) else "-")
                   + " |" for label, m in roles]
         lines += [""]

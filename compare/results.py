@@ -229,8 +229,15 @@ def role_means(splits) -> Optional[Dict[str, Dict[str, float]]]:
     unless every one has them."""
     if not splits or any(not s for s in splits):
         return None
-    return {w: {k: round(statistics.fmean(s[w][k] for s in splits), 3) for k in splits[0][w]}
-            for w in splits[0]}
+    return {w: {k: round(statistics.fmean(s[w][k] for s in splits), 3)
+                for k in _common(s[w] for s in splits)} for w in splits[0]}
+
+
+def _common(dicts) -> List[str]:
+    """The keys every one of ``dicts`` has, in the first one's order (a window without
+    workers has no ``workers_runq``: compare.cpuroles)."""
+    ds = list(dicts)
+    return [k for k in ds[0] if all(k in d for d in ds[1:])]
 
 
 def role_medians(v: "VariantResult") -> Optional[Dict[str, Dict[str, float]]]:
@@ -239,8 +246,8 @@ def role_medians(v: "VariantResult") -> Optional[Dict[str, Dict[str, float]]]:
     got = [r.cpu_roles for r in v.repeats if r.cpu_roles]
     if not got:
         return None
-    return {w: {k: round(statistics.median(s[w][k] for s in got), 2) for k in got[0][w]}
-            for w in got[0]}
+    return {w: {k: round(statistics.median(s[w][k] for s in got), 2)
+                for k in _common(s[w] for s in got)} for w in got[0]}
 
 
 def per_worker_core(v: "VariantResult", least: float = 0.5) -> Optional[Tuple[float, float]]:

@@ -24,6 +24,14 @@ def _spin_then_sleep(spin: float, sleep: float, done) -> None:
     time.sleep(sleep)
 
 
+def _crowded(seconds: float) -> None:
+    """Busy on CPU 0 only, where the other crowded children are too."""
+    import os
+
+    os.sched_setaffinity(0, {0})
+    _spin(seconds)
+
+
 def _ctx():
     return mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
 
@@ -112,3 +120,28 @@ def test_samples_per_worker_core_are_each_windows_rate_over_its_workers_cores():
     assert per_worker_core(dali) is None  # no workers
     none = VariantResult("pinned", "pinned", {}, None, (Repeat(1.0, 1.0, 1.0, 1.0, 0.0),))
     assert per_worker_core(none) is None
+
+
+@pytest.mark.skipif(not cpuroles._PROC.joinpath("self/schedstat").exists()
+                    or not hasattr(__import__("os"), "sched_setaffinity"),
+                    reason="needs schedstat and sched_setaffinity")
+def test_workers_that_wait_for_a_core_show_as_run_queue_time():
+    """Three busy children on one core: each runs about a third of the time and waits for the
+    core the rest, about two cores of run-queue time between them; one child alone on its
+    core waits about none."""
+    def window(n):
+        kids = [_ctx().Process(target=_crowded, args=(5.0,)) for _ in range(n)]
+        r = RoleCpu()
+        r.start()
+        for k in kids:
+            k.start()
+        time.sleep(0.8)
+        got = r.stop()
+        for k in kids:
+            k.terminate()
+            k.join()
+        return got
+
+    crowded = window(3)
+    assert crowded[cpuroles.RUNQ] > 1.0 and crowded["workers"] < 1.3
+    assert window(1)[cpuroles.RUNQ] < 0.5
