@@ -402,6 +402,11 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
 LONG_WAITS_MIN = 3  # long data waits in a window (at the median) from which a row is listed
 
 
+def _block(heading: str, items: List[str]) -> List[str]:
+    """A summary block: ``heading``, then one bullet per item; nothing without items."""
+    return [heading, ""] + [f"- {x}" for x in items] + [""] if items else []
+
+
 def _md(columns, body) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "|".join("---" for _ in columns) + "|\n"
     return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
@@ -520,31 +525,22 @@ def markdown(res: SuiteResult) -> str:
         lines += ["**The step ran slower beside the loader** (busy time per sample against the "
                   "ceiling's; not data waits: the loader's own GPU work shared the device)", ""
                   ] + [f"- {x}" for x in slow] + [""]
-    stalls = long_wait_lines(res)
-    if stalls:
-        lines += [f"**Long data waits** in the training window (above {LONG_WAIT_FLOOR_MS:g} ms "
-                  f"and {LONG_WAIT_TIMES:g}x the window's median wait; compare.waves)", ""]
-        lines += [f"- {x}" for x in stalls] + [""]
-    paired = paired_long_lines(res)
-    if paired:
-        lines += ["**Default and long windows, paired** (`--paired-long`: each repeat timed a "
-                  "long pair of windows beside its default pair, in the same process, the "
-                  "default first in even repeats and the long first in odd ones; medians and "
-                  "ranges of long / default; compare.runner NOTE [paired long])", ""]
-        lines += [f"- {x}" for x in paired] + [""]
-    where = wait_site_lines(res)
-    if where:
-        lines += ["**Where the loop waited for data** (`--wait-sites`: the loop thread's Python "
-                  "stack, innermost first, sampled while it was inside the loader's `next()` in "
-                  "the training window, the loader's own work on that thread included; shares "
-                  "of the samples; compare.waitsites NOTE [wait sites])", ""]
-        lines += [f"- {x}" for x in where] + [""]
-    windows = window_lines(res)
-    if windows:
-        lines += ["**Timed windows** (training run; without `--steps` at least "
-                  f"{FIT_QUEUES}x the queue; whole epochs when an epoch is at most twice the "
-                  "window; `--long` makes them at least 10x the queue)", ""] + [
-                      f"- {x}" for x in windows] + [""]
+    lines += _block(f"**Long data waits** in the training window (above {LONG_WAIT_FLOOR_MS:g} "
+                    f"ms and {LONG_WAIT_TIMES:g}x the window's median wait; compare.waves)",
+                    long_wait_lines(res))
+    lines += _block("**Default and long windows, paired** (`--paired-long`: each repeat timed a "
+                    "long pair of windows beside its default pair, in the same process, the "
+                    "default first in even repeats and the long first in odd ones; medians and "
+                    "ranges of long / default; compare.runner NOTE [paired long])",
+                    paired_long_lines(res))
+    lines += _block("**Where the loop waited for data** (`--wait-sites`: the loop thread's "
+                    "Python stack, innermost first, sampled while it was inside the loader's "
+                    "`next()` in the training window, the loader's own work on that thread "
+                    "included; shares of the samples; compare.waitsites NOTE [wait sites])",
+                    wait_site_lines(res))
+    lines += _block("**Timed windows** (training run; without `--steps` at least "
+                    f"{FIT_QUEUES}x the queue; whole epochs when an epoch is at most twice the "
+                    "window; `--long` makes them at least 10x the queue)", window_lines(res))
     if s.get("loader_only_last"):
         lines += ["**Loader-only window after training** (`--loader-only-last`): each repeat "
                   "timed the model step first and the loader alone after it (compare.runner "
