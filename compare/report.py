@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
-from .cpuroles import RUNQ
+from .cpuroles import ROLES, RUNQ
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import (FIT_QUEUES, OVER_CEILING, SPREAD_WARN, STEAL_WARN_PCT, SuiteResult,
                       VariantResult, per_worker_core, role_medians, steal_span)
@@ -495,7 +495,7 @@ def markdown(res: SuiteResult) -> str:
                   "|---|---|---|---|---|"]
 
         def cell(m):
-            return " / ".join(f"{m[k]:.2f}" for k in ("main", "workers", "threads"))
+            return " / ".join(f"{m[k]:.2f}" for k in ROLES)
 
         def runq(m):
             got = [m[w].get(RUNQ) for w in ("training", "loader_only")]
@@ -520,11 +520,9 @@ def markdown(res: SuiteResult) -> str:
     lines += [_md(COLUMNS, rows(res))]
     if world > 1:
         lines += ["**Per rank** (medians over repeats)", "", _md(RANK_COLUMNS, rank_rows(res))]
-    slow = contention_lines(res)
-    if slow:
-        lines += ["**The step ran slower beside the loader** (busy time per sample against the "
-                  "ceiling's; not data waits: the loader's own GPU work shared the device)", ""
-                  ] + [f"- {x}" for x in slow] + [""]
+    lines += _block("**The step ran slower beside the loader** (busy time per sample against "
+                    "the ceiling's; not data waits: the loader's own GPU work shared the device)",
+                    contention_lines(res))
     lines += _block(f"**Long data waits** in the training window (above {LONG_WAIT_FLOOR_MS:g} "
                     f"ms and {LONG_WAIT_TIMES:g}x the window's median wait; compare.waves)",
                     long_wait_lines(res))
@@ -545,11 +543,9 @@ def markdown(res: SuiteResult) -> str:
         lines += ["**Loader-only window after training** (`--loader-only-last`): each repeat "
                   "timed the model step first and the loader alone after it (compare.runner "
                   "NOTE [loader-only last]).", ""]
-    traces = trace_lines(res)
-    if traces:
-        lines += ["**Traces** (`--trace`: one more training window after the first repeat, "
-                  "under torch.profiler; not in the figures above; compare.trace NOTE [trace])",
-                  ""] + [f"- {x}" for x in traces] + [""]
+    lines += _block("**Traces** (`--trace`: one more training window after the first repeat, "
+                    "under torch.profiler; not in the figures above; compare.trace NOTE [trace])",
+                    trace_lines(res))
     if s.get("notes"):
         lines += ["**Notes**", ""] + [f"- {x}" for x in s["notes"]] + [""]
     if w:
