@@ -15,9 +15,8 @@ it: DALI's ``Pipeline.share_outputs`` (its executor had not finished the batch),
 DataLoader's ``_try_get_data`` (no worker had delivered), a CUDA event's ``synchronize``.
 Work the loader does on the loop's thread inside ``next()`` counts as well (``pinned``'s
 normalisation without CUDA). That is enough to tell the loader's own wait from the hand-over's
-or the copy's. Each sample takes the
-GIL for a few microseconds, so sampling is off unless asked for, and the suite records it per
-repeat (``Repeat.wait_sites``) and lists it per row in the summary.
+or the copy's. Each sample takes the GIL, so sampling is off unless asked for, and the suite
+records it per repeat (``Repeat.wait_sites``) and lists it per row in the summary.
 """
 from __future__ import annotations
 
