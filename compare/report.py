@@ -372,28 +372,50 @@ def wait_site_lines(res: SuiteResult, top: int = 3) -> List[str]:
 PAIRED_AGREE = 0.05  # --paired-long: long / default within this of 1 agrees (issue 19's 5%)
 
 
+def paired_effect(pairs: Sequence[Tuple[float, bool]]) -> Tuple[float, Optional[float]]:
+    """The window's effect and the drift from ``(long / default, long_first)`` pairs, read as
+    the crossover design of compare.runner NOTE [paired long]: a pair timed default first gives
+    the effect times the drift (the later window's rate over the earlier's), one timed long
+    first the effect over it. With both orders: the effect is the geometric mean of the two
+    orders' medians and the drift the square root of their quotient. With one order only: the
+    median, and no drift (it cannot be told from the effect)."""
+    ab = [x for x, long_first in pairs if not long_first]
+    ba = [x for x, long_first in pairs if long_first]
+    if not ab or not ba:
+        return statistics.median(x for x, _ in pairs), None
+    mab, mba = statistics.median(ab), statistics.median(ba)
+    return math.sqrt(mab * mba), math.sqrt(mab / mba)
+
+
 def paired_long_lines(res: SuiteResult) -> List[str]:
-    """Per row timed with ``--paired-long`` (compare.runner NOTE [paired long]): the median,
-    lowest and highest of long / default over the repeats, in training and loader-only, and
-    whether both medians are within ``PAIRED_AGREE`` of 1."""
+    """Per row timed with ``--paired-long`` (compare.runner NOTE [paired long]): the window's
+    effect on the rate (long / default with the drift between a process's earlier and later
+    windows taken out, ``paired_effect``), the pairs' range and the drift, in training and
+    loader-only, and whether both effects are within ``PAIRED_AGREE`` of 1."""
     out: List[str] = []
     for v in res.variants:
         pairs = [(r.paired_long, r) for r in v.repeats if r.paired_long]
         if not pairs:
             continue
-        train = [p["samples_per_s"] / r.samples_per_s for p, r in pairs if r.samples_per_s]
-        alone = [p["loader_only_per_s"] / r.loader_only_per_s for p, r in pairs
+        train = [(p["samples_per_s"] / r.samples_per_s, p["long_first"]) for p, r in pairs
+                 if r.samples_per_s]
+        alone = [(p["loader_only_per_s"] / r.loader_only_per_s, p["long_first"]) for p, r in pairs
                  if r.loader_only_per_s and not math.isnan(r.loader_only_per_s)
                  and not math.isnan(p["loader_only_per_s"])]
         parts, ok = [], True
         for what, xs in (("in training", train), ("loader-only", alone)):
             if xs:
-                m = statistics.median(xs)
-                ok = ok and abs(m - 1) <= PAIRED_AGREE
-                parts.append(f"{m:.3f} {what} ({min(xs):.3f}-{max(xs):.3f})")
+                effect, drift = paired_effect(xs)
+                ok = ok and abs(effect - 1) <= PAIRED_AGREE
+                lo, hi = min(x for x, _ in xs), max(x for x, _ in xs)
+                later = ("one order only, no drift estimate" if drift is None
+                         else f"later window {drift:.3f}x the earlier")
+                parts.append(f"{effect:.3f} {what} (pairs {lo:.3f}-{hi:.3f}; {later})")
         steps = sorted({p["steps"] for p, _ in pairs})
+        first = sum(1 for p, _ in pairs if p["long_first"])
         out.append(f"{res.row_label(v)}: long / default {', '.join(parts)} over {len(pairs)} "
-                   f"repeats, long windows of {'/'.join(map(str, steps))} batches: "
+                   f"repeats ({len(pairs) - first} default first, {first} long first), long "
+                   f"windows of {'/'.join(map(str, steps))} batches: "
                    + (f"within {100 * PAIRED_AGREE:g}%" if ok
                       else f"not within {100 * PAIRED_AGREE:g}%"))
     return out
@@ -528,8 +550,9 @@ def markdown(res: SuiteResult) -> str:
                     long_wait_lines(res))
     lines += _block("**Default and long windows, paired** (`--paired-long`: each repeat timed a "
                     "long pair of windows beside its default pair, in the same process, the "
-                    "default first in even repeats and the long first in odd ones; medians and "
-                    "ranges of long / default; compare.runner NOTE [paired long])",
+                    "default first in even repeats and the long first in odd ones; long / default "
+                    "with the drift from the earlier window to the later taken out, the pairs' "
+                    "range and that drift; compare.runner NOTE [paired long])",
                     paired_long_lines(res))
     lines += _block("**Where the loop waited for data** (`--wait-sites`: the loop thread's "
                     "Python stack, innermost first, sampled while it was inside the loader's "

@@ -291,9 +291,14 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
 # were to agree within (docs/results/h200/README.md, loader-only-last), so two runs could
 # not show it. ``--paired-long`` times both in the same process, on the same loader: each
 # repeat runs a default pair of windows (loader-only and training) and a long pair, the
-# default first in even repeats and the long first in odd ones, so a drift of the host within
-# the process falls on both alike. The repeat's figures are the default pair's; the long
-# pair's go to ``Repeat.paired_long``, and the summary gives long / default per row.
+# default first in even repeats and the long first in odd ones. A drift within the process
+# (the later window faster or slower than the earlier, whatever their lengths) then multiplies
+# long / default in one order and divides it in the other, as in a crossover trial: the
+# summary's figure is the geometric mean of the two orders' medians, with the drift (the
+# square root of their quotient) beside it (``compare.report.paired_effect``). On the H200 the
+# drift was larger than the 5% to be shown for ``pageable`` (docs/results/h200/README.md,
+# paired-long). The repeat's figures are the default pair's; the long pair's go to
+# ``Repeat.paired_long``. Use an even number of repeats, so both orders count alike.
 def paired_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: int,
                   long_first: bool, first: int = 0, trace: Optional[Path] = None,
                   wait_sites: bool = False, **kw) -> Repeat:

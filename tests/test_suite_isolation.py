@@ -567,6 +567,37 @@ def test_paired_long_times_both_windows_in_one_process_by_turns():
     assert tags == run(7) + run(3) and rep.steps == 3 and rep.paired_long["long_first"] is True
 
 
+def test_paired_long_summary_takes_the_drift_out_by_order():
+    """The crossover reading of NOTE [paired long] (compare.report.paired_effect): with no
+    window effect and a later window always 10% slower, default-first pairs read 0.9 and
+    long-first ones 1/0.9. The plain median of three such pairs (two default first) would
+    call the windows 10% apart; the summary gives 1.000 and names the drift."""
+    from dataclasses import replace
+
+    from compare.report import paired_effect, paired_long_lines
+    from compare.results import Repeat, SuiteResult, VariantResult
+
+    effect, drift = paired_effect([(0.9, False), (0.9, False), (1 / 0.9, True)])
+    assert effect == pytest.approx(1.0) and drift == pytest.approx(0.9)
+    assert paired_effect([(0.9, False), (0.92, False)]) == (pytest.approx(0.91), None)
+
+    def rep(rate, long_rate, long_first):
+        return replace(Repeat(rate, rate, 1.0, 2.0, 10.0, waits_ms=(1.0,)), paired_long={
+            "steps": 310, "samples_per_s": long_rate, "loader_only_per_s": long_rate,
+            "long_first": long_first, "settled": True})
+
+    reps = (rep(100.0, 90.0, False), rep(100.0, 90.0, False), rep(90.0, 100.0, True))
+    res = SuiteResult({"gpu": "X"}, {"model": "m"}, None,
+                      (VariantResult("p", "pinned", {}, 1.0, reps),))
+    [line] = paired_long_lines(res)
+    assert "long / default 1.000 in training (pairs 0.900-1.111; later window 0.900x" in line
+    assert "(2 default first, 1 long first)" in line and line.endswith("within 5%")
+    slow = (rep(100.0, 80.0, False), rep(100.0, 80.0, True))
+    [line] = paired_long_lines(SuiteResult({"gpu": "X"}, {}, None,
+                                           (VariantResult("p", "pinned", {}, 1.0, slow),)))
+    assert "0.800 in training" in line and line.endswith("not within 5%")
+
+
 def test_paired_long_is_recorded_summarised_refused_with_long_and_named_by_diff(
         tiny_root, tmp_path, capsys):
     r = _run(tiny_root, tmp_path / "pl", "--isolate", "--backends", "pageable", "--steps", "2",
