@@ -146,9 +146,9 @@ def parse_args(argv):
                         "boundary (the steady-state check)")
     p.add_argument("--paired-long", action="store_true",
                    help="the steady-state check in one process: each repeat also times a "
-                        "--long pair of windows on the same loader, before or after the "
-                        "default pair by turns, and the summary gives long / default per row, "
-                        "with the drift between earlier and later windows taken out "
+                        "--long pair of windows on the same loader, between its default pair "
+                        "and a second one, and the summary gives long / default per row, with "
+                        "the drift within the process taken out "
                         "(compare.runner NOTE [paired long])")
     p.add_argument("--loader-only-last", action="store_true",
                    help="time the loader alone after the model step, not before it, with the "

@@ -112,9 +112,13 @@ def _paired(rs) -> Any:
     got = [r.paired_long for r in rs]
     if not all(got):
         return None
-    return {**got[0], "samples_per_s": sum(g["samples_per_s"] for g in got),
-            "loader_only_per_s": sum(g["loader_only_per_s"] for g in got),
-            "settled": all(g.get("settled") is not False for g in got)}
+    rates = ("samples_per_s", "loader_only_per_s")
+    out = {k: x for k, x in got[0].items() if k != "after"}
+    out.update({k: sum(g[k] for g in got) for k in rates},
+               settled=all(g.get("settled") is not False for g in got))
+    if all("after" in g for g in got):  # the second default pair (NOTE [paired long])
+        out["after"] = {k: sum(g["after"][k] for g in got) for k in rates}
+    return out
 
 
 def merge(parts: List[VariantResult]) -> VariantResult:

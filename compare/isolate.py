@@ -205,7 +205,7 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
                   period=wave_period(loader), loader_only_last=job.loader_only_last,
                   trace=trace, wait_sites=job.wait_sites)
         if job.paired_long:
-            got = paired_repeat(it, step, steps=n, long_first=unit.repeat % 2 == 1,
+            got = paired_repeat(it, step, steps=n,
                                 long_steps=window(job.steps, True, queue, len(loader), job.fit),
                                 **kw)
         else:

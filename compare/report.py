@@ -372,50 +372,72 @@ def wait_site_lines(res: SuiteResult, top: int = 3) -> List[str]:
 PAIRED_AGREE = 0.05  # --paired-long: long / default within this of 1 agrees (issue 19's 5%)
 
 
-def paired_effect(pairs: Sequence[Tuple[float, bool]]) -> Tuple[float, Optional[float]]:
-    """The window's effect and the drift from ``(long / default, long_first)`` pairs, read as
-    the crossover design of compare.runner NOTE [paired long]: a pair timed default first gives
-    the effect times the drift (the later window's rate over the earlier's), one timed long
-    first the effect over it. With both orders: the effect is the geometric mean of the two
-    orders' medians and the drift the square root of their quotient. With one order only: the
-    median, and no drift (it cannot be told from the effect)."""
-    ab = [x for x, long_first in pairs if not long_first]
-    ba = [x for x, long_first in pairs if long_first]
+def paired_effect(pairs: Sequence[Tuple[float, float, Optional[float], bool]]
+                  ) -> Tuple[float, Optional[float], float, float]:
+    """The long window's effect on a rate, from one ``(default, long, default again or None,
+    long_first)`` per repeat (compare.runner NOTE [paired long]): the effect, the drift (the
+    later window's rate over the earlier's; ``None`` where it cannot be told) and the range of
+    the repeats' figures. Bracketed repeats (a default again in every one): each repeat's
+    long / sqrt(default * default again), their median, and the median of default again /
+    default. Otherwise the pairs of the first H200 run, read as a crossover: a pair timed
+    default first gives the effect times the drift, one timed long first the effect over it,
+    so the effect is the geometric mean of the two orders' medians and the drift the square
+    root of their quotient; with one order only, the median and no drift. The range is then
+    the pairs' long / default."""
+    if all(again is not None for _, _, again, _ in pairs):
+        each = [lg / math.sqrt(d * again) for d, lg, again, _ in pairs]
+        drift = statistics.median(again / d for d, _, again, _ in pairs)
+        return statistics.median(each), drift, min(each), max(each)
+    ratios = [(lg / d, long_first) for d, lg, _, long_first in pairs]
+    ab = [x for x, long_first in ratios if not long_first]
+    ba = [x for x, long_first in ratios if long_first]
+    lo, hi = min(x for x, _ in ratios), max(x for x, _ in ratios)
     if not ab or not ba:
-        return statistics.median(x for x, _ in pairs), None
+        return statistics.median(x for x, _ in ratios), None, lo, hi
     mab, mba = statistics.median(ab), statistics.median(ba)
-    return math.sqrt(mab * mba), math.sqrt(mab / mba)
+    return math.sqrt(mab * mba), math.sqrt(mab / mba), lo, hi
 
 
 def paired_long_lines(res: SuiteResult) -> List[str]:
-    """Per row timed with ``--paired-long`` (compare.runner NOTE [paired long]): the window's
-    effect on the rate (long / default with the drift between a process's earlier and later
-    windows taken out, ``paired_effect``), the pairs' range and the drift, in training and
-    loader-only, and whether both effects are within ``PAIRED_AGREE`` of 1."""
+    """Per row timed with ``--paired-long`` (compare.runner NOTE [paired long]): the long
+    window's effect on the rate with the drift within each process taken out
+    (``paired_effect``), the repeats' range and the drift, in training and loader-only, and
+    whether both effects are within ``PAIRED_AGREE`` of 1."""
+    def usable(x) -> bool:
+        return bool(x) and not math.isnan(x)
+
     out: List[str] = []
     for v in res.variants:
         pairs = [(r.paired_long, r) for r in v.repeats if r.paired_long]
         if not pairs:
             continue
-        train = [(p["samples_per_s"] / r.samples_per_s, p["long_first"]) for p, r in pairs
-                 if r.samples_per_s]
-        alone = [(p["loader_only_per_s"] / r.loader_only_per_s, p["long_first"]) for p, r in pairs
-                 if r.loader_only_per_s and not math.isnan(r.loader_only_per_s)
-                 and not math.isnan(p["loader_only_per_s"])]
+        bracketed = all("after" in p for p, _ in pairs)
         parts, ok = [], True
-        for what, xs in (("in training", train), ("loader-only", alone)):
-            if xs:
-                effect, drift = paired_effect(xs)
-                ok = ok and abs(effect - 1) <= PAIRED_AGREE
-                lo, hi = min(x for x, _ in xs), max(x for x, _ in xs)
-                later = ("one order only, no drift estimate" if drift is None
-                         else f"later window {drift:.3f}x the earlier")
-                parts.append(f"{effect:.3f} {what} (pairs {lo:.3f}-{hi:.3f}; {later})")
+        for what, key, of in (("in training", "samples_per_s", lambda r: r.samples_per_s),
+                              ("loader-only", "loader_only_per_s",
+                               lambda r: r.loader_only_per_s)):
+            xs = [(of(r), p[key], p["after"][key] if bracketed else None,
+                   bool(p.get("long_first"))) for p, r in pairs]
+            xs = [x for x in xs if all(usable(y) for y in x[:3] if y is not None)]
+            if not xs:
+                continue
+            effect, drift, lo, hi = paired_effect(xs)
+            ok = ok and abs(effect - 1) <= PAIRED_AGREE
+            later = ("one order only, no drift estimate" if drift is None
+                     else f"default again {drift:.3f}x the first" if bracketed
+                     else f"later window {drift:.3f}x the earlier")
+            parts.append(f"{effect:.3f} {what} ({'repeats' if bracketed else 'pairs'} "
+                         f"{lo:.3f}-{hi:.3f}; {later})")
+        if not parts:
+            continue
         steps = sorted({p["steps"] for p, _ in pairs})
-        first = sum(1 for p, _ in pairs if p["long_first"])
+        if bracketed:
+            how = "each a default, a long and a default window again"
+        else:
+            first = sum(1 for p, _ in pairs if p.get("long_first"))
+            how = f"{len(pairs) - first} default first, {first} long first"
         out.append(f"{res.row_label(v)}: long / default {', '.join(parts)} over {len(pairs)} "
-                   f"repeats ({len(pairs) - first} default first, {first} long first), long "
-                   f"windows of {'/'.join(map(str, steps))} batches: "
+                   f"repeats ({how}), long windows of {'/'.join(map(str, steps))} batches: "
                    + (f"within {100 * PAIRED_AGREE:g}%" if ok
                       else f"not within {100 * PAIRED_AGREE:g}%"))
     return out
@@ -549,10 +571,10 @@ def markdown(res: SuiteResult) -> str:
                     f"ms and {LONG_WAIT_TIMES:g}x the window's median wait; compare.waves)",
                     long_wait_lines(res))
     lines += _block("**Default and long windows, paired** (`--paired-long`: each repeat timed a "
-                    "long pair of windows beside its default pair, in the same process, the "
-                    "default first in even repeats and the long first in odd ones; long / default "
-                    "with the drift from the earlier window to the later taken out, the pairs' "
-                    "range and that drift; compare.runner NOTE [paired long])",
+                    "long pair of windows in the same process, between two default pairs (runs "
+                    "before 2026-12-02: before or after one, by turns); long / default with "
+                    "the drift within each process taken out, the repeats' range and that "
+                    "drift; compare.runner NOTE [paired long])",
                     paired_long_lines(res))
     lines += _block("**Where the loop waited for data** (`--wait-sites`: the loop thread's "
                     "Python stack, innermost first, sampled while it was inside the loader's "

@@ -289,36 +289,32 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
 # least 10x the queue, across an epoch boundary, in another run. On the H200 the torch rows'
 # rates moved with the host's speed from process to process, by more than the 5% the two runs
 # were to agree within (docs/results/h200/README.md, loader-only-last), so two runs could
-# not show it. ``--paired-long`` times both in the same process, on the same loader: each
-# repeat runs a default pair of windows (loader-only and training) and a long pair, the
-# default first in even repeats and the long first in odd ones. A drift within the process
-# (the later window faster or slower than the earlier, whatever their lengths) then multiplies
-# long / default in one order and divides it in the other, as in a crossover trial: the
-# summary's figure is the geometric mean of the two orders' medians, with the drift (the
-# square root of their quotient) beside it (``compare.report.paired_effect``). On the H200 the
-# drift was larger than the 5% to be shown for ``pageable`` (docs/results/h200/README.md,
-# paired-long). The repeat's figures are the default pair's; the long pair's go to
-# ``Repeat.paired_long``. Use an even number of repeats, so both orders count alike.
+# not show it. ``--paired-long`` times both in the same process, on the same loader. A first
+# H200 run (docs/results/h200/README.md, paired-long) timed one default and one long pair of
+# windows (loader-only and training) per repeat, by turns in either order, and read the pairs
+# as a crossover; there ``pageable``'s rate drifted within a process by more than 5%, and not
+# alike in every process, so the crossover could not take the drift out. Each repeat now
+# brackets the long pair between two default pairs: default, long, default. A drift that is
+# linear over the three falls on the long pair as on the mean of the two defaults, so
+# long / sqrt(default * default again) is the window's effect in each process on its own, and
+# the second default over the first shows the drift. The repeat's figures are the first
+# default pair's; the long pair's, with the second default's as ``after``, go to
+# ``Repeat.paired_long`` (``compare.report.paired_effect`` reads both kinds).
 def paired_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: int,
-                  long_first: bool, first: int = 0, trace: Optional[Path] = None,
+                  first: int = 0, trace: Optional[Path] = None,
                   wait_sites: bool = False, **kw) -> Repeat:
-    """Two ``time_repeat`` runs on one loader, ``steps`` and ``long_steps`` batches, in the
-    order ``long_first`` says (NOTE [paired long]); the default run's ``Repeat`` with the long
-    run's rates in ``paired_long``. ``trace`` and ``wait_sites`` apply to the default run."""
-    def one(n: int, start: int, main: bool) -> Repeat:
-        return time_repeat(it, step, steps=n, first=start, trace=trace if main else None,
-                           wait_sites=wait_sites and main, **kw)
-
-    if long_first:
-        lg = one(long_steps, first, False)
-        rep = one(steps, 0, True)
-    else:
-        rep = one(steps, first, True)
-        lg = one(long_steps, 0, False)
+    """Three ``time_repeat`` runs on one loader: ``steps``, ``long_steps`` and ``steps``
+    batches (NOTE [paired long]); the first run's ``Repeat`` with the other two's rates in
+    ``paired_long``. ``trace`` and ``wait_sites`` apply to the first run."""
+    rep = time_repeat(it, step, steps=steps, first=first, trace=trace, wait_sites=wait_sites,
+                      **kw)
+    lg = time_repeat(it, step, steps=long_steps, **kw)
+    again = time_repeat(it, step, steps=steps, **kw)
     return replace(rep, paired_long={
         "steps": long_steps, "samples_per_s": lg.samples_per_s,
-        "loader_only_per_s": lg.loader_only_per_s, "long_first": long_first,
-        "settled": lg.settled})
+        "loader_only_per_s": lg.loader_only_per_s, "settled": lg.settled,
+        "after": {"samples_per_s": again.samples_per_s,
+                  "loader_only_per_s": again.loader_only_per_s}})
 
 
 def traced_window(base: Path, run: Callable[[], object]) -> dict:
@@ -355,6 +351,9 @@ def say_repeat(log: Callable[[str], None], label: str, r: Repeat, where: str,
     pl = r.paired_long
     paired = (f"long window {pl['samples_per_s']:.1f} samples/s, "
               f"{pl['loader_only_per_s']:.1f} img/s loader-only" if pl else "")
+    if pl and "after" in pl:
+        paired += (f"; default again {pl['after']['samples_per_s']:.1f} samples/s, "
+                   f"{pl['after']['loader_only_per_s']:.1f} img/s loader-only")
     rest = ", ".join(x for x in (loader, idle, cold, paired) if x)
     log(f"  {label:28s} {where}: {r.samples_per_s:9.1f} samples/s" + (f", {rest}" if rest else ""))
 
@@ -405,7 +404,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                       loader_only_last=loader_only_last, wait_sites=wait_sites,
                       trace=trace_base(trace, f"{v.label} #1") if r == 0 else None)
             if paired_long:
-                got = paired_repeat(it, step, steps=n, long_first=r % 2 == 1,
+                got = paired_repeat(it, step, steps=n,
                                     long_steps=window(steps, True, queue, len(loader), fit),
                                     **kw)
             else:

@@ -58,14 +58,17 @@ def test_merge_averages_the_ranks_wait_sites():
 def test_merge_sums_the_ranks_long_pair():
     from dataclasses import replace
 
-    def part(x, settled):
-        pl = {"steps": 40, "samples_per_s": x, "loader_only_per_s": 2 * x, "long_first": True,
-              "settled": settled}
+    def part(x, settled, after=True):
+        pl = {"steps": 40, "samples_per_s": x, "loader_only_per_s": 2 * x, "settled": settled}
+        if after:
+            pl["after"] = {"samples_per_s": x + 1, "loader_only_per_s": 2 * x + 1}
         return VariantResult("v", "pinned", {}, 1.0, (replace(_rep(x), paired_long=pl),))
 
     got = ddp.merge([part(10.0, True), part(12.0, False)]).repeats[0].paired_long
     assert got == {"steps": 40, "samples_per_s": 22.0, "loader_only_per_s": 44.0,
-                   "long_first": True, "settled": False}
+                   "settled": False, "after": {"samples_per_s": 24.0, "loader_only_per_s": 46.0}}
+    mixed = ddp.merge([part(10.0, True), part(12.0, True, after=False)]).repeats[0].paired_long
+    assert "after" not in mixed and mixed["samples_per_s"] == 22.0
     one_without = [part(10.0, True), VariantResult("v", "pinned", {}, 1.0, (_rep(1.0),))]
     assert ddp.merge(one_without).repeats[0].paired_long is None
 

@@ -541,61 +541,71 @@ def test_windows_hold_whole_epochs_when_epochs_are_short(steps, long, queue, epo
     assert len(starts) == 1 or epoch > 2 * n  # every placement holds as many epoch starts
 
 
-def test_paired_long_times_both_windows_in_one_process_by_turns():
-    """``--paired-long`` (NOTE [paired long] in compare.runner): a default and a long pair of
-    windows on one loader, the default first in even repeats and the long first in odd ones;
-    the repeat keeps the default pair's figures and records the long pair's."""
+def test_paired_long_brackets_the_long_window_between_two_default_ones():
+    """``--paired-long`` (NOTE [paired long] in compare.runner): on one loader a default pair
+    of windows, a long pair and a default pair again; the repeat keeps the first pair's
+    figures and records the long pair's, with the second default's as ``after``."""
     import torch
 
     from compare.runner import paired_repeat
 
-    def windows(long_first):
-        events = []
-        rep = paired_repeat(_logged(events), lambda x, y: events.append("step"), steps=3,
-                            long_steps=7, long_first=long_first, warmup=1,
-                            device=torch.device("cpu"), queue=2)
-        return rep, "".join({"batch": "b", "step": "s"}[e] for e in events)
+    events = []
+    rep = paired_repeat(_logged(events), lambda x, y: events.append("step"), steps=3,
+                        long_steps=7, warmup=1, device=torch.device("cpu"), queue=2)
+    tags = "".join({"batch": "b", "step": "s"}[e] for e in events)
 
     def run(n):  # priming, loader-only (drain 2, warm-up 1, n), training (warm-up 1, n)
         return "bs" + "b" * (2 + 1 + n) + "bs" * (1 + n)
 
-    rep, tags = windows(False)
-    assert tags == run(3) + run(7) and rep.steps == 3
-    assert rep.paired_long["steps"] == 7 and rep.paired_long["long_first"] is False
-    assert rep.paired_long["samples_per_s"] > 0 and rep.paired_long["loader_only_per_s"] > 0
-    rep, tags = windows(True)
-    assert tags == run(7) + run(3) and rep.steps == 3 and rep.paired_long["long_first"] is True
+    assert tags == run(3) + run(7) + run(3) and rep.steps == 3
+    pl = rep.paired_long
+    assert pl["steps"] == 7 and "long_first" not in pl
+    assert min(pl["samples_per_s"], pl["loader_only_per_s"], *pl["after"].values()) > 0
+    assert set(pl["after"]) == {"samples_per_s", "loader_only_per_s"}
 
 
-def test_paired_long_summary_takes_the_drift_out_by_order():
-    """The crossover reading of NOTE [paired long] (compare.report.paired_effect): with no
-    window effect and a later window always 10% slower, default-first pairs read 0.9 and
-    long-first ones 1/0.9. The plain median of three such pairs (two default first) would
-    call the windows 10% apart; the summary gives 1.000 and names the drift."""
+def test_paired_long_summary_takes_the_drift_out():
+    """Both readings of NOTE [paired long] (compare.report.paired_effect), with no window
+    effect and a later window always 10% slower. Bracketed repeats (default 100, long 90, default
+    again 81): the long window sits between the two, so each repeat reads 1.000 and the
+    drift is 0.81. The first run's pairs, by turns: default first reads 0.9 and long first
+    1/0.9; the plain median of three such pairs (two default first) would call the windows 10%
+    apart, the crossover reading gives 1.000 and the drift."""
     from dataclasses import replace
 
     from compare.report import paired_effect, paired_long_lines
     from compare.results import Repeat, SuiteResult, VariantResult
 
-    effect, drift = paired_effect([(0.9, False), (0.9, False), (1 / 0.9, True)])
-    assert effect == pytest.approx(1.0) and drift == pytest.approx(0.9)
-    assert paired_effect([(0.9, False), (0.92, False)]) == (pytest.approx(0.91), None)
+    assert paired_effect([(100.0, 90.0, 81.0, False), (200.0, 180.0, 162.0, False)]) \
+        == (pytest.approx(1.0), pytest.approx(0.81), pytest.approx(1.0), pytest.approx(1.0))
+    effect, drift, lo, hi = paired_effect([(1.0, 0.9, None, False), (1.0, 0.9, None, False),
+                                           (1.0, 1 / 0.9, None, True)])
+    assert (effect, drift, lo, hi) == (pytest.approx(1.0), pytest.approx(0.9), 0.9,
+                                       pytest.approx(1 / 0.9))
+    assert paired_effect([(1.0, 0.9, None, False), (1.0, 0.92, None, False)])[:2] \
+        == (pytest.approx(0.91), None)
 
-    def rep(rate, long_rate, long_first):
-        return replace(Repeat(rate, rate, 1.0, 2.0, 10.0, waits_ms=(1.0,)), paired_long={
-            "steps": 310, "samples_per_s": long_rate, "loader_only_per_s": long_rate,
-            "long_first": long_first, "settled": True})
+    def rep(rate, long_rate, again=None, long_first=False):
+        pl = {"steps": 310, "samples_per_s": long_rate, "loader_only_per_s": long_rate,
+              "settled": True}
+        pl.update({"after": {"samples_per_s": again, "loader_only_per_s": again}}
+                  if again else {"long_first": long_first})
+        return replace(Repeat(rate, rate, 1.0, 2.0, 10.0, waits_ms=(1.0,)), paired_long=pl)
 
-    reps = (rep(100.0, 90.0, False), rep(100.0, 90.0, False), rep(90.0, 100.0, True))
-    res = SuiteResult({"gpu": "X"}, {"model": "m"}, None,
-                      (VariantResult("p", "pinned", {}, 1.0, reps),))
-    [line] = paired_long_lines(res)
-    assert "long / default 1.000 in training (pairs 0.900-1.111; later window 0.900x" in line
-    assert "(2 default first, 1 long first)" in line and line.endswith("within 5%")
-    slow = (rep(100.0, 80.0, False), rep(100.0, 80.0, True))
-    [line] = paired_long_lines(SuiteResult({"gpu": "X"}, {}, None,
-                                           (VariantResult("p", "pinned", {}, 1.0, slow),)))
-    assert "0.800 in training" in line and line.endswith("not within 5%")
+    def line(*reps):
+        [got] = paired_long_lines(SuiteResult({"gpu": "X"}, {"model": "m"}, None,
+                                              (VariantResult("p", "pinned", {}, 1.0, reps),)))
+        return got
+
+    got = line(rep(100.0, 90.0, 81.0), rep(100.0, 95.0, 90.25))
+    assert "long / default 1.000 in training (repeats 1.000-1.000; default again 0.856x" in got
+    assert "(each a default, a long and a default window again)" in got
+    assert got.endswith("within 5%")
+    got = line(rep(100.0, 90.0, long_first=False), rep(100.0, 90.0, long_first=False),
+               rep(90.0, 100.0, long_first=True))
+    assert "long / default 1.000 in training (pairs 0.900-1.111; later window 0.900x" in got
+    assert "(2 default first, 1 long first)" in got and got.endswith("within 5%")
+    assert line(rep(100.0, 80.0, 100.0), rep(100.0, 80.0, 100.0)).endswith("not within 5%")
 
 
 def test_paired_long_is_recorded_summarised_refused_with_long_and_named_by_diff(
@@ -605,7 +615,8 @@ def test_paired_long_is_recorded_summarised_refused_with_long_and_named_by_diff(
     assert r["setup"]["paired_long"] is True
     reps = r["variants"][0]["repeats"]
     q = r["variants"][0]["queue_batches"]
-    assert [p["paired_long"]["long_first"] for p in reps] == [False, True]
+    assert all(set(p["paired_long"]["after"]) == {"samples_per_s", "loader_only_per_s"}
+               for p in reps)
     assert all(p["paired_long"]["steps"] >= 10 * q > p["steps"] for p in reps)
     summary = (tmp_path / "pl" / "summary.md").read_text()
     assert "**Default and long windows, paired**" in summary
