@@ -28,6 +28,16 @@ ends of the window and those started inside it (a worker that ended inside the w
 run delay with it), and it is ``None`` where the kernel does not keep schedstat. The time the
 hypervisor gives other guests is not in it (``metrics.CpuUtil``'s steal is).
 
+Two more of the workers, counted like their CPU time (the reaped ones through this process's
+``cstime`` and ``cminflt``): ``workers_sys``, the part of their cores spent in the kernel, and
+``workers_faults``, their minor page faults per second. A worker that does more per sample in
+one window than in another either ran on a slower host (its user time per sample grows) or
+made the kernel work more: page faults on memory it shares copy-on-write with the process that
+forked it, or on new memory (its system time and faults per sample grow). On the H200 a
+non-persistent ``pageable`` loader's workers, forked again each epoch, made fewer samples per
+CPU second later in a process (docs/results/h200/README.md, paired-long); this tells the two
+apart.
+
 On a machine without ``/proc`` (not Linux) ``start`` and ``stop`` give ``None``. The suite
 records the split of both windows of each repeat (``Repeat.cpu_roles``) and the summary gives
 the medians; ``pinned``'s loader-only window below its training window (the H200 index,
@@ -43,6 +53,8 @@ from typing import Dict, Optional, Tuple
 
 ROLES = ("main", "workers", "threads")
 RUNQ = "workers_runq"  # the workers' run-queue wait, in cores (NOTE [cpu roles])
+SYS = "workers_sys"  # the workers' kernel time, in cores, a part of "workers"
+FAULTS = "workers_faults"  # the workers' minor page faults per second
 _PROC = Path("/proc")
 
 
@@ -71,9 +83,15 @@ def _runq_ns(pid: int) -> Optional[int]:
         return None
 
 
-def _children(pid: int) -> Dict[int, int]:
-    """``{child pid: its utime + stime}`` of ``pid``'s direct children."""
-    out: Dict[int, int] = {}
+def _faults(stat: str) -> Tuple[int, int]:
+    """``(minflt, cminflt)`` of a ``/proc/.../stat`` line (fields 10 and 11)."""
+    rest = stat[stat.rindex(")") + 2:].split()
+    return int(rest[7]), int(rest[8])
+
+
+def _children(pid: int) -> Dict[int, Tuple[int, int, int]]:
+    """``{child pid: (utime + stime, stime, minflt)}`` of ``pid``'s direct children."""
+    out: Dict[int, Tuple[int, int, int]] = {}
     for d in _PROC.iterdir():
         if not d.name.isdigit():
             continue
@@ -83,7 +101,7 @@ def _children(pid: int) -> Dict[int, int]:
         rest = s[s.rindex(")") + 2:].split()
         if int(rest[1]) == pid:  # field 4: the parent's pid
             u, st, _, _ = _ticks(s)
-            out[int(d.name)] = u + st
+            out[int(d.name)] = (u + st, st, _faults(s)[0])
     return out
 
 
@@ -97,7 +115,7 @@ class _Snapshot:
         u, s, cu, cs = _ticks(own)
         mu, ms, _, _ = _ticks(main)
         self.process = u + s
-        self.reaped = cu + cs
+        self.reaped = (cu + cs, cs, _faults(own)[1])  # as the children's tuples
         self.main = mu + ms
         self.children = _children(pid)
         self.runq = {c: _runq_ns(c) for c in self.children}
@@ -125,16 +143,22 @@ class RoleCpu:
         a, b = self._a, self._snap()
         if a is None or b is None or b.t <= a.t:
             return None
-        workers = (sum(b.children.values()) + (b.reaped - a.reaped)
-                   - sum(a.children.values()))
-        wall = (b.t - a.t) * self._tick
+
+        def workers(i: int) -> int:  # NOTE [cpu roles]: alive at both ends, started, ended
+            return (sum(c[i] for c in b.children.values()) + (b.reaped[i] - a.reaped[i])
+                    - sum(c[i] for c in a.children.values()))
+
+        seconds = b.t - a.t
+        wall = seconds * self._tick
         main = b.main - a.main
-        cores = {"main": main, "workers": workers, "threads": (b.process - a.process) - main}
+        cores = {"main": main, "workers": workers(0), "threads": (b.process - a.process) - main,
+                 SYS: workers(1)}
         out = {k: round(max(0, v) / wall, 3) for k, v in cores.items()}
+        out[FAULTS] = round(max(0, workers(2)) / seconds, 1)
         if b.runq and all(v is not None for v in b.runq.values()):
             waited = sum(ns - (a.runq.get(c) or 0) for c, ns in b.runq.items())
             out[RUNQ] = round(max(0, waited) / 1e9 / (b.t - a.t), 3)
         return out
 
 
-__all__ = ["ROLES", "RUNQ", "RoleCpu"]
+__all__ = ["FAULTS", "ROLES", "RUNQ", "RoleCpu", "SYS"]

@@ -18,7 +18,8 @@ from .plot import plots as plots  # re-exported: compare.suite calls report.plot
 from .cpuroles import ROLES, RUNQ
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
 from .results import (FIT_QUEUES, OVER_CEILING, SPREAD_WARN, STEAL_WARN_PCT, SuiteResult,
-                      VariantResult, per_worker_core, role_medians, steal_span)
+                      VariantResult, per_worker_core, role_medians, steal_span,
+                      worker_kernel)
 from .waves import LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES, in_step, long_waits
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
@@ -532,11 +533,14 @@ def markdown(res: SuiteResult) -> str:
                   "loader's worker processes, and the process's other threads; the time the "
                   "workers were ready and waited for a core (run queue); then the window's "
                   "rate over its workers' cores, which falls when a CPU second makes fewer "
-                  "samples (a slower host).", "",
+                  "samples (a slower host, or more kernel work); and the workers' kernel time, "
+                  "as a % of their CPU time, and their minor page faults per sample, which "
+                  "grow with kernel work (page faults after a fork, new memory).", "",
                   "| backend | training: loop / workers / threads | "
                   "loader-only: loop / workers / threads | workers' run queue: training / "
-                  "loader-only | samples per worker core: training / loader-only |",
-                  "|---|---|---|---|---|"]
+                  "loader-only | samples per worker core: training / loader-only | workers' "
+                  "kernel % / faults per sample: training; loader-only |",
+                  "|---|---|---|---|---|---|"]
 
         def cell(m):
             return " / ".join(f"{m[k]:.2f}" for k in ROLES)
@@ -545,10 +549,15 @@ def markdown(res: SuiteResult) -> str:
             got = [m[w].get(RUNQ) for w in ("training", "loader_only")]
             return "-" if None in got else " / ".join(f"{x:.2f}" for x in got)
 
+        def kernel(k):
+            return "-" if not k else "; ".join(
+                f"{k[w][0]:.1f}% / {k[w][1]:.0f}" for w in ("training", "loader_only"))
+
         per = {res.row_label(v): per_worker_core(v) for v in res.variants}
+        kern = {res.row_label(v): worker_kernel(v) for v in res.variants}
         lines += [f"| {label} | {cell(m['training'])} | {cell(m['loader_only'])} | {runq(m)} | "
                   + (" / ".join(f"{x:.0f}" for x in per[label]) if per.get(label) else "-")
-                  + " |" for label, m in roles]
+                  + f" | {kernel(kern.get(label))} |" for label, m in roles]
         lines += [""]
     if s.get("cold"):
         lines += ["**Cold page cache**: the dataset's files were evicted before each timed run "

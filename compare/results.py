@@ -272,6 +272,30 @@ def per_worker_core(v: "VariantResult", least: float = 0.5) -> Optional[Tuple[fl
             round(statistics.median(p[1] for p in pairs), 1))
 
 
+def worker_kernel(v: "VariantResult", least: float = 0.5
+                  ) -> Optional[Dict[str, Tuple[float, float]]]:
+    """The median over ``v``'s repeats of each window's workers' kernel time, as a % of their
+    CPU time, and their minor page faults per sample: ``{"training": (%, faults),
+    "loader_only": (%, faults)}`` (compare.cpuroles NOTE [cpu roles]). ``None`` without them
+    (runs before these fields), or when the workers used under ``least`` cores in a window."""
+    from .cpuroles import FAULTS, SYS
+
+    rows = {"training": [], "loader_only": []}
+    for r in v.repeats:
+        roles = r.cpu_roles
+        if not roles:
+            continue
+        for w, rate in (("training", r.samples_per_s), ("loader_only", r.loader_only_per_s)):
+            m = roles[w]
+            if SYS not in m or FAULTS not in m or m["workers"] < least or not rate > 0:
+                return None
+            rows[w].append((100 * m[SYS] / m["workers"], m[FAULTS] / rate))
+    if not rows["training"]:
+        return None
+    return {w: (round(statistics.median(x for x, _ in xs), 1),
+                round(statistics.median(f for _, f in xs), 1)) for w, xs in rows.items()}
+
+
 def steal_span(res: SuiteResult) -> Optional[Tuple[float, float]]:
     """``(lowest, highest)`` CPU steal of the run's training windows, in % of the CPU
     (``Repeat.cpu_steal_pct``; compare.metrics NOTE [steal]), or ``None`` without any."""

@@ -145,3 +145,66 @@ def test_workers_that_wait_for_a_core_show_as_run_queue_time():
     crowded = window(3)
     assert crowded[cpuroles.RUNQ] > 1.0 and crowded["workers"] < 1.3
     assert window(1)[cpuroles.RUNQ] < 0.5
+
+
+def _touch(mib: int) -> None:
+    """New memory, one write a page: a minor page fault each, served by the kernel (small
+    pages asked for, where transparent huge pages would fault 2 MiB at a time)."""
+    import mmap
+
+    buf = mmap.mmap(-1, mib << 20)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        buf.madvise(mmap.MADV_NOHUGEPAGE)
+    for i in range(0, len(buf), 4096):
+        buf[i] = 1
+
+
+def _compute(seconds: float) -> None:
+    """User-space work only: ``_spin`` reads its thread's CPU clock, a system call each time."""
+    end, x = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:  # the vDSO clock: no system call
+        for i in range(10_000):
+            x += i * i
+
+
+def test_workers_kernel_time_and_page_faults_are_counted_once_reaped():
+    """A child that faults in 256 MiB page by page, started and ended inside the window
+    (counted through cminflt and cstime once reaped), against one that only computes."""
+    def window(target, arg):
+        r = RoleCpu()
+        r.start()
+        t0 = time.perf_counter()
+        p = _ctx().Process(target=target, args=(arg,))
+        p.start()
+        p.join()
+        got = r.stop()
+        return got, time.perf_counter() - t0
+
+    faulting, wall = window(_touch, 256)
+    assert faulting[cpuroles.FAULTS] * wall > 256 * 256 * 0.9  # a fault for each 4 KiB page
+    assert 0 < faulting[cpuroles.SYS] <= faulting["workers"]
+    computing, wall = window(_compute, 0.5)
+    assert computing[cpuroles.FAULTS] * wall < 256 * 256 * 0.2
+    assert computing[cpuroles.SYS] < 0.2 * computing["workers"]
+    assert computing[cpuroles.SYS] / computing["workers"] \
+        < faulting[cpuroles.SYS] / faulting["workers"]
+
+
+def test_worker_kernel_gives_each_windows_kernel_share_and_faults_per_sample():
+    from compare.results import Repeat, VariantResult, worker_kernel
+
+    def rep(rate, sys, faults, workers=10.0):
+        roles = {w: {"main": 0.1, "workers": workers, "threads": 0.1, cpuroles.SYS: sys,
+                     cpuroles.FAULTS: faults} for w in ("training", "loader_only")}
+        return Repeat(rate, rate / 2, 1.0, 2.0, 0.0, cpu_roles=roles)
+
+    v = VariantResult("pageable", "pageable", {}, None,
+                      (rep(1000, 1.0, 300_000), rep(1000, 2.0, 500_000), rep(2000, 3.0, 200_000)))
+    # kernel %: 10, 20, 30; faults per sample: 300, 500, 100 (training), twice that loader-only
+    assert worker_kernel(v) == {"training": (20.0, 300.0), "loader_only": (20.0, 600.0)}
+    old = VariantResult("pageable", "pageable", {}, None, (Repeat(1.0, 1.0, 1.0, 1.0, 0.0,
+                        cpu_roles={w: {"main": 0.1, "workers": 9.0, "threads": 0.1}
+                                   for w in ("training", "loader_only")}),))
+    assert worker_kernel(old) is None  # a run before these fields
+    assert worker_kernel(VariantResult("dali", "dali", {}, None, (rep(9000, 0.0, 0.0, 0.0),))) \
+        is None  # no workers
