@@ -117,7 +117,7 @@ def _paired(rs) -> Any:
     out.update({k: sum(g[k] for g in got) for k in rates},
                settled=all(g.get("settled") is not False for g in got))
     if all("after" in g for g in got):  # the second default pair (NOTE [paired long])
-        out["after"] = {k: sum(g["after"][k] for g in got) for k in rates}
+        out["after"] = {**got[0]["after"], **{k: sum(g["after"][k] for g in got) for k in rates}}
     return out
 
 

@@ -399,6 +399,22 @@ def paired_effect(pairs: Sequence[Tuple[float, float, Optional[float], bool]]
     return math.sqrt(mab * mba), math.sqrt(mab / mba), lo, hi
 
 
+def _paired_per_core(pairs, least: float = 0.5) -> Optional[Tuple[float, float, float]]:
+    """The medians over bracketed repeats of the training rate over the workers' cores in the
+    default, long and second default window (compare.cpuroles NOTE [cpu roles]): whether a
+    drift was fewer cores or less made with each. ``None`` without the split or workers."""
+    rows = []
+    for p, r in pairs:
+        got = [(rate, roles) for rate, roles in ((r.samples_per_s, r.cpu_roles),
+                                                 (p["samples_per_s"], p.get("cpu_roles")),
+                                                 (p["after"]["samples_per_s"],
+                                                  p["after"].get("cpu_roles")))]
+        if not all(roles and roles["training"]["workers"] >= least for _, roles in got):
+            return None
+        rows.append([rate / roles["training"]["workers"] for rate, roles in got])
+    return tuple(statistics.median(x[i] for x in rows) for i in range(3)) if rows else None
+
+
 def paired_long_lines(res: SuiteResult) -> List[str]:
     """Per row timed with ``--paired-long`` (compare.runner NOTE [paired long]): the long
     window's effect on the rate with the drift within each process taken out
@@ -432,6 +448,7 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
         if not parts:
             continue
         steps = sorted({p["steps"] for p, _ in pairs})
+        cores = _paired_per_core(pairs) if bracketed else None
         if bracketed:
             how = "each a default, a long and a default window again"
         else:
@@ -440,7 +457,9 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
         out.append(f"{res.row_label(v)}: long / default {', '.join(parts)} over {len(pairs)} "
                    f"repeats ({how}), long windows of {'/'.join(map(str, steps))} batches: "
                    + (f"within {100 * PAIRED_AGREE:g}%" if ok
-                      else f"not within {100 * PAIRED_AGREE:g}%"))
+                      else f"not within {100 * PAIRED_AGREE:g}%")
+                   + ("" if not cores else "; training samples per worker core: default "
+                      "{:.0f}, long {:.0f}, default again {:.0f}".format(*cores)))
     return out
 
 

@@ -83,7 +83,8 @@ class Repeat:
     wait_sites: Optional[Dict[str, float]] = None
     # --paired-long: the long pair of windows timed beside this repeat's in its process
     # (compare.runner NOTE [paired long]): {"steps", "samples_per_s", "loader_only_per_s",
-    # "settled", "after": the second default pair's {"samples_per_s", "loader_only_per_s"}}
+    # "settled", "cpu_roles", "after": the second default pair's {"samples_per_s",
+    # "loader_only_per_s", "cpu_roles"}} (cpu_roles as this repeat's; under torchrun rank 0's)
     # (runs before 2026-12-02's bracket: "long_first" and no "after"); None when not asked for
     paired_long: Optional[Dict[str, Any]] = None
 

@@ -299,7 +299,8 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
 # long / sqrt(default * default again) is the window's effect in each process on its own, and
 # the second default over the first shows the drift. The repeat's figures are the first
 # default pair's; the long pair's, with the second default's as ``after``, go to
-# ``Repeat.paired_long`` (``compare.report.paired_effect`` reads both kinds).
+# ``Repeat.paired_long`` (``compare.report.paired_effect`` reads both kinds), each with its CPU
+# by role, so that a drift can be told apart: fewer cores, or less made with each.
 def paired_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: int,
                   first: int = 0, trace: Optional[Path] = None,
                   wait_sites: bool = False, **kw) -> Repeat:
@@ -313,8 +314,9 @@ def paired_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: int,
     return replace(rep, paired_long={
         "steps": long_steps, "samples_per_s": lg.samples_per_s,
         "loader_only_per_s": lg.loader_only_per_s, "settled": lg.settled,
+        "cpu_roles": lg.cpu_roles,
         "after": {"samples_per_s": again.samples_per_s,
-                  "loader_only_per_s": again.loader_only_per_s}})
+                  "loader_only_per_s": again.loader_only_per_s, "cpu_roles": again.cpu_roles}})
 
 
 def traced_window(base: Path, run: Callable[[], object]) -> dict:

@@ -560,8 +560,10 @@ def test_paired_long_brackets_the_long_window_between_two_default_ones():
     assert tags == run(3) + run(7) + run(3) and rep.steps == 3
     pl = rep.paired_long
     assert pl["steps"] == 7 and "long_first" not in pl
-    assert min(pl["samples_per_s"], pl["loader_only_per_s"], *pl["after"].values()) > 0
-    assert set(pl["after"]) == {"samples_per_s", "loader_only_per_s"}
+    after = pl["after"]
+    assert min(pl["samples_per_s"], pl["loader_only_per_s"], after["samples_per_s"],
+               after["loader_only_per_s"]) > 0
+    assert set(pl["after"]) == {"samples_per_s", "loader_only_per_s", "cpu_roles"}
 
 
 def test_paired_long_summary_takes_the_drift_out():
@@ -608,6 +610,34 @@ def test_paired_long_summary_takes_the_drift_out():
     assert line(rep(100.0, 80.0, 100.0), rep(100.0, 80.0, 100.0)).endswith("not within 5%")
 
 
+def test_paired_long_summary_splits_a_drift_into_cores_and_rate_per_core():
+    """With the CPU split of all three windows, the line gives the training rate over the
+    workers' cores in each: here the rate fell by a fifth with the same cores, so each core
+    made a fifth less (a slower host or more kernel work, not fewer cores)."""
+    from dataclasses import replace
+
+    from compare.report import paired_long_lines
+    from compare.results import Repeat, SuiteResult, VariantResult
+
+    def roles(workers):
+        return {w: {"main": 0.1, "workers": workers, "threads": 0.1}
+                for w in ("training", "loader_only")}
+
+    pl = {"steps": 310, "samples_per_s": 900.0, "loader_only_per_s": 900.0, "settled": True,
+          "cpu_roles": roles(9.0),
+          "after": {"samples_per_s": 800.0, "loader_only_per_s": 800.0, "cpu_roles": roles(10.0)}}
+    r = replace(Repeat(1000.0, 1000.0, 1.0, 2.0, 10.0, waits_ms=(1.0,), cpu_roles=roles(10.0)),
+                paired_long=pl)
+    [line] = paired_long_lines(SuiteResult({"gpu": "X"}, {}, None,
+                                           (VariantResult("p", "pageable", {}, 1.0, (r,)),)))
+    assert line.endswith("; training samples per worker core: default 100, long 100, "
+                         "default again 80")
+    no_split = replace(r, paired_long={**pl, "cpu_roles": None})
+    [line] = paired_long_lines(SuiteResult({"gpu": "X"}, {}, None,
+                                           (VariantResult("p", "pageable", {}, 1.0, (no_split,)),)))
+    assert "per worker core" not in line
+
+
 def test_paired_long_is_recorded_summarised_refused_with_long_and_named_by_diff(
         tiny_root, tmp_path, capsys):
     r = _run(tiny_root, tmp_path / "pl", "--isolate", "--backends", "pageable", "--steps", "2",
@@ -615,8 +645,8 @@ def test_paired_long_is_recorded_summarised_refused_with_long_and_named_by_diff(
     assert r["setup"]["paired_long"] is True
     reps = r["variants"][0]["repeats"]
     q = r["variants"][0]["queue_batches"]
-    assert all(set(p["paired_long"]["after"]) == {"samples_per_s", "loader_only_per_s"}
-               for p in reps)
+    assert all(set(p["paired_long"]["after"]) == {"samples_per_s", "loader_only_per_s",
+                                                   "cpu_roles"} for p in reps)
     assert all(p["paired_long"]["steps"] >= 10 * q > p["steps"] for p in reps)
     summary = (tmp_path / "pl" / "summary.md").read_text()
     assert "**Default and long windows, paired**" in summary
