@@ -456,3 +456,19 @@ def test_a_loader_only_rate_below_the_training_rate_is_reported():
     steady = below_training_lines(  # pinned's loader-only rate: below in 2 of 3 repeats only
         SuiteResult.load(here / "seeds-reference/steady/default/results.json"))
     assert steady == []
+
+
+def test_every_recorded_run_loads_and_summarises_with_the_current_code():
+    """docs/results/h200/README.md says every results.json there loads with the current code
+    (plots and summaries are drawn again from them): each one here does, and its summary says
+    which backends it ran."""
+    from pathlib import Path
+
+    from compare.report import markdown
+
+    runs = sorted((Path(__file__).resolve().parent.parent / "docs/results").rglob("results.json"))
+    assert len(runs) > 50
+    for path in runs:
+        res = SuiteResult.load(path)
+        text = markdown(res)
+        assert all(res.row_label(v) in text for v in res.variants), path
