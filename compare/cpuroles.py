@@ -36,7 +36,9 @@ made the kernel work more: page faults on memory it shares copy-on-write with th
 forked it, or on new memory (its system time and faults per sample grow). On the H200 a
 non-persistent ``pageable`` loader's workers, forked again each epoch, made fewer samples per
 CPU second later in a process (docs/results/h200/README.md, paired-long); this tells the two
-apart.
+apart. With them, at the window's end, the process's own memory: ``rss_mib`` (``VmRSS``) and
+``page_tables_kib`` (``VmPTE``, what a fork copies), which show whether the process that forks
+the workers grew between windows.
 
 On a machine without ``/proc`` (not Linux) ``start`` and ``stop`` give ``None``. The suite
 records the split of both windows of each repeat (``Repeat.cpu_roles``) and the summary gives
@@ -55,6 +57,7 @@ ROLES = ("main", "workers", "threads")
 RUNQ = "workers_runq"  # the workers' run-queue wait, in cores (NOTE [cpu roles])
 SYS = "workers_sys"  # the workers' kernel time, in cores, a part of "workers"
 FAULTS = "workers_faults"  # the workers' minor page faults per second
+MEMORY = {"VmRSS": "rss_mib", "VmPTE": "page_tables_kib"}  # /proc/self/status, at the end
 _PROC = Path("/proc")
 
 
@@ -102,6 +105,18 @@ def _children(pid: int) -> Dict[int, Tuple[int, int, int]]:
         if int(rest[1]) == pid:  # field 4: the parent's pid
             u, st, _, _ = _ticks(s)
             out[int(d.name)] = (u + st, st, _faults(s)[0])
+    return out
+
+
+def _memory() -> Dict[str, float]:
+    """This process's ``MEMORY`` fields (``rss_mib`` in MiB, ``page_tables_kib`` in KiB);
+    those the kernel does not give are left out."""
+    out: Dict[str, float] = {}
+    for line in (_read(_PROC / "self" / "status") or "").splitlines():
+        key, _, rest = line.partition(":")
+        if key in MEMORY and rest.split():
+            kib = int(rest.split()[0])
+            out[MEMORY[key]] = round(kib / 1024, 1) if key == "VmRSS" else kib
     return out
 
 
@@ -155,10 +170,11 @@ class RoleCpu:
                  SYS: workers(1)}
         out = {k: round(max(0, v) / wall, 3) for k, v in cores.items()}
         out[FAULTS] = round(max(0, workers(2)) / seconds, 1)
+        out.update(_memory())
         if b.runq and all(v is not None for v in b.runq.values()):
             waited = sum(ns - (a.runq.get(c) or 0) for c, ns in b.runq.items())
             out[RUNQ] = round(max(0, waited) / 1e9 / (b.t - a.t), 3)
         return out
 
 
-__all__ = ["FAULTS", "ROLES", "RUNQ", "RoleCpu", "SYS"]
+__all__ = ["FAULTS", "MEMORY", "ROLES", "RUNQ", "RoleCpu", "SYS"]

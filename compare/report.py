@@ -415,6 +415,20 @@ def _paired_per_core(pairs, least: float = 0.5) -> Optional[Tuple[float, float, 
     return tuple(statistics.median(x[i] for x in rows) for i in range(3)) if rows else None
 
 
+def _paired_rss(pairs) -> Optional[Tuple[float, float]]:
+    """The medians over bracketed repeats of the process's resident memory at the end of the
+    first and the second default training window (compare.cpuroles NOTE [cpu roles]): whether
+    the process that forks a loader's workers grew. ``None`` where it was not recorded."""
+    from .cpuroles import MEMORY
+
+    key = MEMORY["VmRSS"]
+    got = [((r.cpu_roles or {}).get("training", {}).get(key),
+            ((p["after"].get("cpu_roles") or {}).get("training", {})).get(key)) for p, r in pairs]
+    if not got or any(a is None or b is None for a, b in got):
+        return None
+    return statistics.median(a for a, _ in got), statistics.median(b for _, b in got)
+
+
 def paired_long_lines(res: SuiteResult) -> List[str]:
     """Per row timed with ``--paired-long`` (compare.runner NOTE [paired long]): the long
     window's effect on the rate with the drift within each process taken out
@@ -449,6 +463,7 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
             continue
         steps = sorted({p["steps"] for p, _ in pairs})
         cores = _paired_per_core(pairs) if bracketed else None
+        rss = _paired_rss(pairs) if bracketed else None
         if bracketed:
             how = "each a default, a long and a default window again"
         else:
@@ -459,7 +474,9 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
                    + (f"within {100 * PAIRED_AGREE:g}%" if ok
                       else f"not within {100 * PAIRED_AGREE:g}%")
                    + ("" if not cores else "; training samples per worker core: default "
-                      "{:.0f}, long {:.0f}, default again {:.0f}".format(*cores)))
+                      "{:.0f}, long {:.0f}, default again {:.0f}".format(*cores))
+                   + ("" if not rss else "; the process's memory at the end of training: "
+                      "default {:.0f} MiB, default again {:.0f} MiB".format(*rss)))
     return out
 
 

@@ -208,3 +208,15 @@ def test_worker_kernel_gives_each_windows_kernel_share_and_faults_per_sample():
     assert worker_kernel(old) is None  # a run before these fields
     assert worker_kernel(VariantResult("dali", "dali", {}, None, (rep(9000, 0.0, 0.0, 0.0),))) \
         is None  # no workers
+
+
+def test_the_processs_memory_is_recorded_at_the_windows_end():
+    r = RoleCpu()
+    r.start()
+    before = r.stop()
+    r.start()
+    grown = b"\x01" * (64 << 20)  # written, so resident
+    after = r.stop()
+    assert len(grown) == 64 << 20
+    assert after["rss_mib"] - before["rss_mib"] >= 60
+    assert after["page_tables_kib"] > 0

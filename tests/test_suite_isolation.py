@@ -619,9 +619,9 @@ def test_paired_long_summary_splits_a_drift_into_cores_and_rate_per_core():
     from compare.report import paired_long_lines
     from compare.results import Repeat, SuiteResult, VariantResult
 
-    def roles(workers):
-        return {w: {"main": 0.1, "workers": workers, "threads": 0.1}
-                for w in ("training", "loader_only")}
+    def roles(workers, rss=None):
+        return {w: {"main": 0.1, "workers": workers, "threads": 0.1,
+                    **({"rss_mib": rss} if rss else {})} for w in ("training", "loader_only")}
 
     pl = {"steps": 310, "samples_per_s": 900.0, "loader_only_per_s": 900.0, "settled": True,
           "cpu_roles": roles(9.0),
@@ -632,6 +632,12 @@ def test_paired_long_summary_splits_a_drift_into_cores_and_rate_per_core():
                                            (VariantResult("p", "pageable", {}, 1.0, (r,)),)))
     assert line.endswith("; training samples per worker core: default 100, long 100, "
                          "default again 80")
+    grew = replace(r, cpu_roles=roles(10.0, 500.0), paired_long={
+        **pl, "after": {**pl["after"], "cpu_roles": roles(10.0, 612.4)}})
+    [line] = paired_long_lines(SuiteResult({"gpu": "X"}, {}, None,
+                                           (VariantResult("p", "pageable", {}, 1.0, (grew,)),)))
+    assert line.endswith("default again 80; the process's memory at the end of training: "
+                         "default 500 MiB, default again 612 MiB")
     no_split = replace(r, paired_long={**pl, "cpu_roles": None})
     [line] = paired_long_lines(SuiteResult({"gpu": "X"}, {}, None,
                                            (VariantResult("p", "pageable", {}, 1.0, (no_split,)),)))
