@@ -75,7 +75,8 @@ class Repeat:
     # (compare.trace.digest; NOTE [trace]); None when not traced
     trace: Optional[Dict[str, Any]] = None
     # the CPU each window took, in cores, by role: {"training": {...}, "loader_only": {...}},
-    # each {"main", "workers", "threads"} (compare.cpuroles NOTE [cpu roles]); the training
+    # each {"main", "workers", "threads"}, with the workers' run queue, kernel time and page
+    # faults and the process's memory where read (compare.cpuroles NOTE [cpu roles]); the training
     # window's includes its warm-up and settling; None without /proc and in older runs
     cpu_roles: Optional[Dict[str, Dict[str, float]]] = None
     # --wait-sites: the training window's data waits by where the loop's thread waited, each
