@@ -443,7 +443,7 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
         if not pairs:
             continue
         bracketed = all("after" in p for p, _ in pairs)
-        parts, ok = [], True
+        parts, ok, moved = [], True, [0.0]
         for what, key, of in (("in training", "samples_per_s", lambda r: r.samples_per_s),
                               ("loader-only", "loader_only_per_s",
                                lambda r: r.loader_only_per_s)):
@@ -454,6 +454,7 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
                 continue
             effect, drift, lo, hi = paired_effect(xs)
             ok = ok and abs(effect - 1) <= PAIRED_AGREE
+            moved.append(abs(drift - 1) if drift is not None else 0.0)
             later = ("one order only, no drift estimate" if drift is None
                      else f"default again {drift:.3f}x the first" if bracketed
                      else f"later window {drift:.3f}x the earlier")
@@ -473,6 +474,10 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
                    f"repeats ({how}), long windows of {'/'.join(map(str, steps))} batches: "
                    + (f"within {100 * PAIRED_AGREE:g}%" if ok
                       else f"not within {100 * PAIRED_AGREE:g}%")
+                   + ("" if ok or max(moved) <= PAIRED_AGREE else
+                      f", with the rate moving {100 * max(moved):.0f}% from a process's earlier "
+                      f"window to its later one: more than the {100 * PAIRED_AGREE:g}% to be "
+                      f"shown, which the verdict cannot tell from the window's effect")
                    + ("" if not cores else "; training samples per worker core: default "
                       "{:.0f}, long {:.0f}, default again {:.0f}".format(*cores))
                    + ("" if not rss else "; the process's memory at the end of training: "

@@ -608,6 +608,12 @@ def test_paired_long_summary_takes_the_drift_out():
     assert "long / default 1.000 in training (pairs 0.900-1.111; later window 0.900x" in got
     assert "(2 default first, 1 long first)" in got and got.endswith("within 5%")
     assert line(rep(100.0, 80.0, 100.0), rep(100.0, 80.0, 100.0)).endswith("not within 5%")
+    drifting = line(rep(100.0, 80.0, 70.0), rep(100.0, 80.0, 70.0))  # 0.956, down 30%
+    assert "0.956 in training" in drifting and drifting.endswith(
+        "within 5%") and "moving" not in drifting  # taken out: no caveat where it agrees
+    noisy = line(rep(100.0, 75.0, 90.0), rep(100.0, 75.0, 90.0))  # 0.791, down 10%
+    assert ("not within 5%, with the rate moving 10% from a process's earlier window to its "
+            "later one") in noisy
 
 
 def test_paired_long_summary_splits_a_drift_into_cores_and_rate_per_core():
