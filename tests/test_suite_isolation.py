@@ -366,9 +366,11 @@ def test_loader_only_last_is_recorded_summarised_and_noted_by_diff(tiny_root, tm
     assert "Loader-only window after training" in summary
     roles = last["variants"][0]["repeats"][0]["cpu_roles"]  # compare.cpuroles, both windows
     assert set(roles) == {"training", "loader_only"}
-    assert all({"main", "workers", "threads"} <= set(r) <= {"main", "workers", "threads",
-                                                           "workers_runq"}
-               and min(r.values()) >= 0
+    from compare import cpuroles
+
+    known = {*cpuroles.ROLES, cpuroles.RUNQ, cpuroles.SYS, cpuroles.FAULTS,
+             *cpuroles.MEMORY.values()}
+    assert all(set(cpuroles.ROLES) <= set(r) <= known and min(r.values()) >= 0
                for r in roles.values())
     assert roles["training"]["main"] > 0 and "**CPU by role**" in summary
     _run(tiny_root, tmp_path / "first", "--no-isolate", "--backends", "pageable", "--steps", "2",
