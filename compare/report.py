@@ -471,7 +471,8 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
             first = sum(1 for p, _ in pairs if p.get("long_first"))
             how = f"{len(pairs) - first} default first, {first} long first"
         out.append(f"{res.row_label(v)}: long / default {', '.join(parts)} over {len(pairs)} "
-                   f"repeats ({how}), long windows of {'/'.join(map(str, steps))} batches: "
+                   f"repeat{'s' if len(pairs) != 1 else ''} ({how}), long windows of "
+                   f"{'/'.join(map(str, steps))} batches: "
                    + (f"within {100 * PAIRED_AGREE:g}%" if ok
                       else f"not within {100 * PAIRED_AGREE:g}%")
                    + ("" if ok or max(moved) <= PAIRED_AGREE else
