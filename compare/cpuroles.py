@@ -51,7 +51,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 ROLES = ("main", "workers", "threads")
 RUNQ = "workers_runq"  # the workers' run-queue wait, in cores (NOTE [cpu roles])
@@ -61,12 +61,16 @@ MEMORY = {"VmRSS": "rss_mib", "VmPTE": "page_tables_kib"}  # /proc/self/status, 
 _PROC = Path("/proc")
 
 
+def _fields(stat: str) -> List[str]:
+    """A ``/proc/.../stat`` line's fields from field 3 on: the command name (field 2) is in
+    parentheses and may hold spaces, so they are counted from its closing parenthesis."""
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def _ticks(stat: str) -> Tuple[int, int, int, int]:
-    """``(utime, stime, cutime, cstime)`` of a ``/proc/.../stat`` line (fields 14-17). The
-    command name (field 2) is in parentheses and may hold spaces, so fields are counted from
-    its closing parenthesis."""
-    rest = stat[stat.rindex(")") + 2:].split()
-    return int(rest[11]), int(rest[12]), int(rest[13]), int(rest[14])
+    """``(utime, stime, cutime, cstime)`` of a ``/proc/.../stat`` line (fields 14-17)."""
+    f = _fields(stat)
+    return int(f[11]), int(f[12]), int(f[13]), int(f[14])
 
 
 def _read(path: Path) -> Optional[str]:
@@ -88,8 +92,8 @@ def _runq_ns(pid: int) -> Optional[int]:
 
 def _faults(stat: str) -> Tuple[int, int]:
     """``(minflt, cminflt)`` of a ``/proc/.../stat`` line (fields 10 and 11)."""
-    rest = stat[stat.rindex(")") + 2:].split()
-    return int(rest[7]), int(rest[8])
+    f = _fields(stat)
+    return int(f[7]), int(f[8])
 
 
 def _children(pid: int) -> Dict[int, Tuple[int, int, int]]:
@@ -101,10 +105,9 @@ def _children(pid: int) -> Dict[int, Tuple[int, int, int]]:
         s = _read(d / "stat")
         if s is None:
             continue
-        rest = s[s.rindex(")") + 2:].split()
-        if int(rest[1]) == pid:  # field 4: the parent's pid
-            u, st, _, _ = _ticks(s)
-            out[int(d.name)] = (u + st, st, _faults(s)[0])
+        f = _fields(s)
+        if int(f[1]) == pid:  # field 4: the parent's pid
+            out[int(d.name)] = (int(f[11]) + int(f[12]), int(f[12]), int(f[7]))
     return out
 
 

@@ -167,9 +167,8 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
 
 def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
     from .hostprobe import probe_ms
-    from .runner import (ceiling_repeat, endless, first_epoch, open_loader, paired_repeat,
-                         queue_depth, settle_of, time_repeat, trace_base, wave_period, window,
-                         with_decoder)
+    from .runner import (ceiling_repeat, endless, first_epoch, one_repeat, open_loader,
+                         queue_depth, settle_of, trace_base, wave_period, window, with_decoder)
 
     # the first repeat of each variant, and of the ceiling, is traced (NOTE [trace])
     trace = trace_base(job.trace, f"{'ceiling' if unit.ceiling else v.label} #1") \
@@ -204,12 +203,8 @@ def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float)
                   first=first_epoch(len(loader), n), settle=settle_of(loader, queue),
                   period=wave_period(loader), loader_only_last=job.loader_only_last,
                   trace=trace, wait_sites=job.wait_sites)
-        if job.paired_long:
-            got = paired_repeat(it, step, steps=n,
-                                long_steps=window(job.steps, True, queue, len(loader), job.fit),
-                                **kw)
-        else:
-            got = time_repeat(it, step, steps=n, **kw)
+        got = one_repeat(it, step, steps=n, **kw, long_steps=(
+            window(job.steps, True, queue, len(loader), job.fit) if job.paired_long else None))
         rep = with_decoder(got, loader)
         rep = replace(rep, cpu_probe_ms=probe)
         phases.timed = time.perf_counter() - t

@@ -319,6 +319,15 @@ def paired_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: int,
                   "loader_only_per_s": again.loader_only_per_s, "cpu_roles": again.cpu_roles}})
 
 
+def one_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: Optional[int],
+               **kw) -> Repeat:
+    """``time_repeat``, or ``paired_repeat`` with a long window of ``long_steps`` batches when
+    it is given (``--paired-long``; NOTE [paired long])."""
+    if long_steps is None:
+        return time_repeat(it, step, steps=steps, **kw)
+    return paired_repeat(it, step, steps=steps, long_steps=long_steps, **kw)
+
+
 def traced_window(base: Path, run: Callable[[], object]) -> dict:
     """``run()`` (a marked ``measure``) under the profiler: the trace's digest
     (``compare.trace``), its summary named relative to the run's output directory."""
@@ -405,12 +414,8 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                       agree=agree, period=wave_period(loader),
                       loader_only_last=loader_only_last, wait_sites=wait_sites,
                       trace=trace_base(trace, f"{v.label} #1") if r == 0 else None)
-            if paired_long:
-                got = paired_repeat(it, step, steps=n,
-                                    long_steps=window(steps, True, queue, len(loader), fit),
-                                    **kw)
-            else:
-                got = time_repeat(it, step, steps=n, **kw)
+            got = one_repeat(it, step, steps=n, **kw, long_steps=(
+                window(steps, True, queue, len(loader), fit) if paired_long else None))
             reps.append(with_decoder(got, loader))
             if r == 0:  # one probe per process: the repeats after it share the first's
                 reps[-1] = replace(reps[-1], cpu_probe_ms=probe)
