@@ -100,9 +100,10 @@ def parse_args(argv):
                         "default set of 2000-4000 px photos, batch 64 with CUDA unless given "
                         "(restricted to --backends; not with --sweep)")
     p.add_argument("--sweep", help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 "
-                   "pipelines=1,2'. Keys: num_workers and the fields of TorchOptions and "
-                   "DaliOptions; pin=on/off picks pinned/pageable. A key runs only on the "
-                   "backends it applies to: the others run once, noted 'no effect on "
+                   "pipelines=1,2'; ' | ' joins sweeps ('hw_decoder_load=0 run_on=off | "
+                   "hw_decoder_load=1 pipelines=1,2': three variants). Keys: num_workers and the "
+                   "fields of TorchOptions and DaliOptions; pin=on/off picks pinned/pageable. "
+                   "A key runs only on the backends it applies to: the others run once, noted 'no effect on "
                    "<backend>'; a key that applies to no backend of the run is refused")
     p.add_argument("--model", default=None,
                    help="none, tinycnn, resnet18, resnet50, vit_b_16, vit_l_16 or synthetic:<ms> "

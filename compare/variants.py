@@ -205,9 +205,24 @@ def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
         chosen: the user listed ``backends`` (``--backends``): ``pin`` must agree with them.
         note: receives one-line notes (merged duplicates, keys with no effect on a backend).
 
+    ``" | "`` joins sweeps: ``"hw_decoder_load=0 run_on=off | hw_decoder_load=1 pipelines=1,2"``
+    runs the first sweep's variant and then the second's two, each labelled with its own keys;
+    a variant that two of them make runs once, with a note.
+
     Raises:
         ValueError: naming the ``--sweep`` item (bad key or value, or a key no backend honours).
     """
+    if "|" in spec:
+        out: List[Variant] = []
+        for group in spec.split("|"):
+            if not group.strip():
+                raise ValueError(f"--sweep {spec!r} has an empty sweep between its '|'")
+            for v in parse_sweep(group, backends, chosen=chosen, note=note):
+                if any(v.backend is w.backend and v.overrides == w.overrides for w in out):
+                    note(f"--sweep {v.label} is made by two of the '|' sweeps; it runs once")
+                    continue
+                out.append(v)
+        return out
     axes = _axes(spec, note)
     pins = axes.pop("pin", None)
     backs = list(backends)

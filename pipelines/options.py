@@ -210,15 +210,18 @@ class DaliOptions(Options):
             default. No effect on CPU operators.
         executor: a ``DaliExecutor``: DALI's default execution model (``"dynamic"``, which
             allocates outputs and inner buffers per iteration) or the executor before it
-            (``"pipelined"``: fixed buffers, the same batches). Not yet measured on a GPU;
-            the switch tests whether the dynamic executor's allocations are behind the device
-            synchronisations seen on the H200 (docs/results/h200/README.md, dali-trace).
+            (``"pipelined"``: fixed buffers, the same batches). The switch tested whether the
+            dynamic executor's allocations are behind the device synchronisations seen on the
+            H200 (docs/results/h200/README.md, dali-trace): they are not, and neither executor
+            removes the hardware decoder's stalls (dali-stall-leads, dali-hw-wait), hence the
+            default.
         labels_via: a ``LabelsVia``: who copies the labels to the GPU, DALI's graph
             (``"dali"``, whose thread then waits on the host for that copy) or the loader, from
-            pinned memory on the consumer's stream (``"torch"``). The same batches. Not yet
-            measured on a GPU: the test of the one host wait of DALI's that the H200 trace
-            showed growing with the hardware decoder on (docs/results/h200/README.md,
-            dali-trace). No effect on CPU operators.
+            pinned memory on the consumer's stream (``"torch"``). The same batches. The test of
+            the one host wait of DALI's that the H200 trace showed growing with the hardware
+            decoder on (docs/results/h200/README.md, dali-trace): ``"torch"`` does not remove
+            the stalls (dali-stall-leads, dali-hw-wait), hence the default. No effect on CPU
+            operators.
     """
 
     backends: ClassVar[Tuple[str, ...]] = ("dali",)

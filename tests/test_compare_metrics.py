@@ -335,6 +335,18 @@ def test_sweep_and_preset_parsing():
     vs = parse_sweep("queue_depth=1,3", [Backend.PAGEABLE, Backend.PINNED, Backend.DALI])
     assert [v.label for v in vs] == ["pageable", "pinned queue_depth=1", "pinned queue_depth=3",
                                      "dali queue_depth=1", "dali queue_depth=3"]
+    notes = []
+    vs = parse_sweep("hw_decoder_load=0 run_on=off | hw_decoder_load=1,0 pipelines=1,2 | "
+                     "hw_decoder_load=1 pipelines=2", [Backend.DALI], note=notes.append)
+    assert [v.label for v in vs] == [
+        "dali hw_decoder_load=0 run_on=off", "dali hw_decoder_load=1 pipelines=1",
+        "dali hw_decoder_load=1 pipelines=2", "dali hw_decoder_load=0 pipelines=1",
+        "dali hw_decoder_load=0 pipelines=2"]
+    assert vs[0].overrides == {"hw_decoder_load": 0.0, "run_on": False}
+    assert notes == ["--sweep dali hw_decoder_load=1 pipelines=2 is made by two of the '|' "
+                     "sweeps; it runs once"]
+    with pytest.raises(ValueError, match="empty sweep between"):
+        parse_sweep("pipelines=1 | ", [Backend.DALI])
     with pytest.raises(ValueError, match="batch_size"):
         Variant("cheat", Backend.DALI, {"batch_size": 64})
     seeds = preset("seeds", [Backend.PINNED, Backend.PAGEABLE])
