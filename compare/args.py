@@ -24,7 +24,8 @@ Which variants run:
   A backend listed twice runs once (a one-line note); an empty list (``--backends ,``) is refused.
 * ``--preset seeds``: pageable, pin-only and pinned (2 streams) on the PIL decoder, pinned
   torchvision, pinned scaled and dali; ``--preset large``: pageable, pinned (torchvision's
-  decoder), pinned scaled, dali and dali calibrated on a default set of 2000-4000 px photos.
+  decoder), pinned scaled, dali, dali hw 1 x2 (the hardware decoder, two pipelines; dropped
+  with a note below two workers) and dali calibrated on a default set of 2000-4000 px photos.
   Either is restricted to the ``--backends`` given. A preset is a fixed set of variants, so
   ``--preset`` with ``--sweep`` is refused.
 * ``--sweep "KEY=V1,V2 ..."``: every combination, per backend. A key is ``num_workers`` or a
@@ -96,7 +97,8 @@ def parse_args(argv):
     p.add_argument("--preset", choices=PRESETS,
                    help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned "
                         "torchvision, pinned scaled, dali; large: pageable, pinned "
-                        "(torchvision's decoder), pinned scaled, dali, dali calibrated on a "
+                        "(torchvision's decoder), pinned scaled, dali, dali hw 1 x2 (hardware decoder, "
+                        "two pipelines), dali calibrated on a "
                         "default set of 2000-4000 px photos, batch 64 with CUDA unless given "
                         "(restricted to --backends; not with --sweep)")
     p.add_argument("--sweep", help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 "

@@ -81,7 +81,9 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
       ``pinned scaled`` (which one is faster depends on the image size:
       docs/results/cpu/README.md), and ``dali``;
     * ``large``: ``pageable``, ``pinned`` (torchvision's decoder), ``pinned scaled`` (the scaled
-      decode, the fastest on large photos), ``dali`` and ``dali calibrated`` (the hardware
+      decode, the fastest on large photos), ``dali``, ``dali hw 1 x2`` (the hardware decoder
+      for every file, two pipelines: the fastest DALI setting measured on such photos,
+      docs/results/h200/README.md, large-photos) and ``dali calibrated`` (the hardware
       decoder's share chosen by measurement and preallocation hints sized from the data:
       ``hw_decoder_load=None`` and the hints ``None``), for the large photos the suite
       generates for it (``compare.suite.LARGE``).
@@ -95,6 +97,8 @@ def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
                Variant("pinned", Backend.PINNED, dec(Decoder.TORCHVISION), src),
                Variant("pinned scaled", Backend.PINNED, dec(Decoder.SCALED), src),
                Variant("dali", Backend.DALI),
+               Variant("dali hw 1 x2", Backend.DALI, {"hw_decoder_load": 1.0, "pipelines": 2},
+                       {k: f"--preset {name}" for k in ("hw_decoder_load", "pipelines")}),
                Variant("dali calibrated", Backend.DALI,
                        {"hw_decoder_load": None, "preallocate_width_hint": None,
                         "preallocate_height_hint": None},

@@ -158,8 +158,9 @@ class DaliOptions(Options):
             reads them. ``None``: ``min(8, max(2, num_workers // 2))``.
         hw_decoder_load: share of the JPEGs sent to the GPU's hardware JPEG decoder (0..1),
             where the GPU has one. On the H200 0.0 suits training and 1.0 loader-bound work
-            (light models, evaluation): docs/results/h200/dali-hw-table-train and
-            dali-hw-table-loader. Above 0, a DALI batch is not ready until the GPU work queued
+            (light models, evaluation, large photos; there with ``pipelines=2``):
+            docs/results/h200/dali-hw-table-train, dali-hw-table-loader and the index's
+            large-photos. Above 0, a DALI batch is not ready until the GPU work queued
             before it, the consumer's step included, has finished, on any stream: what the
             training loss is (docs/results/h200/README.md, dali-hw-wait).
             ``None``: chosen between the two by measuring the consumer's own loop on the

@@ -356,7 +356,8 @@ def test_sweep_and_preset_parsing():
     assert [v.options_of().decoder for v in seeds] == [None, "pil", "pil", "torchvision", "scaled"]
     assert preset("seeds", list(Backend))[-1].backend is Backend.DALI
     assert [v.label for v in preset("large", list(Backend))] == [
-        "pageable", "pinned", "pinned scaled", "dali", "dali calibrated"]
+        "pageable", "pinned", "pinned scaled", "dali", "dali hw 1 x2", "dali calibrated"]
+    assert preset("large", [Backend.DALI])[1].options_of().pipelines == 2
 
 
 def test_window_shorter_than_the_dataloader_queue_is_flagged():
@@ -409,6 +410,15 @@ def test_the_large_preset_defaults_to_batch_64_with_cuda(tmp_path, monkeypatch):
     a = parse_args(["--preset", "large", "--data", str(root), "--device", "cpu",
                     "--batch-size", "16", "--out", str(tmp_path)])
     assert plan(a, lambda m: None).base.batch_size == 16  # given: kept
+    # the row of two DALI pipelines needs two workers: dropped with a note below that
+    for workers, kept in (("1", False), ("2", True)):
+        notes = []
+        a = parse_args(["--preset", "large", "--data", str(root), "--device", "cpu",
+                        "--backends", "dali", "--workers", workers, "--out", str(tmp_path)])
+        labels = [v.label for v in plan(a, notes.append).variants]
+        assert ("dali hw 1 x2" in labels) is kept and "dali" in labels
+        assert any("no 'dali hw 1 x2' row: its 2 DALI pipelines need as many workers "
+                   "(--workers 1)" in n for n in notes) is not kept
 
 
 def test_windows_fit_the_queue_only_without_steps_and_not_in_the_large_preset(tmp_path):
