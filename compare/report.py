@@ -429,6 +429,22 @@ def _paired_rss(pairs) -> Optional[Tuple[float, float]]:
     return statistics.median(a for a, _ in got), statistics.median(b for _, b in got)
 
 
+def _one_sided(sides: List[Tuple[str, float, float]], moved: float) -> str:
+    """A bracketed row whose rate moved more than ``PAIRED_AGREE`` between its default
+    windows: the bracket's reading assumes the move was linear (compare.runner NOTE [paired
+    long]), which one long window cannot check, so the line gives long over each default window
+    alone too, the readings were the move a step after or before the long window. Empty
+    otherwise."""
+    if not sides or moved <= PAIRED_AGREE:
+        return ""
+    said = "; ".join(f"{x:.3f} and {y:.3f} {what}" for what, x, y in sides)
+    both = all(abs(v - 1) <= PAIRED_AGREE for _, x, y in sides for v in (x, y))
+    return (f"; the rate moved {100 * moved:.0f}% between the default windows, and the bracket "
+            f"assumes it moved linearly: long over the first default window alone and over "
+            f"the second read {said}"
+            + (f" (within {100 * PAIRED_AGREE:g}% either way)" if both else ""))
+
+
 def paired_long_lines(res: SuiteResult) -> List[str]:
     """Per row timed with ``--paired-long`` (compare.runner NOTE [paired long]): the long
     window's effect on the rate with the drift within each process taken out
@@ -443,7 +459,7 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
         if not pairs:
             continue
         bracketed = all("after" in p for p, _ in pairs)
-        parts, ok, moved = [], True, [0.0]
+        parts, ok, moved, sides = [], True, [0.0], []
         for what, key, of in (("in training", "samples_per_s", lambda r: r.samples_per_s),
                               ("loader-only", "loader_only_per_s",
                                lambda r: r.loader_only_per_s)):
@@ -454,6 +470,9 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
                 continue
             effect, drift, lo, hi = paired_effect(xs)
             ok = ok and abs(effect - 1) <= PAIRED_AGREE
+            if bracketed:  # each default window alone, for a drift that was not linear
+                sides.append((what, statistics.median(lg / d for d, lg, _, _ in xs),
+                              statistics.median(lg / again for _, lg, again, _ in xs)))
             moved.append(abs(drift - 1) if drift is not None else 0.0)
             later = ("one order only, no drift estimate" if drift is None
                      else f"default again {drift:.3f}x the first" if bracketed
@@ -479,6 +498,7 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
                       f", with the rate moving {100 * max(moved):.0f}% from a process's earlier "
                       f"window to its later one: more than the {100 * PAIRED_AGREE:g}% to be "
                       f"shown, which the verdict cannot tell from the window's effect")
+                   + _one_sided(sides, max(moved))
                    + ("" if not cores else "; training samples per worker core: default "
                       "{:.0f}, long {:.0f}, default again {:.0f}".format(*cores))
                    + ("" if not rss else "; the process's memory at the end of training: "

@@ -297,7 +297,11 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
 # brackets the long pair between two default pairs: default, long, default. A drift that is
 # linear over the three falls on the long pair as on the mean of the two defaults, so
 # long / sqrt(default * default again) is the window's effect in each process on its own, and
-# the second default over the first shows the drift. The repeat's figures are the first
+# the second default over the first shows the drift. One long window cannot tell a linear
+# drift from a step before or after it (one H200 ``pageable`` repeat's rate dropped only in its
+# last window: docs/results/h200/README.md, paired-long), so where the two defaults differ by
+# more than 5% the summary also gives long over each default alone, the readings were the
+# drift such a step (``compare.report``). The repeat's figures are the first
 # default pair's; the long pair's, with the second default's as ``after``, go to
 # ``Repeat.paired_long`` (``compare.report.paired_effect`` reads both kinds), each with its CPU
 # by role, so that a drift can be told apart: fewer cores, or less made with each.

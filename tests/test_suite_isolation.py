@@ -604,15 +604,26 @@ def test_paired_long_summary_takes_the_drift_out():
     got = line(rep(100.0, 90.0, 81.0), rep(100.0, 95.0, 90.25))
     assert "long / default 1.000 in training (repeats 1.000-1.000; default again 0.856x" in got
     assert "(each a default, a long and a default window again)" in got
-    assert got.endswith("within 5%")
+    # a move past 5% between the default windows: the bracket's linear reading, and each
+    # default window alone (what a step after or before the long window would give)
+    assert got.endswith("batches: within 5%; the rate moved 14% between the default windows, "
+                        "and the bracket assumes it moved linearly: long over the first "
+                        "default window alone and over the second read 0.925 and 1.082 in "
+                        "training; 0.925 and 1.082 loader-only")
+    step = line(rep(100.0, 100.0, 90.0), rep(100.0, 101.0, 92.0))  # a drop after the long one
+    assert step.endswith("and over the second read 1.005 and 1.104 in training; 1.005 and "
+                         "1.104 loader-only") and "1.054 in training" in step
+    assert "not within 5%" in step
+    small = line(rep(100.0, 100.0, 97.0), rep(100.0, 101.0, 98.0))
+    assert small.endswith("batches: within 5%")  # moved 2.5%: no second reading
     got = line(rep(100.0, 90.0, long_first=False), rep(100.0, 90.0, long_first=False),
                rep(90.0, 100.0, long_first=True))
     assert "long / default 1.000 in training (pairs 0.900-1.111; later window 0.900x" in got
     assert "(2 default first, 1 long first)" in got and got.endswith("within 5%")
     assert line(rep(100.0, 80.0, 100.0), rep(100.0, 80.0, 100.0)).endswith("not within 5%")
     drifting = line(rep(100.0, 80.0, 70.0), rep(100.0, 80.0, 70.0))  # 0.956, down 30%
-    assert "0.956 in training" in drifting and drifting.endswith(
-        "within 5%") and "moving" not in drifting  # taken out: no caveat where it agrees
+    assert "0.956 in training" in drifting and "batches: within 5%; the rate moved 30%" in \
+        drifting and "moving" not in drifting  # taken out: no caveat where it agrees
     noisy = line(rep(100.0, 75.0, 90.0), rep(100.0, 75.0, 90.0))  # 0.791, down 10%
     assert ("not within 5%, with the rate moving 10% from a process's earlier window to its "
             "later one") in noisy
