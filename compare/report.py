@@ -433,7 +433,7 @@ def _one_sided(sides: List[Tuple[str, float, float]], moved: float) -> str:
     """A bracketed row whose rate moved more than ``PAIRED_AGREE`` between its default
     windows: the bracket's reading assumes the move was linear (compare.runner NOTE [paired
     long]), which one long window cannot check, so the line gives long over each default window
-    alone too, the readings were the move a step after or before the long window. Empty
+    alone too: the readings if the move was a step after or before the long window. Empty
     otherwise."""
     if not sides or moved <= PAIRED_AGREE:
         return ""

@@ -300,8 +300,8 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
 # the second default over the first shows the drift. One long window cannot tell a linear
 # drift from a step before or after it (one H200 ``pageable`` repeat's rate dropped only in its
 # last window: docs/results/h200/README.md, paired-long), so where the two defaults differ by
-# more than 5% the summary also gives long over each default alone, the readings were the
-# drift such a step (``compare.report``). The repeat's figures are the first
+# more than 5% the summary also gives long over each default alone: the readings if the drift
+# was such a step (``compare.report``). The repeat's figures are the first
 # default pair's; the long pair's, with the second default's as ``after``, go to
 # ``Repeat.paired_long`` (``compare.report.paired_effect`` reads both kinds), each with its CPU
 # by role, so that a drift can be told apart: fewer cores, or less made with each.
