@@ -8,7 +8,9 @@ is built (``create_loader``), not when the config is made, in this order:
 1. the config's own ``rank=`` / ``world_size=`` (``source="config"``);
 2. ``torch.distributed`` when it is initialised (``"torch.distributed"``);
 3. torchrun's environment: ``RANK``, ``WORLD_SIZE`` (``"environment"``), so a config or a
-   loader made before ``init_process_group`` still shards correctly under torchrun;
+   loader made before ``init_process_group`` still shards correctly under torchrun. They come
+   as a pair: one without the other (and without the config giving the missing one) is a
+   ``ValueError`` naming the missing variable, not rank 0 of the world size on every process;
 4. otherwise one process: rank 0 of 1 (``"single process"``).
 
 ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` come from the environment only (torch.distributed does
@@ -99,17 +101,33 @@ def placement(rank: Optional[int] = None, world_size: Optional[int] = None) -> P
     lr, lw = env_int("LOCAL_RANK"), local_world_size()
     if rank is not None and world_size is not None:
         return Placement(rank, world_size, lr, lw, "config")
-    d, env_world = _dist(), env_int("WORLD_SIZE", 1)
+    d, env_world, env_rank = _dist(), env_int("WORLD_SIZE", 1), env_int("RANK")
     if d is not None:
         src, (r, w) = "torch.distributed", d
-    elif env_world is not None:
-        src, r, w = "environment", env_int("RANK") or 0, env_world
+    elif env_world is not None or env_rank is not None:
+        _check_pair(env_rank, env_world, rank, world_size)
+        src = "environment"
+        r = env_rank if env_rank is not None else 0
+        w = env_world if env_world is not None else 1
     else:
         src, r, w = "single process", 0, 1
     if rank is not None or world_size is not None:
         src = "config"
     return Placement(r if rank is None else rank, w if world_size is None else world_size,
                      lr, lw, src)
+
+
+def _check_pair(env_rank: Optional[int], env_world: Optional[int], rank: Optional[int],
+                world_size: Optional[int]) -> None:
+    """Refuse half of torchrun's pair (module NOTE): ``RANK`` without ``WORLD_SIZE`` or the
+    reverse, unless the config gives the missing one."""
+    for name, have, given in (("WORLD_SIZE", env_world, world_size), ("RANK", env_rank, rank)):
+        if have is None and given is None:
+            other = "RANK" if name == "WORLD_SIZE" else "WORLD_SIZE"
+            raise ValueError(
+                f"{other}={os.environ.get(other)!r} is set in the environment but {name} is not; "
+                f"set both (torchrun does), unset {other}, or pass rank= and world_size= to "
+                "LoaderConfig")
 
 
 def check_unchanged(p: Placement) -> None:

@@ -18,20 +18,41 @@ reaches their batch: raised under ``error``, counted under ``skip``.
 NOTE [resume]
 ``state_dict()`` is small and plain (ints and strings): the epoch, the batches of it the
 consumer has received (not what workers or DALI made ahead), and what identifies the plan
-(seed, shuffle, policy, batch size, world size, and the dataset: its sample count and a hash
-of the listing, paths taken relative to the root, so the same dataset mounted elsewhere
-matches). ``load_state_dict(sd)`` refuses a state of another plan with one error naming
-the field, sets ``epoch`` and makes the next ``iter()`` of that epoch start at the next batch;
-a ``set_epoch`` to another epoch drops the pending position. The skipped batches are not
-decoded. Every backend then yields exactly the batches an uninterrupted run would: the torch
-backends seed each sample's augmentation from ``(seed, epoch, index)``, and the DALI backend adds
-its pipelines' checkpoints (their random generators) to the state (``DaliLoader.state_dict``).
+(seed, shuffle, policy, batch size, world size, with tar shards the ``shuffle_window``, and the
+dataset: its sample count and a hash of the listing, paths taken relative to the root, so the
+same dataset mounted elsewhere matches). ``load_state_dict(sd)`` checks the whole state before
+it changes anything: a part that is missing, unknown, of the wrong type (a bool where an int
+belongs, a float, a string, a list), out of range, or of another plan is one ``ValueError``
+naming the field, and the loader is left exactly as it was (its epoch, its pending position,
+DALI's pipelines). An accepted state sets ``epoch`` and makes the next ``iter()`` of that
+epoch start at the next batch; a ``set_epoch`` to another epoch drops the pending position.
+The skipped batches are not decoded. Every backend then yields exactly the batches an
+uninterrupted run would: the torch backends seed each sample's augmentation from ``(seed, epoch,
+index)``, so a state is positions only and a state saved on rank 0 resumes rank 1 exactly on its
+own shard; the DALI backend adds its pipelines' checkpoints (their random generators) to the
+state, tagged with the rank, the pipeline count, the augmentation graph and the position they
+were taken at (``DaliLoader.state_dict``), and refuses them by name on another rank or graph.
+A torch backend ignores a DALI part; a DALI loader given a state without one resumes the same
+samples with its own, fresh, random draws.
+
+NOTE [one iterator]
+One loader serves one iterator at a time, on every backend: ``iter()`` ends the iterator made
+before it, if that one is still live, and ``load_state_dict()`` ends the live iterator too (its
+state applies at the next ``iter()``). An ended iterator's next ``next()`` raises one
+``RuntimeError`` naming what ended it, before it reads anything, so two iterators never split
+one epoch between them, and each ``iter()`` gets its whole epoch. The newer ``iter()`` wins,
+rather than raising, because training frameworks keep the last epoch's iterator referenced
+when they start the next epoch without reading it past ``len()`` (Lightning's fit loop, and
+``limit_train_batches``). Backends never see an ended iterator: the base checks before it asks
+``_produce`` for a batch, and ``_produce`` of the new one starts as after an early end.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import os
+import reprlib
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -48,6 +69,48 @@ from .sources import open_source
 from .stats import BadFileStats
 from .types import Batch
 from .validate import BadFileError
+
+
+STATE_VERSION = 1
+MAX_EPOCH = 2**63  # epochs are int64 wherever they travel
+
+
+def _show(value: Any) -> str:
+    """``repr(value)``, cut short (a state may hold anything)."""
+    return reprlib.repr(value)
+
+
+def _same_value(got: Any, want: Any) -> bool:
+    """``got == want`` of the same kind: ``True`` is not ``1``, ``9.0`` is not ``9``."""
+    if isinstance(want, bool) or isinstance(got, bool):
+        return type(got) is type(want) and got == want
+    if isinstance(want, int):
+        try:
+            return operator.index(got) == want
+        except TypeError:
+            return False
+    return type(got) is type(want) and got == want
+
+
+def _state_int(name: str, value: Any, lo: int, hi: int, span: str = "") -> int:
+    """``value`` as an int in ``[lo, hi)``, or a ``ValueError`` naming the state's ``name``."""
+    try:
+        v = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        v = None
+    if v is None or not lo <= v < hi:
+        raise ValueError(f"load_state_dict: {name}={_show(value)} must be an int in "
+                         f"{span or f'[{lo}, {hi})'}")
+    return v
+
+
+def _ended(by: str) -> RuntimeError:
+    if by == "iter()":
+        return RuntimeError("this iterator ended when a later iter() of its loader began: one "
+                            "loader serves one iterator at a time (NOTE [one iterator]); read "
+                            "the newest iterator, or make a second loader for a second stream")
+    return RuntimeError("this iterator ended when load_state_dict() was called; the state "
+                        "applies at the next iter(): start a new one")
 
 
 class EpochHook:
@@ -74,6 +137,13 @@ class LoaderBase:
         config: the ``LoaderConfig``; ``self.config`` is it resolved (rank, world size,
             ``last_batch``, device), ``self.placement`` says where they came from.
         options: the backend's validated options (``TorchOptions`` or ``DaliOptions``).
+
+    Attributes:
+        paths, labels, classes: the listing (dataset index ``i`` is ``paths[i]``).
+        epoch: the epoch the next ``iter()`` reads (``set_epoch``, ``load_state_dict``).
+        position: ``(epoch, batches of it handed to the consumer)``.
+        last_indices, last_batch_indices: with ``LoaderConfig.debug_indices``, the dataset
+            indices of the last full epoch and of the batch yielded last (``BatchLoader``).
     """
 
     def __init__(self, config: LoaderConfig, options: Options):
@@ -112,6 +182,8 @@ class LoaderBase:
         self.last_batch_indices: Optional[np.ndarray] = None  # with debug_indices
         self._resume: Optional[Tuple[int, int]] = None  # from load_state_dict (NOTE [resume])
         self._listing_hash: Optional[str] = None
+        self._token = 0  # bumped by iter() and load_state_dict() (NOTE [one iterator])
+        self._ended_by = ""  # which of them bumped it last
         self._closed = False
 
     # -- what the backend supplies ------------------------------------------------------------
@@ -150,9 +222,12 @@ class LoaderBase:
                 rel = os.path.relpath(path, base)
                 h.update(f"{rel}\0{label}\n".encode("utf-8", "surrogateescape"))
             self._listing_hash = h.hexdigest()
-        return {"samples": len(self.paths), "listing": self._listing_hash,
-                "world_size": c.world_size, "batch_size": c.batch_size, "seed": c.seed,
-                "shuffle": c.shuffle, "last_batch": c.last_batch.value}
+        ids = {"samples": len(self.paths), "listing": self._listing_hash,
+               "world_size": c.world_size, "batch_size": c.batch_size, "seed": c.seed,
+               "shuffle": c.shuffle, "last_batch": c.last_batch.value}
+        if self.data_source.groups is not None:  # tar shards: the window shapes the plan
+            ids["shuffle_window"] = c.shuffle_window
+        return ids
 
     @property
     def position(self) -> Tuple[int, int]:
@@ -165,39 +240,84 @@ class LoaderBase:
         epoch, done = self._resume if self._resume is not None else self._pos
         if self._resume is None and epoch != self.epoch:  # set_epoch since: nothing read yet
             epoch, done = self.epoch, 0
-        return {"version": 1, "epoch": epoch, "batches": done, **self._plan_id()}
+        return {"version": STATE_VERSION, "epoch": epoch, "batches": done, **self._plan_id()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume at ``state``: ``epoch`` is set and the next ``iter()`` of that epoch starts
-        at the first batch the saved consumer had not received.
+        at the first batch the saved consumer had not received. The whole state is checked
+        first; a refused state changes nothing. A live iterator ends (NOTE [one iterator]).
 
         Raises:
-            ValueError: a state of another dataset, world size, batch size, seed, shuffle or
-                last-batch policy (naming the field), or one that is not a loader state.
+            ValueError: naming the field: a part missing, unknown, of the wrong type or out of
+                range, or of another plan (dataset, world size, batch size, seed, shuffle,
+                last-batch policy, shuffle window; DALI: rank, pipelines, graph).
         """
-        if not isinstance(state, dict) or state.get("version") != 1:
-            raise ValueError(f"load_state_dict: {type(state).__name__} is not a state from "
-                             "state_dict() (version 1)")
-        mine = self._plan_id()
-        for k, v in mine.items():
-            if state.get(k) != v:
-                what = "dataset" if k in ("samples", "listing") else k
-                raise ValueError(f"load_state_dict: {what} differs: the state has {k}="
-                                 f"{state.get(k)!r}, this loader {v!r}; resume with the same "
-                                 f"{what} or start afresh")
-        epoch = as_epoch(state.get("epoch"))
-        done = state.get("batches")
-        if not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= len(self):
-            raise ValueError(f"load_state_dict: batches={done!r} must be an int in "
-                             f"[0, len()={len(self)}]")
+        epoch, done = self._checked(state)
+        extra = self._check_extra(state, epoch, done)  # the backend's part: built, not applied
+        self._end_live("load_state_dict()")  # the live iterator, if any (NOTE [one iterator])
         self.epoch = epoch
         self._resume = (epoch, done)
+        self._apply_extra(extra)
 
-    # -- the epoch ----------------------------------------------------------------------------
+    def _checked(self, state: Any) -> Tuple[int, int]:
+        """``(epoch, batches)`` of ``state`` once every field the base owns is checked, or a
+        ``ValueError`` naming the first bad one; nothing is changed."""
+        if not isinstance(state, dict):
+            raise ValueError(f"load_state_dict: state={_show(state)} is not a dict from "
+                             "state_dict()")
+        mine = self._plan_id()
+        known = {"version", "epoch", "batches", *mine, *self._extra_keys}
+        for k in state:
+            if k not in known:
+                raise ValueError(f"load_state_dict: the state has an unknown field {_show(k)} "
+                                 f"(this loader's state_dict() has {sorted(known)}); pass a "
+                                 "state from state_dict() as it is")
+        for k in ("version", "epoch", "batches", *mine):
+            if k not in state:
+                raise ValueError(f"load_state_dict: the state has no '{k}' field; pass a "
+                                 "state from state_dict() as it is")
+        if not _same_value(state["version"], STATE_VERSION):
+            raise ValueError(f"load_state_dict: version={_show(state['version'])} is not "
+                             f"{STATE_VERSION}, the version of this loader's states")
+        for k, v in mine.items():
+            if not _same_value(state[k], v):
+                what = "dataset" if k in ("samples", "listing") else k
+                raise ValueError(f"load_state_dict: {what} differs: the state has {k}="
+                                 f"{_show(state[k])}, this loader {v!r}; resume with the same "
+                                 f"{what} or start afresh")
+        epoch = _state_int("epoch", state["epoch"], 0, MAX_EPOCH)
+        done = _state_int("batches", state["batches"], 0, len(self) + 1,
+                          f"[0, len()={len(self)}]")
+        return epoch, done
+
+    #: the backend parts a state may hold besides the base's (NOTE [resume]); every backend
+    #: accepts a DALI part, so a state moves between backends
+    _extra_keys: Tuple[str, ...] = ("dali",)
+
+    def _check_extra(self, state: Dict[str, Any], epoch: int, done: int) -> Any:
+        """The backend's part of ``state`` checked and made ready (``ValueError`` naming the
+        field), changing nothing; ``_apply_extra`` gets what this returns."""
+        return None
+
+    def _apply_extra(self, extra: Any) -> None:
+        """Commit what ``_check_extra`` made ready (it cannot fail)."""
+
+    # -- the epoch (NOTE [one iterator]) ------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
         if self._closed:
             raise RuntimeError("this loader is closed; create a new one with create_loader()")
         check_unchanged(self.placement)
+        self._end_live("iter()")
+        return self._epoch(self._token)
+
+    def _end_live(self, by: str) -> None:
+        """End the live iterator, if any: its next ``next()`` raises, naming ``by``."""
+        self._token += 1
+        self._ended_by = by
+
+    def _epoch(self, token: int) -> Iterator[Batch]:
+        if token != self._token:
+            raise _ended(self._ended_by)
         epoch = self.epoch
         start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         self._resume = None
@@ -214,6 +334,8 @@ class LoaderBase:
                 self.last_batch_indices = seen[-1]
             self._pos = (epoch, self._pos[1] + 1)  # counted as handed over
             yield batch
+            if token != self._token:  # iter() or load_state_dict() since: read nothing more
+                raise _ended(self._ended_by)
         self.stats.end_epoch()
         if seen is not None:
             self.last_indices = np.concatenate(seen) if seen else np.empty(0, np.int64)

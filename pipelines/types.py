@@ -29,12 +29,26 @@ class BatchLoader(Protocol):
         classes: the class names, index = label.
         stats: the bad files skipped (``pipelines.stats.BadFileStats``).
         last_indices: the dataset index of every sample of the last full epoch, when
-            ``LoaderConfig.debug_indices`` is set (else ``None``).
+            ``LoaderConfig.debug_indices`` is set (else ``None``): an int64 numpy array, the
+            epoch's batches concatenated in the order they were yielded.
+        last_batch_indices: the dataset index of each sample of the batch yielded last, when
+            ``LoaderConfig.debug_indices`` is set (else ``None``): an int64 numpy array of
+            ``len(batch)``, row ``i`` being ``batch.images[i]``'s sample (an index into the
+            listing, the order of ``classes`` and the sorted files; a padded last batch repeats
+            indices, a skipped bad file's row holds the sample that replaced it). Read it right
+            after each batch: the next batch replaces it.
+
+    Example (which files were in a batch)::
+
+        loader = create_loader("pinned", LoaderConfig(root, debug_indices=True))
+        for images, labels in loader:
+            files = [loader.paths[i] for i in loader.last_batch_indices]
     """
 
     classes: List[str]
     stats: Any
     last_indices: Optional[Any]
+    last_batch_indices: Optional[Any]
 
     def __iter__(self) -> Iterator[Batch]: ...
 

@@ -26,10 +26,14 @@ NOTE [resume]
 DALI's random generators (the fused random crop, flips, colour draws) run on across batches and
 epochs, so the state of a DALI loader carries each pipeline's checkpoint (``enable_checkpointing``
 is always on; ``DALIGenericIterator.checkpoints()`` is taken at the batch the consumer last
-received, whatever DALI has made ahead). ``load_state_dict`` rebuilds the pipelines from them and
-the source starts each lane at its first position past the saved one, so the rest of the epoch,
-and the epochs after, are the saved run's own. A recovery (above) still starts the generators
-afresh.
+received, whatever DALI has made ahead). The part also records the rank, the pipeline count,
+the augmentation graph (``_graph_id``) and the position they belong to: a state from another
+rank (each rank's pipelines have their own seeds), another graph or another position is
+refused by name. ``load_state_dict`` builds new pipelines from them, aside, before it changes
+anything (DALI parses the checkpoints then: junk is a ``ValueError`` naming ``dali`` and the
+old pipelines go on), swaps them in, and the source starts each lane at its first position
+past the saved one, so the rest of the epoch, and the epochs after, are the saved run's own.
+A recovery (above) still starts the generators afresh.
 
 An epoch that ends early (``break``, an exception) leaves the pipelines with at most
 ``queue_depth`` batches in flight; the next ``iter()`` stops the source and drains only those
@@ -69,8 +73,11 @@ dali-handoff), so the default stays ``"current"``, which saves the copy.
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import gc
+import hashlib
+import re
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -80,7 +87,7 @@ from nvidia.dali.plugin.pytorch import DALIGenericIterator
 from ..config import Handoff, LoaderConfig, OutputDType
 from ..device import HW_JPEG_DECODERS, resolve_device
 from ..indexing import config_len
-from ..loader import LoaderBase
+from ..loader import LoaderBase, _same_value, _show
 from ..options import DaliOptions
 from ..sources import header_sizes
 from ..types import Batch
@@ -204,10 +211,23 @@ class DaliLoader(LoaderBase):
                 for k in range(self.options.pipelines)]
 
     # -- resume: the pipelines' random state travels with the position ------------------------
+    def _graph_id(self) -> str:
+        """A digest of what builds the graph whose random generators the checkpoints hold:
+        the augmentation (``Recipe.dali_plan()``: ``augment`` or the translated ``transform``),
+        where it decodes and runs, and the output's dtype and layout. Stable across processes
+        (object addresses are left out of the repr)."""
+        opts = self.options
+        what = (self.plan_dali, self.gpu, decodes_on_gpu(opts, self.gpu), self.config.dtype.value,
+                self.config.channels_last, opts.labels_via.value)
+        text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(what))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def state_dict(self) -> Dict[str, Any]:
         """``LoaderBase.state_dict`` plus ``dali``: each pipeline's checkpoint (base64), taken
         at the batch the consumer has received, so a resumed loader draws the same crops and
-        flips as the saved run would have (module NOTE [resume])."""
+        flips as the saved run would have (module NOTE [resume]). The part also holds what the
+        checkpoints belong to: the rank (each rank's pipelines have their own seeds), the
+        pipeline count, the graph (``_graph_id``) and the position."""
         state = super().state_dict()
         if not self.options.checkpointing:
             return state  # the position only: fresh random draws on resume
@@ -216,39 +236,95 @@ class DaliLoader(LoaderBase):
         else:
             cks = [it.checkpoints()[0] for it in self._its]
         if cks:
-            state["dali"] = [base64.b64encode(c if isinstance(c, bytes) else c.encode())
-                             .decode("ascii") for c in cks]
+            state["dali"] = {
+                "rank": self.config.rank, "pipelines": self.options.pipelines,
+                "graph": self._graph_id(), "epoch": state["epoch"], "batches": state["batches"],
+                "checkpoints": [base64.b64encode(c if isinstance(c, bytes) else c.encode())
+                                .decode("ascii") for c in cks]}
         return state
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """``LoaderBase.load_state_dict``; with a ``dali`` entry (a DALI loader's state) the
-        pipelines are rebuilt from its checkpoints. A state without one (from a torch backend)
-        resumes the same samples with fresh random draws.
+    def _check_extra(self, state: Dict[str, Any], epoch: int, done: int):
+        """The ``dali`` part checked whole and the pipelines built from its checkpoints, not
+        yet swapped in (``None`` when the state has no part: the same samples, fresh draws).
 
         Raises:
-            ValueError: as ``LoaderBase.load_state_dict``, or checkpoints for another number of
-                pipelines.
+            ValueError: naming the field: ``dali`` is not such a part, or its ``rank``,
+                ``pipelines``, ``graph`` or position differ from this loader's or the state's,
+                or DALI refuses its ``checkpoints``.
         """
-        super().load_state_dict(state)
-        cks = state.get("dali")
-        if cks is None:
-            return
+        if "dali" not in state:
+            return None
+        part = state["dali"]
         if not self.options.checkpointing:
-            raise ValueError("load_state_dict: the state holds DALI pipeline checkpoints, but "
-                             "this loader has DaliOptions(checkpointing=False); turn it on to "
-                             "resume them, or drop the state's 'dali' entry for fresh draws")
-        n = self.options.pipelines
-        if not isinstance(cks, list) or len(cks) != n:
-            got = len(cks) if isinstance(cks, list) else cks
+            raise ValueError("load_state_dict: the state holds DALI pipeline checkpoints "
+                             "(dali), but this loader has DaliOptions(checkpointing=False); "
+                             "turn it on to resume them, or drop the state's 'dali' entry for "
+                             "fresh draws")
+        fields = ("rank", "pipelines", "graph", "epoch", "batches", "checkpoints")
+        if not isinstance(part, dict) or set(part) != set(fields):
+            raise ValueError(f"load_state_dict: dali={_show(part)} is not the DALI part of a "
+                             f"state_dict() (a dict of {', '.join(fields)}); pass the state as "
+                             "it was saved, or drop its 'dali' entry for fresh draws")
+        c, n = self.config, self.options.pipelines
+        if not _same_value(part["rank"], c.rank):
+            raise ValueError(
+                f"load_state_dict: rank differs: the state's DALI pipeline checkpoints are of "
+                f"rank dali.rank={_show(part['rank'])}, this loader is rank {c.rank}; DALI's "
+                "checkpoints are per rank: save each rank's own state_dict(), or drop the "
+                "state's 'dali' entry (or use DaliOptions(checkpointing=False)) to resume the "
+                "position with fresh draws")
+        if not _same_value(part["pipelines"], n):
             raise ValueError(f"load_state_dict: pipelines differs: the state has checkpoints "
-                             f"for {got}, this loader runs {n}; resume with the same "
-                             "DaliOptions.pipelines")
-        raw = [base64.b64decode(c) for c in cks]
+                             f"for dali.pipelines={_show(part['pipelines'])}, this loader runs "
+                             f"{n}; resume with the same DaliOptions.pipelines")
+        if not _same_value(part["graph"], self._graph_id()):
+            raise ValueError(f"load_state_dict: graph differs: the state's DALI checkpoints "
+                             f"are of another augmentation graph (dali.graph="
+                             f"{_show(part['graph'])}, this loader {self._graph_id()!r}: "
+                             "augment or transform, decode_on, dtype, channels_last, "
+                             "labels_via); resume with the same ones, or drop the state's "
+                             "'dali' entry for fresh draws")
+        if not (_same_value(part["epoch"], epoch) and _same_value(part["batches"], done)):
+            raise ValueError(f"load_state_dict: the DALI checkpoints were taken at dali.epoch="
+                             f"{_show(part['epoch'])}, dali.batches={_show(part['batches'])}, "
+                             f"but the state says epoch={epoch}, batches={done}; pass the state "
+                             "as it was saved")
+        cks = part["checkpoints"]
+        if not isinstance(cks, list) or len(cks) != n:
+            raise ValueError(f"load_state_dict: dali.checkpoints={_show(cks)} must be a list "
+                             f"of {n} base64 strings, one per pipeline")
+        raw = []
+        for k, ck in enumerate(cks):
+            try:
+                if not isinstance(ck, str) or not ck:
+                    raise ValueError
+                raw.append(base64.b64decode(ck, validate=True))
+            except (ValueError, binascii.Error):
+                raise ValueError(f"load_state_dict: dali.checkpoints[{k}]={_show(ck)} is not "
+                                 "a base64 string from state_dict()") from None
+        try:  # DALI reads the checkpoints when a pipeline is built: do it now, aside
+            with self._on_device():
+                pipes = self._pipes_for(self.hw_decoder_load, raw)
+                for p in pipes:
+                    p.build()
+        except Exception as e:  # noqa: BLE001 - DALI's own error, named for the user
+            said = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise ValueError(f"load_state_dict: DALI refused the state's dali.checkpoints "
+                             f"({said}); pass the state as it was saved, or drop its 'dali' "
+                             "entry for fresh draws") from None
+        return pipes, raw
+
+    def _apply_extra(self, extra) -> None:
+        """Swap in the pipelines ``_check_extra`` built (module NOTE [resume])."""
+        if extra is None:
+            return
+        pipes, raw = extra
+        self.source.stop()  # the old pipelines' batches in flight are dropped with them
         self._its = None
-        self.pipes = []
+        self.pipes = pipes
         gc.collect()
-        with self._on_device():
-            self._build(raw)
+        self._restored = raw
+        self._ran_on = None
         self._in_epoch = False
         self._broken = False
 
