@@ -12,14 +12,19 @@ NOTE [file lists]
 
 Paths are relative to the list file's folder (absolute ones are kept). Labels are integers (the
 class indices as given; ``classes`` are their names ``"0" .. "max"``) or class names (sorted,
-then indexed, as ``ImageFolder`` does with folders); one list may not mix the two. A row with an
-empty or malformed label is refused under ``on_bad_file="error"`` (one ``ValueError`` naming the
-file and line) and dropped under ``"skip"`` (counted and named in one warning). A row whose file
-is missing is a bad file when it is read, under the same policy as any unreadable file.
+then indexed, as ``ImageFolder`` does with folders); one list may not mix the two. An
+integer-valued number written as a float (``3.0``, ``3.00``, ``3e0``: what pandas writes for an
+int column that held a NaN) is the integer: an index, not a name. A row with an empty or
+malformed label is refused under ``on_bad_file="error"`` (one ``ValueError`` naming the file and
+line) and dropped under ``"skip"`` (counted and named in one warning). So is a row whose index
+label is too large to be a class index of this dataset (``index_limit``: a typo or an id, which
+would otherwise make billions of class names). A row whose file is missing is a bad file when
+it is read, under the same policy as any unreadable file.
 """
 from __future__ import annotations
 
 import csv
+import math
 import os
 import warnings
 from pathlib import Path
@@ -30,6 +35,24 @@ import numpy as np
 LIST_SUFFIXES = (".csv", ".tsv", ".txt")
 PATH_COLUMNS = ("path", "file", "filename", "image", "image_path")
 LABEL_COLUMNS = ("label", "class", "target", "class_name", "category")
+MIN_CLASS_LIMIT = 1_000_000  # index labels below this are always accepted (index_limit)
+MAX_CLASS_LIMIT = 2 ** 31  # and none at or above it (labels are int32 on some paths)
+
+
+def index_limit(rows: int) -> int:
+    """How many classes the integer labels of a dataset of ``rows`` samples may imply: every
+    index label must be below ``min(2**31, max(1_000_000, 4 * rows))``.
+
+    Integer labels are class indices, and the class names are ``"0"`` to the largest one, so a
+    label is also a class count. The floor of a million covers every classification taxonomy in
+    use (ImageNet-21k has 21,841 classes; face-identity sets reach a few hundred thousand) even for
+    a small subset of such a dataset, at a cost of about 60 MB of names. Above it, a label may
+    imply at most four classes per sample: more means most classes have no sample at all, which
+    is an id or a typo (``3000000000``), not an index, and building its class names would exhaust
+    memory. Such labels are bad rows (a ``ValueError`` naming where, or dropped under ``skip``):
+    relabel them ``0 .. classes - 1``, or give the ids as class names (e.g. ``id3000000000``).
+    """
+    return min(MAX_CLASS_LIMIT, max(MIN_CLASS_LIMIT, 4 * int(rows)))
 
 
 def is_file_list(root) -> bool:
@@ -81,13 +104,14 @@ def list_file(path, skip_bad: bool = False
         ``skip_bad`` (``file:line: why``).
 
     Raises:
-        ValueError: unreadable list, missing header columns, no rows, mixed label kinds, or (when
-            not ``skip_bad``) a row with a bad label, naming the file and line.
+        ValueError: unreadable list, missing header columns, no rows, mixed label kinds, a
+            negative index label, or (when not ``skip_bad``) a row with a bad label or an index
+            label at or above ``index_limit(rows)``, naming the file and line.
     """
     path = Path(path)
     rows = _rows(path)
     base = path.parent
-    good: List[Tuple[str, str]] = []
+    good: List[Tuple[int, str, str]] = []
     dropped: List[str] = []
 
     def bad(n: int, why: str) -> None:
@@ -103,34 +127,55 @@ def list_file(path, skip_bad: bool = False
         elif not label:
             bad(n, f"no label for {rel!r}")
         else:
-            good.append((os.path.join(base, rel) if not os.path.isabs(rel) else rel, label))
+            good.append((n, os.path.join(base, rel) if not os.path.isabs(rel) else rel, label))
     if not good:
         raise ValueError(f"root={str(path)!r}: the file list names no sample")
-    ints = [_int(label) for _, label in good]
+    ints = [as_int(label) for _, _, label in good]
     if all(i is not None for i in ints):
         if min(ints) < 0:
             raise ValueError(f"root={str(path)!r}: label {min(ints)} is negative; integer "
                              "labels are class indices >= 0")
+        limit = index_limit(len(good))
+        keep = []
+        for row, i in zip(good, ints):
+            if i >= limit:
+                bad(row[0], f"label {row[2]!r} is too large to be a class index of a list of "
+                            f"{len(good)} rows (index labels must be below {limit:,}: "
+                            "pipelines.filelist.index_limit); an id or a typo?")
+            else:
+                keep.append((row, i))
+        if not keep:
+            raise ValueError(f"root={str(path)!r}: the file list names no sample")
+        good = [row for row, _ in keep]
+        ints = [i for _, i in keep]
         classes = [str(i) for i in range(max(ints) + 1)]
         labels = np.asarray(ints, dtype=np.int64)
     elif any(i is not None for i in ints):
-        num = next(label for (_, label), i in zip(good, ints) if i is not None)
-        name = next(label for (_, label), i in zip(good, ints) if i is None)
+        num = next(label for (_, _, label), i in zip(good, ints) if i is not None)
+        name = next(label for (_, _, label), i in zip(good, ints) if i is None)
         raise ValueError(f"root={str(path)!r}: labels mix integers (e.g. {num!r}) and class "
                          f"names (e.g. {name!r}); use one kind")
     else:
-        classes = sorted({label for _, label in good})
+        classes = sorted({label for _, _, label in good})
         index = {c: k for k, c in enumerate(classes)}
-        labels = np.asarray([index[label] for _, label in good], dtype=np.int64)
+        labels = np.asarray([index[label] for _, _, label in good], dtype=np.int64)
     if dropped:
         more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
         warnings.warn(f"root={str(path)!r}: dropped {len(dropped)} rows with a bad label or path: "
                       + "; ".join(dropped[:5]) + more, RuntimeWarning, stacklevel=4)
-    return [p for p, _ in good], labels, classes, dropped
+    return [p for _, p, _ in good], labels, classes, dropped
 
 
-def _int(s: str) -> Optional[int]:
+def as_int(s: str) -> Optional[int]:
+    """``s`` as an integer label: an integer, or an integer-valued float (``"3.0"``, as pandas
+    writes an int column that held a NaN); ``None`` when it is neither (a class name)."""
     try:
         return int(s)
     except ValueError:
+        pass
+    try:
+        f = float(s)
+    except ValueError:
         return None
+    return int(f) if math.isfinite(f) and f.is_integer() else None
+

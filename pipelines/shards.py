@@ -5,15 +5,21 @@ A root is a shard set when it is a ``.tar`` file, a glob or brace pattern of the
 files and no sub-folders. A sample is the consecutive members that share a key (the member name
 up to the first ``.`` of its base name, WebDataset's convention): one image (an extension of
 ``LoaderConfig.extensions``) and its label, ``KEY.cls`` (an integer as text) or ``KEY.json``
-(an object with an integer ``"label"`` or ``"cls"``). The class names are ``"0"`` to the
-largest label.
+(an object with an integer ``"label"`` or ``"cls"``). An integer-valued float (``2.0``) is that
+integer. The class names are ``"0"`` to the largest label, so a label must be a plausible class
+index: below ``pipelines.filelist.index_limit`` of the set's sample count (a label at or above it
+is a bad label, NOTE [bad input]).
 
 NOTE [index]
 Indexing a shard walks its tar headers and reads only the labels: every image's byte offset and
 size go into an index, so a sample is one ``os.pread`` of the shard, in any order. The index of
 each shard is cached in ``<listing cache>/shards/`` (``pipelines.listcache.cache_dir``), keyed by
 the shard's real path and checked against its size and mtime; a shard modified in the last
-``RACY_S`` seconds is not cached. The same index serves every rank, epoch and backend.
+``RACY_S`` seconds is not cached. The same index serves every rank, epoch and backend. The index
+holds no path (the samples are named after the shard path the caller gave), and as for listings
+(``pipelines.listcache`` NOTE [listing cache]) an entry that cannot be read or whose arrays do not
+agree is a miss, indexed again and rewritten, never an error; entries are written durably
+(``listcache.write_npz``).
 
 NOTE [the plan for shards: what is exact]
 Every backend reads shards through ``pipelines.indexing``'s plan with ``groups`` (the samples of
@@ -50,7 +56,8 @@ the shared plan; and reading the bytes through it was the slower of the two
 NOTE [bad input]
 A shard that cannot be opened, that is not a tar, that is truncated (a member ends past the
 file's end, or the end-of-archive blocks are missing) or that holds data its headers do not
-account for, and a sample without an image or without a valid label, raise one
+account for, and a sample without an image or without a valid label (one that is not an
+integer, is negative, or is too large to be a class index: ``index_limit``), raise one
 ``ShardError`` naming the shard and the key under ``on_bad_file="error"``. Under ``"skip"``
 they are dropped, counted and named in one warning: the samples of a truncated shard that lie
 wholly inside the file are kept. A sample whose image bytes do not decode is a bad file as in a
@@ -61,6 +68,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import math
 import os
 import re
 import tarfile
@@ -72,10 +80,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .listcache import RACY_S, _join, cache_dir
+from .filelist import MAX_CLASS_LIMIT, as_int, index_limit
+from .listcache import RACY_S, _join, cache_dir, write_npz
 from .listing import IMAGE_EXTENSIONS, DatasetRootError
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: integer-valued float labels, labels >= 2**31 refused
 INDEXED = frozenset({e[1:] for e in IMAGE_EXTENSIONS}
                     | {"tif", "tiff", "jp2", "j2k", "jpx", "pnm", "ppm", "pgm"})
 _BLOCK = 512
@@ -184,14 +193,21 @@ def _split_name(name: str) -> Tuple[str, str]:
 
 def _label(ext: str, data: bytes) -> int:
     if ext == "cls":
-        value = int(data.decode("ascii").strip())
+        text = data.decode("ascii").strip()
+        value = as_int(text) if text else None
+        if value is None:
+            raise ValueError(f"{text[:60]!r} is not an integer")
     else:
         obj = json.loads(data)
         value = obj.get("label", obj.get("cls")) if isinstance(obj, dict) else obj
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)  # 2.0: the index 2
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"no integer 'label' or 'cls' in {data[:60]!r}")
     if value < 0:
         raise ValueError(f"label {value} < 0")
+    if value >= MAX_CLASS_LIMIT:
+        raise ValueError(f"label {value} is too large to be a class index (index_limit)")
     return value
 
 
@@ -284,10 +300,40 @@ def _cache_file(path: str) -> Optional[Path]:
 
 
 def _split(blob: np.ndarray, n: int) -> List[str]:
-    """``listcache._split`` for a list of ``n`` strings that may all be empty (an index's
-    ``exts`` of image-less samples)."""
+    """``listcache._split`` for a list of exactly ``n`` strings that may all be empty (an
+    index's ``exts`` of image-less samples); ``ValueError`` when the blob holds another count."""
+    if not isinstance(blob, np.ndarray) or blob.dtype != np.uint8 or blob.ndim != 1:
+        raise ValueError("not a string blob")
     text = blob.tobytes().decode("utf-8", "surrogateescape")
-    return text.split("\0") if n else []
+    out = text.split("\0") if n else []
+    if len(out) != n or (not n and text):
+        raise ValueError(f"{len(out)} strings, expected {n}")
+    return out
+
+
+def _load_index(file: Path, stamp: np.ndarray) -> Optional[ShardIndex]:
+    """The cached index in ``file`` when it is of this shard state (``stamp``) and whole;
+    ``None`` when it is missing, stale or damaged in any way (NOTE [index]: never an error)."""
+    try:  # opened here: np.load leaks its own handle when the zip is damaged
+        with open(file, "rb") as f, np.load(f, allow_pickle=False) as z:
+            if not np.array_equal(z["stamp"], stamp):
+                return None
+            offsets, sizes, labels = z["offsets"], z["sizes"], z["labels"]
+            n = int(offsets.shape[0]) if offsets.ndim == 1 else -1
+            if n < 0 or any(a.dtype != np.int64 or a.shape != (n,)
+                            for a in (offsets, sizes, labels)):
+                return None
+            nprob = int(z["nproblems"])
+            probs = _split(z["problems"], nprob)
+            if nprob % 2:
+                return None
+            damage = z["damage"]
+            if damage.dtype.kind != "U" or damage.shape != ():
+                return None
+            return ShardIndex(_split(z["keys"], n), _split(z["exts"], n), offsets, sizes,
+                              labels, list(zip(probs[0::2], probs[1::2])), str(damage))
+    except Exception:  # noqa: BLE001 - zero bytes, truncated, garbage, missing arrays: a miss
+        return None
 
 
 def cached_index(path: str) -> ShardIndex:
@@ -295,29 +341,18 @@ def cached_index(path: str) -> ShardIndex:
     file = _cache_file(path)
     st = os.stat(path)
     stamp = np.asarray([st.st_size, st.st_mtime_ns], np.int64)
-    if file is not None and file.exists():
-        try:
-            with np.load(file) as z:
-                if np.array_equal(z["stamp"], stamp):
-                    n = int(z["offsets"].shape[0])
-                    probs = _split(z["problems"], int(z["nproblems"]))
-                    return ShardIndex(_split(z["keys"], n), _split(z["exts"], n),
-                                      z["offsets"], z["sizes"], z["labels"],
-                                      list(zip(probs[0::2], probs[1::2])),
-                                      str(z["damage"]))
-        except (OSError, ValueError, KeyError, UnicodeDecodeError):
-            pass
+    if file is not None:
+        idx = _load_index(file, stamp)
+        if idx is not None:
+            return idx
     idx = index_shard(path)
     if file is not None and st.st_mtime_ns <= time.time_ns() - int(RACY_S * 1e9):
         try:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp.npz")
-            np.savez(tmp, stamp=stamp, keys=_join(idx.keys), exts=_join(idx.exts),
-                     offsets=idx.offsets, sizes=idx.sizes, labels=idx.labels,
-                     problems=_join([x for p in idx.problems for x in p]),
-                     nproblems=np.int64(2 * len(idx.problems)), damage=np.str_(idx.damage))
-            os.replace(tmp, file)
-        except OSError:
+            write_npz(file, stamp=stamp, keys=_join(idx.keys), exts=_join(idx.exts),
+                      offsets=idx.offsets, sizes=idx.sizes, labels=idx.labels,
+                      problems=_join([x for p in idx.problems for x in p]),
+                      nproblems=np.int64(2 * len(idx.problems)), damage=np.str_(idx.damage))
+        except (OSError, ValueError):
             pass  # a read-only cache: index again next time
     return idx
 
@@ -349,15 +384,17 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
     """The samples of the shards of ``root`` (module NOTEs [index] and [bad input]).
 
     Raises:
-        ShardError: no shard matches; or, without ``skip_bad``, a bad shard or sample.
+        ShardError: no shard matches; or, without ``skip_bad``, a bad shard or sample (a
+            label at or above ``index_limit`` of the usable samples is a bad sample).
     """
     exts = {e[1:] for e in extensions}
     shards = shard_paths(root)
     names: List[str] = []
     cols: Dict[str, List[np.ndarray]] = {"labels": [], "shard_of": [], "offsets": [], "sizes": []}
-    groups: List[int] = []
+    groups = np.zeros(len(shards), np.int64)
     dropped: List[str] = []
     other: Dict[str, int] = {}
+    usable: List[Tuple[int, str, ShardIndex, np.ndarray]] = []
     for s, path in enumerate(shards):
         try:
             idx = cached_index(path)
@@ -366,7 +403,6 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
                 raise ShardError(f"{e}" if isinstance(e, ShardError) else
                                  f"shard {path!r}: {type(e).__name__}: {e}") from None
             dropped.append(f"{path}: {e}")
-            groups.append(0)
             continue
         if idx.damage and not skip_bad:
             raise ShardError(f"shard {path!r}: {idx.damage} (on_bad_file='skip' keeps its whole "
@@ -384,8 +420,22 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
                 raise ShardError(f"shard {path!r}, sample {k!r}: {why} (on_bad_file='skip' "
                                  "drops it, counted)")
             dropped.append(f"{path}/{k}: {why}")
-        rows = np.flatnonzero(keep)
-        groups.append(len(rows))
+        usable.append((s, path, idx, np.flatnonzero(keep)))
+    total = sum(len(rows) for *_, rows in usable)
+    limit = index_limit(total)
+    for s, path, idx, rows in usable:
+        over = rows[idx.labels[rows] >= limit]
+        for i in over.tolist():
+            why = (f"label {int(idx.labels[i])} is too large to be a class index of a set of "
+                   f"{total} samples (labels must be below {limit:,}: "
+                   "pipelines.filelist.index_limit); an id or a typo?")
+            if not skip_bad:
+                raise ShardError(f"shard {path!r}, sample {idx.keys[i]!r}: {why} "
+                                 "(on_bad_file='skip' drops it, counted)")
+            dropped.append(f"{path}/{idx.keys[i]}: {why}")
+        if len(over):
+            rows = rows[idx.labels[rows] < limit]
+        groups[s] = len(rows)
         names += [f"{path}/{idx.keys[i]}.{idx.exts[i]}" for i in rows.tolist()]
         cols["labels"].append(idx.labels[rows])
         cols["shard_of"].append(np.full(len(rows), s, np.int32))
@@ -408,8 +458,7 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
     labels = cat["labels"].astype(np.int64)
     classes = [str(c) for c in range(int(labels.max()) + 1)]
     return ShardSet(tuple(shards), names, labels, classes, cat["shard_of"].astype(np.int32),
-                    cat["offsets"].astype(np.int64), cat["sizes"].astype(np.int64),
-                    np.asarray(groups, np.int64))
+                    cat["offsets"].astype(np.int64), cat["sizes"].astype(np.int64), groups)
 
 
 class ShardReader:

@@ -7,12 +7,20 @@ epoch plan, sharding, bad-file policy and resume are the same for all three (sha
 ``groups``, the samples of each shard, to the plan). Files are read by path (DALI reads them
 in its own threads); shard samples by offset. A folder's listing and each shard's index are
 cached (``pipelines.listcache``): made once, then read back while the files are unchanged.
+
+A root is local. One with a URL scheme (``s3://``, ``gs://``, ``https://``, any
+``scheme://``, and WebDataset's ``pipe:``) raises one ``DatasetRootError`` saying that remote
+roots are not supported yet (``check_local_root``), from ``source_kind``, ``open_source`` and
+``list_dataset`` alike, so every backend and command-line tool says the same; before, such a
+root was read as a local path (``s3:/bucket/...``) and reported missing. A path that exists
+locally is local, whatever it looks like.
 """
 from __future__ import annotations
 
 import enum
 import io
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -21,11 +29,41 @@ from PIL import Image
 
 from .filelist import is_file_list, list_file
 from .listcache import cached_listing
-from .listing import IMAGE_EXTENSIONS, check_extensions, walk_folder
+from .listing import IMAGE_EXTENSIONS, DatasetRootError, check_extensions, walk_folder
 from .shards import ShardReader, is_shard_root, list_shards
 
 
 SIZE_SAMPLE = 16  # files whose headers stand for a dataset's image sizes
+# scheme "://" (or ":/": ``Path`` folds the two slashes, and LoaderConfig stores a Path); one
+# letter is a Windows drive, not a scheme
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):/(/?)")
+
+
+def check_local_root(root) -> None:
+    """Raise ``DatasetRootError`` when ``root`` is a URL (module doc): remote roots are not
+    supported yet. Anything that is not a str or path is left to the listing's own checks."""
+    if root is None or isinstance(root, bool):
+        return
+    try:
+        s = os.fspath(root)
+    except TypeError:
+        return
+    if not isinstance(s, str):
+        return
+    m = _URL.match(s)
+    if m is not None:
+        scheme = m.group(1)
+        shown = s if m.group(2) else f"{s[:m.end()]}/{s[m.end():]}"  # undo Path's folding
+    elif s.lower().startswith("pipe:"):
+        scheme, shown = "pipe", s
+    else:
+        return
+    if os.path.exists(s):
+        return  # a local file or folder that merely looks like a URL
+    raise DatasetRootError(
+        f"root={shown!r}: remote roots ({scheme.lower()}{':' if scheme == 'pipe' else '://'}) are not "
+        "supported yet (streaming is a separate feature); copy or mount the data locally and "
+        "pass its local path")
 
 
 def header_sizes(source: "Source", k: int = SIZE_SAMPLE) -> List[Tuple[int, int]]:
@@ -88,7 +126,8 @@ class Source:
 
 
 def source_kind(root) -> SourceKind:
-    """Which kind of root ``root`` is (no listing is made)."""
+    """Which kind of root ``root`` is (no listing is made); ``DatasetRootError`` for a URL."""
+    check_local_root(root)
     if is_shard_root(root):
         return SourceKind.SHARDS
     if root is not None and not isinstance(root, bool) and is_file_list(root):
@@ -100,6 +139,7 @@ def open_source(root: str | os.PathLike, *, allow_empty: bool = False,
                 extensions: Tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False
                 ) -> Source:
     """The ``Source`` of ``root`` (arguments as ``list_dataset``'s)."""
+    check_local_root(root)
     if is_shard_root(root):
         s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad)
         return Source(SourceKind.SHARDS, s.names, s.labels, s.classes,
@@ -122,6 +162,11 @@ def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
         skip_bad: for file lists and shards: drop rows with a bad label, and bad shards or
             samples (counted and named in one warning) instead of raising
             (``on_bad_file="skip"``).
+
+    Raises:
+        DatasetRootError: (a ``ValueError``) the root is missing, empty, holds no images, or is
+            a URL (remote roots are not supported yet); ``ShardError`` for bad shards.
+        ValueError: a bad file list (``pipelines.filelist``).
     """
     s = open_source(root, allow_empty=allow_empty, extensions=extensions, skip_bad=skip_bad)
     return s.names, s.labels, s.classes
