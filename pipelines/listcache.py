@@ -187,8 +187,11 @@ def cached_listing(root, extensions: Tuple[str, ...], allow_empty: bool,
     paths are those ``walk()`` gives for ``root`` as spelled here, whichever spelling made the
     entry (module NOTE). The walk's warnings are given again when the listing comes from the
     cache."""
+    try:
+        prefix = _prefix(root)
+    except TypeError:  # not a path: the walk says so
+        return walk()[0]
     folder = cache_dir()
-    prefix = _prefix(root)
     file = folder / f"{_key(str(root), extensions, allow_empty)}.npz" if folder else None
     hit = _load(file, prefix) if file is not None else None
     if hit is not None:

@@ -41,15 +41,16 @@ _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):/(/?)")
 
 def check_local_root(root) -> None:
     """Raise ``DatasetRootError`` when ``root`` is a URL (module doc): remote roots are not
-    supported yet. Anything that is not a str or path is left to the listing's own checks."""
+    supported yet; ``TypeError`` when it is not a str path (bytes, a number). ``None`` and ``""``
+    are left to the listing, which names them."""
     if root is None or isinstance(root, bool):
         return
     try:
         s = os.fspath(root)
     except TypeError:
-        return
+        s = root
     if not isinstance(s, str):
-        return
+        raise TypeError(f"root={root!r} must be a str or os.PathLike path, not {type(s).__name__}")
     m = _URL.match(s)
     if m is not None:
         scheme = m.group(1)

@@ -146,6 +146,23 @@ def test_a_symlinked_root_and_a_second_spelling_give_the_same_listing(cache, tmp
     assert len(_entries(cache)) == 1
 
 
+def test_the_walks_warnings_from_the_cache_name_the_callers_spelling(cache, tmp_path, monkeypatch):
+    real = _folder(tmp_path / "real" / "data", seed=3)
+    (real / "a" / "notes.txt").write_bytes(b"x")
+    _age(real)
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    calls = _walks(monkeypatch)
+    with pytest.warns(RuntimeWarning, match="skipped 1 files") as first:
+        list_dataset(real)
+    with pytest.warns(RuntimeWarning, match="skipped 1 files") as again:
+        list_dataset(link)
+    assert len(calls) == 1
+    msg = str(again[0].message)
+    assert f"root={str(link)!r}" in msg and f"{link}/a/notes.txt" in msg
+    assert str(real) not in msg and str(real) in str(first[0].message)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_resume_through_a_symlinked_root_with_the_cache_on(backend, cache, tmp_path):
     real = _folder(tmp_path / "real" / "data", seed=3)
@@ -528,3 +545,9 @@ def test_a_local_folder_that_looks_like_a_url_is_read(tmp_path, monkeypatch, cac
     assert len(list_dataset(LoaderConfig(root="s3://bucket").root)[0]) == 12
     assert source_kind("C:/nowhere").value == "folder"  # a drive letter is not a scheme
     shutil.rmtree("s3:")
+
+
+@pytest.mark.parametrize("root", [b"/tmp", 3])
+def test_a_root_that_is_not_a_str_path_is_a_type_error_naming_it(root):
+    with pytest.raises(TypeError, match=r"root=.* must be a str or os.PathLike path"):
+        list_dataset(root)
