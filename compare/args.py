@@ -43,11 +43,16 @@ NOTE [one validation pass, incremental results]
 Every input is checked before the first timed batch (and, where the answer does not need its
 files, before the default dataset is generated): each variant's ``LoaderConfig`` (so a sweep
 value the config refuses is caught up front), the dataset against the batch size and
-last-batch policy (listed once), the model, the transform, and that ``--out`` can be written.
+last-batch policy (listed once, under the run's ``--on-bad-file``), the model, the transform,
+``RANK`` and ``WORLD_SIZE`` (both or neither), and that ``--out`` can be written, lies outside
+``--data`` (by real paths: ``cd DATA; python -m compare --data .`` is refused) and holds no
+file at a name the run writes that the suite did not write (compare.owned).
 An error is one line naming the option and the variant; exit status 2. While the suite runs,
 ``results.json`` (``"complete": false``) and ``summary.md`` are rewritten after each finished
 variant, so a late failure loses nothing: it exits 1 with one line that says where the partial
-results are, and leaves the traceback in ``error.log`` beside them.
+results are, and leaves the traceback in ``error.log`` beside them (``error-N.log`` when
+``error.log`` is a file the suite did not write: it is never replaced, nor deleted by a later
+successful run; compare.owned NOTE [files the suite owns]).
 """
 from __future__ import annotations
 
@@ -169,7 +174,8 @@ def parse_args(argv):
     p.add_argument("--cold", action="store_true",
                    help="evict the dataset's files from the page cache before each timed run "
                         "(posix_fadvise, no root) and check with mincore that it took "
-                        "(compare.pagecache); the report marks the run cold")
+                        "(compare.pagecache); refused before timing where it cannot take (tmpfs), "
+                        "and the report marks a row cold only where every eviction took")
     p.add_argument("--compute-stream", choices=("default", "side", "high"), default="default",
                    help="the CUDA stream the model step runs on: the default stream (as a plain "
                         "script has it), a new stream (side) or a new one at the highest "

@@ -57,10 +57,15 @@ def load_ref(ref: str, option: str):
         except (SyntaxError, ValueError) as e:
             raise ValueError(f"{option} {ref!r}: the call is not NAME(key=literal, ...) "
                              f"({e})") from None
+    if not mod or not name:
+        raise ValueError(f"{option} {ref!r} is not MODULE:NAME")
     try:
         obj = getattr(importlib.import_module(mod), name)
     except (ImportError, AttributeError, ValueError) as e:
         raise ValueError(f"{option} {ref!r} cannot be loaded ({e}); use MODULE:NAME") from None
+    except Exception as e:  # noqa: BLE001 - the user's module raised on import: one line
+        raise ValueError(f"{option} {ref!r}: importing {mod} raised {type(e).__name__}: {e}"
+                         ) from None
     return obj, kwargs, called, name
 
 
@@ -218,11 +223,15 @@ def writable_dir(path: str | os.PathLike, option: str = "--out") -> Path:
 
 
 def list_dataset(root: str | os.PathLike, option: str = "--data",
-                 allow_empty: bool = False) -> Tuple[List[str], List[str]]:
-    """``(paths, classes)`` of an ImageFolder root or a file list; errors name ``option``."""
+                 allow_empty: bool = False, on_bad_file: object = "error"
+                 ) -> Tuple[List[str], List[str]]:
+    """``(paths, classes)`` of an ImageFolder root, a file list or tar shards; errors name
+    ``option``. ``on_bad_file`` is the run's policy (``--on-bad-file``): under ``skip`` a bad
+    row of a list or a bad shard is skipped (with the library's warning), as the loader will."""
     from pipelines import list_dataset as list_any
+    skip = str(getattr(on_bad_file, "value", on_bad_file)) == "skip"
     try:
-        paths, _, classes = list_any(root, allow_empty=allow_empty)
+        paths, _, classes = list_any(root, allow_empty=allow_empty, skip_bad=skip)
     except ValueError as e:  # DatasetRootError: "root='...' does not exist"
         raise type(e)(f"{option}: {e}") from None
     return paths, classes
@@ -247,3 +256,49 @@ def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
         raise ValueError(f"{flag} {cfg.batch_size}{ctx} gives no batch: the dataset holds {n} "
                          f"images and the last, partial batch is dropped; use {flag} <= {n}"
                          ) from None
+
+
+def check_dist_env(environ: Optional[Mapping[str, str]] = None) -> None:
+    """Refuse half of torchrun's pair: ``RANK`` without ``WORLD_SIZE`` or the reverse.
+
+    The library's rule (``pipelines.distributed``): both or neither. With one alone every
+    process would take itself for rank 0, or for the whole job, and read the wrong shard.
+    A variable set to the empty string counts as unset, as ``pipelines.distributed.env_int``
+    reads it.
+
+    Raises:
+        ValueError: naming the variable that is missing.
+    """
+    env = os.environ if environ is None else environ
+    have = {k: (env.get(k) or "").strip() != "" for k in ("RANK", "WORLD_SIZE")}
+    if have["RANK"] == have["WORLD_SIZE"]:
+        return
+    given, missing = ("RANK", "WORLD_SIZE") if have["RANK"] else ("WORLD_SIZE", "RANK")
+    raise ValueError(f"{given}={env[given]!r} is set in the environment but {missing} is not: "
+                     f"set both (torchrun sets RANK and WORLD_SIZE) or neither")
+
+
+def data_folder(data: str | os.PathLike) -> Optional[Path]:
+    """The real folder ``--data`` reads when it is a folder (ImageFolder or a folder of tar
+    shards), else ``None`` (a file list, a shard file or a pattern)."""
+    p = Path(data)
+    return Path(os.path.realpath(p)) if p.is_dir() else None
+
+
+def outside_data(path: str | os.PathLike, data: str | os.PathLike, option: str,
+                 data_option: str = "--data") -> None:
+    """Refuse ``path`` (``--out``, ``--checkpoint``) when it lies in the folder ``--data``
+    reads, by real paths (a relative ``--data .``, a symlink): what the tool writes there would
+    become part of the dataset (a ``runs`` class folder, a checkpoint among the images).
+
+    Raises:
+        ValueError: naming ``option`` and ``data_option``.
+    """
+    folder = data_folder(data)
+    if folder is None:
+        return
+    real = Path(os.path.realpath(path))
+    if real == folder or folder in real.parents:
+        raise ValueError(f"{option} {str(path)!r} is inside {data_option} {str(data)!r} "
+                         f"({folder}): what is written there would become part of the dataset; "
+                         f"choose {option} outside it")

@@ -3,12 +3,22 @@
 Refuses to compare runs whose setups differ in what decides the numbers (the GPU, the data,
 the model, the batch size, the dtype, the image size, the number of ranks: ``compare scaling``
 compares rank counts); ``--force`` compares them anyway and says
-which differ. The same generated images as a folder and as tar shards (``data_gen --format``)
+which differ, field by field (``data.num_images: 1000 -> 2000``). The same generated images
+as a folder and as tar shards (``data_gen --format``)
 count as the same data, so ``diff FOLDER SHARDS`` gives the row of each backend for the two
 sources. Runs of different commits compare like any others: only the setup has to match.
 The ceiling row shows whether the model step itself moved.
 
-For each variant in both runs it prints A's and B's median samples/s, their ratio B/A, a 95%
+Rows are paired by their whole configuration, not by label alone (``pair_rows``): the backend,
+every loader option (its default where not overridden), the workers and the decoder the
+repeats recorded. A plain run's ``pinned`` (torchvision's decoder, one stream) and ``--preset
+seeds``' ``pinned`` (PIL, two streams) share a label but not a configuration: that row is not
+compared, and a note names the fields that differ (``--force`` compares it anyway, with the
+note). A row of the same configuration under another label is paired with it.
+A ``results.json`` that is not shaped as the suite writes it (a list, ``null`` where a list or
+an object belongs, a rate that is a string) is refused in one line, exit status 2.
+
+For each pair of rows it prints A's and B's median samples/s, their ratio B/A, a 95%
 bootstrap confidence interval of that ratio and a verdict, ``faster``, ``slower`` or
 ``no significant difference``. The interval resamples each run's repeats with replacement
 (10 000 times, a fixed seed, so the same files give the same interval) and takes the 2.5th and
@@ -81,7 +91,9 @@ SEED = 0            # the bootstrap's seed: the same two files always give the s
 def _facts(r: SuiteResult) -> Dict[str, object]:
     """What has to match for two runs to be comparable."""
     s, e = r.setup, r.env
-    images = {k: v for k, v in (s.get("dataset") or {}).items() if k != "shards"}
+    stats = s.get("dataset")
+    images = ({k: v for k, v in stats.items() if k != "shards"} if isinstance(stats, dict)
+              else stats)
     return {"gpu": e.get("gpu") or e.get("cuda_device") or e.get("device_name"),
             "data": images or s.get("data"), "model": s.get("model"),
             "batch_size": s.get("batch_size"), "dtype": s.get("dtype"),
@@ -131,10 +143,35 @@ def mode_changes(a: SuiteResult, b: SuiteResult) -> List[str]:
     return out
 
 
+def _short(x: object, n: int = 80) -> str:
+    s = repr(x)
+    return s if len(s) <= n else s[:n - 3] + "..."
+
+
+def field_diffs(key: str, va: object, vb: object) -> List[str]:
+    """``"key.sub: A -> B"`` for each field where ``va`` and ``vb`` differ: dicts are walked
+    down to the fields that differ (``data.num_images: 1000 -> 2000``, not both datasets'
+    whole statistics); a field one side lacks is ``missing``."""
+    if va == vb:
+        return []
+    if isinstance(va, dict) and isinstance(vb, dict):
+        out: List[str] = []
+        for k in list(va) + [k for k in vb if k not in va]:
+            sub = f"{key}.{k}"
+            if k not in va or k not in vb:
+                out.append(f"{sub}: {_short(va[k]) if k in va else 'missing'} -> "
+                           f"{_short(vb[k]) if k in vb else 'missing'}")
+            else:
+                out += field_diffs(sub, va[k], vb[k])
+        return out
+    return [f"{key}: {_short(va)} -> {_short(vb)}"]
+
+
 def incompatible(a: SuiteResult, b: SuiteResult) -> List[str]:
-    """``"key: A -> B"`` for each fact that differs between the two runs."""
+    """``"key: A -> B"`` for each fact that differs between the two runs (a dict fact, the
+    dataset's statistics, by the fields that differ: ``field_diffs``)."""
     fa, fb = _facts(a), _facts(b)
-    return [f"{k}: {fa[k]!r} -> {fb[k]!r}" for k in fa if fa[k] != fb[k]]
+    return [d for k in fa for d in field_diffs(k, fa[k], fb[k])]
 
 
 def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: Tuple[str, ...] = (),
@@ -144,7 +181,8 @@ def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: Tuple[str, .
     Raises:
         ValueError: some differ and not ``force`` (``why``, then the facts and the way out).
     """
-    diff = [d for d in incompatible(a, b) if d.split(":", 1)[0] not in ignore]
+    diff = [d for d in incompatible(a, b)
+            if d.split(":", 1)[0].split(".", 1)[0] not in ignore]
     if diff and not force:
         raise ValueError(f"{why} ({'; '.join(diff)}); use --force to compare them anyway")
     return diff
@@ -294,14 +332,107 @@ class Row(NamedTuple):
     n_b: int       # repeats in B
 
 
-def table_rows(a: SuiteResult, b: SuiteResult, metric: str = METRIC) -> List[Row]:
+def _plain(x: object) -> object:
+    """An option's value as results.json holds it (an enum by its value)."""
+    return getattr(x, "value", x)
+
+
+def _option_defaults(backend: str) -> Dict[str, object]:
+    """Every option of ``backend``'s options class at its default (``{}`` where unknown: a
+    reference row, or no ``pipelines`` here)."""
+    try:
+        import dataclasses
+
+        from pipelines import Backend, options_for
+
+        o = options_for(Backend(backend))()
+        return {f.name: _plain(getattr(o, f.name)) for f in dataclasses.fields(o)}
+    except Exception:  # noqa: BLE001 - then the overrides are compared as written
+        return {}
+
+
+def row_config(run: SuiteResult, v) -> Dict[str, object]:
+    """What decides row ``v``'s numbers beyond the run's setup: its backend, every loader
+    option (an option not overridden at its default), its workers, and the decoder its
+    repeats recorded (``pinned``'s default decoder is chosen from the data)."""
+    cfg: Dict[str, object] = {"backend": v.backend}
+    over = {k: _plain(x) for k, x in v.overrides.items()}
+    cfg["num_workers"] = over.pop("num_workers", run.setup.get("workers"))
+    cfg.update(over)
+    decoders = sorted({r.decoder for r in v.repeats if getattr(r, "decoder", None)})
+    cfg["decoder"] = ",".join(decoders) if decoders else over.get("decoder")
+    return cfg
+
+
+def config_diffs(a: SuiteResult, va, b: SuiteResult, vb) -> List[str]:
+    """``"field: X in A, Y in B"`` for each field of the two rows' configurations
+    (``row_config``) that differs; ``[]`` when they are the same configuration."""
+    ca, cb = row_config(a, va), row_config(b, vb)
+    if ca == cb:
+        return []
+    fill_a = _option_defaults(va.backend) if va.backend == vb.backend else {}
+    fill_b = _option_defaults(vb.backend) if va.backend == vb.backend else {}
+    out = []
+    for k in list(ca) + [k for k in cb if k not in ca]:  # an option not overridden: its default
+        xa = ca[k] if k in ca else fill_a.get(k, "default")
+        xb = cb[k] if k in cb else fill_b.get(k, "default")
+        if xa != xb:
+            out.append(f"{k}: {_short(xa, 40)} in A, {_short(xb, 40)} in B")
+    return out
+
+
+class Pairing(NamedTuple):
+    """Which rows of A and B are compared (``pairs``: name, A's row, B's row), and the rows of
+    one label whose configurations differ (``refused``: label, what differs; with ``force``
+    they are in ``pairs`` too)."""
+
+    pairs: List[Tuple[str, object, object]]
+    refused: List[Tuple[str, List[str]]]
+
+
+def pair_rows(a: SuiteResult, b: SuiteResult, force: bool = False) -> Pairing:
+    """Pair A's and B's variants by their whole configuration (``row_config``), not by label
+    alone: a row is compared with B's row of the same label when their configurations match,
+    else with B's row of the same configuration under another label (named ``"A label (B:
+    B label)"``); a label in both runs whose rows differ, with no match, is refused and
+    says which fields differ (``force``: compared anyway, and still listed in ``refused``)."""
+    pairs, refused = [], []
+    left = list(b.variants)
+    unmatched = []
+    for va in a.variants:
+        same = next((vb for vb in left if vb.label == va.label
+                     and not config_diffs(a, va, b, vb)), None)
+        if same is not None:
+            pairs.append((va.label, va, same))
+            left.remove(same)
+        else:
+            unmatched.append(va)
+    for va in unmatched:
+        twin = next((vb for vb in left if not config_diffs(a, va, b, vb)), None)
+        if twin is not None:
+            pairs.append((f"{va.label} (B: {twin.label})", va, twin))
+            left.remove(twin)
+            continue
+        named = next((vb for vb in left if vb.label == va.label), None)
+        if named is not None:
+            refused.append((va.label, config_diffs(a, va, b, named)))
+            if force:
+                pairs.append((va.label, va, named))
+                left.remove(named)
+    order = {v.label: i for i, v in enumerate(a.variants)}
+    pairs.sort(key=lambda p: order[p[1].label])
+    return Pairing(pairs, refused)
+
+
+def table_rows(a: SuiteResult, b: SuiteResult, metric: str = METRIC,
+               force: bool = False) -> List[Row]:
     """A ``Row`` for the ceiling (when both runs have one, and ``metric`` is samples/s) and
-    each variant in both runs."""
+    each pair of variants of the same configuration (``pair_rows``; ``force``: of the same
+    label too)."""
     out = []
     both = a.ceiling and b.ceiling and metric == METRIC
     pairs = [("ceiling", a.ceiling, b.ceiling)] if both else []
-    labels_b = {v.label: v for v in b.variants}
-    pairs += [(v.label, v, labels_b[v.label]) for v in a.variants if v.label in labels_b]
+    pairs += pair_rows(a, b, force).pairs
     speed = run_speed(a, b)
     for label, va, vb in pairs:
         j = judge(va, vb, speed, metric)
@@ -337,8 +468,9 @@ def _load(path: str, option: str) -> SuiteResult:
         raise ValueError(f"{option} {path!r} is not a results.json (or a folder holding one)")
     try:
         return SuiteResult.load(p)
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{option} {path!r} is not a compare results.json ({e})") from None
+    except (ValueError, KeyError, TypeError, AttributeError, OSError, RecursionError) as e:
+        why = " ".join(str(e).split())[:200]
+        raise ValueError(f"{option} {path!r} is not a compare results.json ({why})") from None
 
 
 def steal_notes(a: SuiteResult, b: SuiteResult) -> List[str]:
@@ -401,10 +533,20 @@ def main(argv: Optional[List[str]] = None) -> int:
                      "them cannot be told from a change of the code")
     notes += steal_notes(a, b)
     field, unit, _ = METRICS[args.metric]
-    table = table_rows(a, b, field)
+    table = table_rows(a, b, field, args.force)
+    paired = pair_rows(a, b, args.force)
+    refused = [f"{label}: {'compared anyway (--force)' if args.force else 'not compared'}, "
+               f"the rows differ in {'; '.join(why)}" for label, why in paired.refused]
     if not table:
+        if refused:
+            return cli.fail(PROG, "no row of A has the configuration of a row of B: "
+                            + " | ".join(refused))
         return cli.fail(PROG, "the runs share no variant label")
-    only = sorted({v.label for v in a.variants} ^ {v.label for v in b.variants})
+    used_a = {va.label for _, va, _ in paired.pairs}
+    used_b = {vb.label for _, _, vb in paired.pairs}
+    gone = {x for x, _ in paired.refused} - used_a
+    only = sorted(({v.label for v in a.variants} - used_a - gone)
+                  | ({v.label for v in b.variants} - used_b - gone))
     for name, run in (("A", a), ("B", b)):
         if _one_process(run):
             notes.append(f"{name} ran each variant's repeats in one process: its spread is "
@@ -412,7 +554,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          f"change under {ONE_PROCESS_MIN_EFFECT:.0%} is not called")
     if args.json:
         doc = {"level": LEVEL, "min_effect": MIN_EFFECT, "metric": field, "notes": notes,
-               "rows": [r._asdict() for r in table], "not_in_both": only}
+               "rows": [r._asdict() for r in table], "not_in_both": only,
+               "not_compared": [{"label": x, "differs": why} for x, why in paired.refused]}
         print(json.dumps(strict(doc), indent=1, allow_nan=False))
         return 0
     for n in notes:
@@ -425,6 +568,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for r in table:
         if r.note:
             print(f"note: {r.label}: {r.note}")
+    for line in refused:
+        print(f"note: {line}")
     if only:
         print(f"not in both runs: {', '.join(only)}")
     return 0

@@ -163,6 +163,10 @@ def main(argv=None) -> int:
     p.add_argument("--strict", action="store_true",
                    help="exit 1 on any [WARN] line too, not only on a [FAIL]")
     a = p.parse_args(argv)
+    try:
+        cli.check_dist_env()  # RANK and WORLD_SIZE come as a pair
+    except ValueError as e:
+        return cli.fail("python -m compare doctor", e)
     cores, cuda, dali = facts()
     from pipelines import default_workers, local_world_size, shm_free_bytes
 

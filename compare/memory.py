@@ -114,6 +114,10 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
     p.add_argument("--out", required=True, help="output directory for memory.json")
     a = p.parse_args(argv)
+    try:
+        cli.check_dist_env()  # RANK and WORLD_SIZE come as a pair, before any work
+    except ValueError as e:
+        return cli.fail(PROG, e)
     import torch  # after parsing: --help and usage errors return at once
 
     from pipelines import AugmentSpec

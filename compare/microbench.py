@@ -475,6 +475,10 @@ def main(argv=None) -> int:
                    help="decode: RandomResizedCrop(224) + flip (train) or Resize(256) + "
                         "CenterCrop(224) (eval)")
     a = p.parse_args(argv)
+    try:
+        cli.check_dist_env()  # RANK and WORLD_SIZE come as a pair, before any work
+    except ValueError as e:
+        return cli.fail(PROG, e)
     if a.what == "cpu-scaling":
         try:
             procs = [int(x) for x in a.processes.split(",") if x.strip()]

@@ -47,11 +47,11 @@ CPU_ONLY = ("no GPU was timed: these are CPU numbers (DALI ran its CPU operators
 def rows(res: SuiteResult) -> List[List[str]]:
     out = []
     gpu = res.on_gpu
-    cold = " (cold)" if res.setup.get("cold") else ""
     for v in res.variants:
         nv = v.median("nvml_util_pct")
         out.append([
-            res.row_label(v) + cold, _pm(v, "samples_per_s"), _pm(v, "loader_only_per_s", "{:.0f}"),
+            res.row_label(v) + cold_label(res, v), _pm(v, "samples_per_s"),
+            _pm(v, "loader_only_per_s", "{:.0f}"),
             _pm(v, "wait_p50_ms", "{:.2f}"), _pm(v, "wait_p95_ms", "{:.2f}"),
             _pm(v, "idle_pct") if gpu else "-", _f(res.pct_of_ceiling(v)),
             _f(res.speedup(v), "{:.2f}x"),
@@ -64,6 +64,21 @@ def rows(res: SuiteResult) -> List[List[str]]:
                     _pm(c, "idle_pct") if gpu else "-",
                     "100.0", _f(res.speedup(c), "{:.2f}x"), "0.0", "-", "-"])
     return out
+
+
+def is_cold(res: SuiteResult, v) -> bool:
+    """Whether row ``v`` of a ``--cold`` run was timed cold: every repeat recorded an eviction
+    that took (at most ``COLD_TOOK`` of the pages still cached after it)."""
+    got = [r.cold_resident for r in v.repeats]
+    return (bool(res.setup.get("cold")) and bool(got)
+            and all(x is not None and x <= COLD_TOOK for x in got))
+
+
+def cold_label(res: SuiteResult, v) -> str:
+    """The row label's suffix in a ``--cold`` run: `` (cold)`` only where the eviction took."""
+    if not res.setup.get("cold"):
+        return ""
+    return " (cold)" if is_cold(res, v) else " (NOT cold: the eviction did not take)"
 
 
 def warnings_for(res: SuiteResult) -> List[str]:

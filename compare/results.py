@@ -199,6 +199,7 @@ class SuiteResult:
 
     @classmethod
     def from_dict(cls, d: Dict) -> "SuiteResult":
+        check_doc(d)  # a ValueError naming the first malformed field
         if d.get("schema") != SCHEMA:
             raise ValueError(f"schema={d.get('schema')!r} is not {SCHEMA!r}")
 
@@ -222,6 +223,85 @@ class SuiteResult:
     @classmethod
     def load(cls, path: str | Path) -> "SuiteResult":
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+# Repeat fields by the JSON type they hold (``null`` is allowed for each: a number that was not
+# finite is written as null, and older runs lack the newer fields)
+_NUMBERS = ("samples_per_s", "loader_only_per_s", "wait_p50_ms", "wait_p95_ms", "idle_pct",
+            "cpu_util_pct", "nvml_util_pct", "steps", "window_s", "pid", "cold_resident",
+            "settle_batches", "cpu_probe_ms", "cpu_steal_pct")
+_PAIRS = ("halves", "loader_only_halves")
+_DICTS = ("trace", "cpu_roles", "wait_sites", "paired_long")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _type(x) -> str:
+    return "null" if x is None else {dict: "an object", list: "a list", str: "a string",
+                                     bool: "a boolean"}.get(type(x), type(x).__name__)
+
+
+def check_doc(d) -> None:
+    """Refuse a ``results.json`` document that is not shaped as ``SuiteResult.dump`` writes it.
+
+    Raises:
+        ValueError: naming the first malformed field by its path (``variants[0].repeats[1].
+            samples_per_s is a string ('fast'), not a number``).
+    """
+    def bad(where: str, x, want: str) -> ValueError:
+        shown = f" ({x!r})" if isinstance(x, (str, int, float)) and not isinstance(x, bool) else ""
+        return ValueError(f"{where} is {_type(x)}{shown}, not {want}")
+
+    if not isinstance(d, dict):
+        raise bad("the document", d, "an object")
+    for k in ("env", "setup"):
+        if not isinstance(d.get(k), dict):
+            raise bad(k, d.get(k), "an object")
+    if not isinstance(d.get("variants"), list):
+        raise bad("variants", d.get("variants"), "a list")
+    rows = [("ceiling", d.get("ceiling"))] if d.get("ceiling") is not None else []
+    rows += [(f"variants[{i}]", v) for i, v in enumerate(d["variants"])]
+    for where, v in rows:
+        if not isinstance(v, dict):
+            raise bad(where, v, "an object")
+        for k in ("label", "backend"):
+            if not isinstance(v.get(k), str):
+                raise bad(f"{where}.{k}", v.get(k), "a string")
+        if not isinstance(v.get("overrides"), dict):
+            raise bad(f"{where}.overrides", v.get("overrides"), "an object")
+        for k in ("h2d_bytes_per_sample", "queue_batches"):
+            if v.get(k) is not None and not _is_number(v[k]):
+                raise bad(f"{where}.{k}", v[k], "a number")
+        if not isinstance(v.get("repeats"), list):
+            raise bad(f"{where}.repeats", v.get("repeats"), "a list")
+        for j, r in enumerate(v["repeats"]):
+            at = f"{where}.repeats[{j}]"
+            if not isinstance(r, dict):
+                raise bad(at, r, "an object")
+            for k in _NUMBERS:
+                if r.get(k) is not None and not _is_number(r[k]):
+                    raise bad(f"{at}.{k}", r[k], "a number")
+            for k in _PAIRS:
+                x = r.get(k)
+                if x is not None and not (isinstance(x, list) and len(x) == 2 and all(
+                        y is None or _is_number(y) for y in x)):
+                    raise bad(f"{at}.{k}", x, "a pair of numbers")
+            for k in ("waits_ms", "ranks", "calibration"):
+                if r.get(k) is not None and not isinstance(r[k], list):
+                    raise bad(f"{at}.{k}", r[k], "a list")
+            if not all(y is None or _is_number(y) for y in r.get("waits_ms") or ()):
+                raise ValueError(f"{at}.waits_ms holds a value that is not a number")
+            for n, rk in enumerate(r.get("ranks") or ()):
+                if not isinstance(rk, dict) or not all(y is None or _is_number(y)
+                                                       for y in rk.values()):
+                    raise bad(f"{at}.ranks[{n}]", rk, "an object of numbers")
+            for k in _DICTS:
+                if r.get(k) is not None and not isinstance(r[k], dict):
+                    raise bad(f"{at}.{k}", r[k], "an object")
+            if r.get("decoder") is not None and not isinstance(r["decoder"], str):
+                raise bad(f"{at}.decoder", r["decoder"], "a string")
 
 
 STEAL_WARN_PCT = 3.0  # CPU steal in a training window above this (% of the CPU) is reported

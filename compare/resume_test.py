@@ -9,7 +9,9 @@ Three runs of the same ``compare train`` command, in child processes, with every
 3. the same command with ``--resume``, from the checkpoint the killed run left.
 
 The joined sequence is run 2's batches before the position run 3 resumed at, then run 3's. It
-must equal run 1's, batch for batch. Exit status 0 when it does, 1 (with the first difference)
+must equal run 1's, batch for batch, and run 3 must have started at the checkpoint's position
+(the first batch run 2 had not checkpointed): a run that silently restarts from batch 0 would
+also join into run 1's sequence. Exit status 0 when it does, 1 (with the first difference)
 when it does not, 2 for a usage error.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from . import cli
 
@@ -28,6 +30,8 @@ Row = Tuple[int, int, str]
 def _rows(path: Path) -> List[Row]:
     out = []
     for line in path.read_text().splitlines():
+        if line.startswith("#"):  # "# resumed EPOCH BATCH" (compare.train)
+            continue
         e, k, idx = line.split(" ", 2)
         out.append((int(e), int(k), idx))
     return out
@@ -36,6 +40,43 @@ def _rows(path: Path) -> List[Row]:
 def _child(args: List[str], log: Path, extra: List[str]) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "compare", "train", *args, "--log-batches", str(log), *extra]
     return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def resumed_at(path: Path) -> Optional[Tuple[int, int]]:
+    """``(epoch, batch)`` the run logged to ``path`` said it resumed at, ``None`` when it did
+    not say (it started afresh)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# resumed "):
+            e, k = line.split()[2:4]
+            return int(e), int(k)
+    return None
+
+
+def start_error(killed: List[Row], kill_at: int, said: Optional[Tuple[int, int]],
+                resumed: List[Row], per_epoch: int) -> Optional[str]:
+    """Why the resumed run did not start at the checkpoint's position, or ``None``.
+
+    The killed run checkpointed after every step but its last (step ``kill_at``, logged, then
+    killed before its checkpoint), so the resumed run must say it resumed at that step's
+    position and its first batch must be that step's batch. A run that silently restarts from
+    batch 0 would otherwise join into an "identical" sequence. A position at the end of an
+    epoch (``per_epoch`` batches received) is the next epoch's first batch.
+    """
+    if len(killed) < kill_at:
+        return f"the killed run logged {len(killed)} batches, fewer than the {kill_at} it ran"
+    want = killed[kill_at - 1][:2]
+    if said is not None and said[1] >= per_epoch:  # saved at the epoch's end
+        said = (said[0] + 1, 0)
+    if said is None:
+        return (f"the resumed run did not resume from the checkpoint (it started afresh); it "
+                f"should have resumed at epoch {want[0]}, batch {want[1]}")
+    if said != want:
+        return (f"the resumed run resumed at epoch {said[0]}, batch {said[1]}, not at the "
+                f"checkpoint's position, epoch {want[0]}, batch {want[1]}")
+    if resumed and resumed[0][:2] != want:
+        return (f"the resumed run's first batch is epoch {resumed[0][0]}, batch "
+                f"{resumed[0][1]}, not the checkpoint's position, epoch {want[0]}, batch {want[1]}")
+    return None
 
 
 def join(killed: List[Row], resumed: List[Row]) -> List[Row]:
@@ -71,6 +112,10 @@ def run_test(a, args: List[str], prog: str) -> int:
         if res.returncode != 0:
             return cli.fail(prog, f"the resumed run failed: {res.stderr.strip()[-500:]}", 1)
         resumed = _rows(t / "resumed.log")
+        said = resumed_at(t / "resumed.log")
+    bad_start = start_error(killed, kill_at, said, resumed, per_epoch)
+    if bad_start is not None:
+        return cli.fail(prog, bad_start, 1)
     got = join(killed, resumed)
     where = f"killed by SIGKILL after step {kill_at} (epoch 1, batch {kill_at - per_epoch - 1})"
     start = f"epoch {resumed[0][0]}, batch {resumed[0][1]}" if resumed else "the end"

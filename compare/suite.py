@@ -16,7 +16,7 @@ from typing import Callable, List, Optional
 from pipelines import (Backend, LoaderConfig, SourceKind, available_backends, num_batches,
                        shard_paths, source_kind)
 
-from . import cli, ddp
+from . import cli, ddp, owned
 from .args import PROG, parse_args
 from .env import environment
 from .models import parse_model
@@ -79,12 +79,13 @@ def load_transform(ref: str):
     if inspect.isfunction(obj):
         try:
             obj = obj(**kwargs)
-        except (TypeError, ValueError) as e:
-            if not called:
+        except Exception as e:  # noqa: BLE001 - the user's function raised: one line naming it
+            if not called and isinstance(e, TypeError):
                 raise ValueError(f"--transform {ref!r} is a function that needs arguments ({e}); "
                                  "name a transform or a function of no arguments, or call it: "
                                  "MODULE:NAME(key=literal, ...)") from None
-            raise ValueError(f"--transform {ref!r}: calling {name} failed ({e})") from None
+            raise ValueError(f"--transform {ref!r}: calling {name} failed "
+                             f"({type(e).__name__}: {e})") from None
     elif called:
         raise ValueError(f"--transform {ref!r}: {name} is not a function to call")
     try:
@@ -200,8 +201,14 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         except ValueError as e:
             raise ValueError(f"--transform {a.transform} (for dali): {e}") from None
     classes = 0
+    # --out is checked before the dataset is listed or anything is written (a probe included)
+    cli.outside_data(a.out, a.data if a.data else gen.out, "--out",
+                     "--data" if a.data else "the default dataset")
+    if Path(a.out).is_dir():
+        owned.check_out(Path(a.out))
     if gen is None:
-        paths, names = cli.list_dataset(a.data, allow_empty=base.allow_empty_classes)
+        paths, names = cli.list_dataset(a.data, allow_empty=base.allow_empty_classes,
+                                        on_bad_file=base.on_bad_file)
         check_dataset(len(paths), variants, configs)
         classes = len(names)
     elif not Path(gen.out).exists():  # about to be generated: check its size first
@@ -259,22 +266,26 @@ def prepare(p: Plan, a, log, job: ddp.Job = ddp.Job(), build_step: bool = True):
     (in DDP under torchrun: rank 0 makes the dataset while the others wait), unless
     ``build_step`` is False (isolated runs build it in each unit's process): then ``None``."""
     root, classes = p.base.root, p.classes
+    user_step = None
+    if build_step and getattr(a, "step", None):  # before the default dataset is made
+        from .userstep import load_step
+
+        user_step = load_step(a.step)
     if p.gen is not None:
         if job.main:
             root = default_dataset(p.gen, log)
         job.barrier()
         if not job.main:
             root = default_dataset(p.gen, log)
-        paths, names = cli.list_dataset(root, allow_empty=p.base.allow_empty_classes)
+        paths, names = cli.list_dataset(root, allow_empty=p.base.allow_empty_classes,
+                                        on_bad_file=p.base.on_bad_file)
         check_dataset(len(paths), p.variants, p.configs)
         classes = len(names)
     p.classes = classes
     if not build_step:
         return Path(root), None
-    if getattr(a, "step", None):
-        from .userstep import load_step
-
-        return Path(root), load_step(a.step)
+    if user_step is not None:
+        return Path(root), user_step
     wrap = (lambda m: ddp.wrap(m, job)) if job.group else None
     return Path(root), make_step(a.model, p.base, classes, wrap=wrap)
 
@@ -284,6 +295,10 @@ def run(argv=None) -> int:
 
     Under torchrun every rank runs it and rank 0 reports (``compare.ddp``)."""
     a = argv if isinstance(argv, argparse.Namespace) else parse_args(argv)
+    try:
+        cli.check_dist_env()  # RANK and WORLD_SIZE come as a pair, before any work
+    except ValueError as e:
+        return cli.fail(PROG, e)
     try:
         job = ddp.start(a.device)
     except (ValueError, RuntimeError) as e:
@@ -308,6 +323,10 @@ def _run(a, job: ddp.Job) -> int:
         p = plan(a, note)
         p.notes = notes
         a.isolate = isolated(a, job, note)
+        if a.isolate and getattr(a, "step", None):  # built in each unit's process: check now
+            from .userstep import load_step
+
+            load_step(a.step)
         root, step = prepare(p, a, log, job, build_step=not a.isolate)
     except (ValueError, TypeError, ImportError) as e:
         return cli.fail(PROG, e if job.main else f"rank {job.rank}: {e}")
@@ -394,8 +413,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
                 where = f"; the partial results could not be written ({e})"
         if tb:
             try:
-                (out / "error.log").write_text(tb)
-                where += f"; traceback in {out / 'error.log'}"
+                log_path = owned.write_error_log(out, tb)  # never over a file of another's
+                where += f"; traceback in {log_path}"
             except OSError:
                 pass
         return cli.fail(PROG, why + where, code)
@@ -419,6 +438,11 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
             cold = evictor(base.root)
         except RuntimeError as e:
             return late(2, str(e))
+        trial = cold()  # before any timing: an eviction that cannot take (tmpfs) is refused
+        if trial.files and not trial.took:
+            return late(2, f"--cold: the page cache of {base.root} cannot be evicted here "
+                           f"({trial.describe()}); a tmpfs or a network filesystem keeps the "
+                           "files in memory: drop --cold, or put the data on a local disk")
     try:
         if getattr(a, "isolate", False):
             from . import isolate
@@ -474,7 +498,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
     suite = save(True)
     if not job.main:
         return 0
-    (out / "error.log").unlink(missing_ok=True)  # a stale one from an earlier failed run
+    owned.drop_stale_error_log(out)  # an earlier failed run's; never a file of another's
     pngs = plots(suite, out)
     print()
     print(table(suite))

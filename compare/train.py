@@ -6,8 +6,10 @@ on ``cuda:LOCAL_RANK`` and rank 0 prints the job's images and img/s (``compare.d
 AMP (bf16) and channels_last on a GPU; loss and throughput printed per epoch.
 
 ``--checkpoint PATH`` saves the model, the optimiser and the loader's ``state_dict`` every
-``--checkpoint-every`` steps and at each epoch's end (written atomically); ``--resume`` starts
-from it, mid-epoch included. ``--resume-test`` proves that: it trains once uninterrupted, then
+``--checkpoint-every`` steps and at each epoch's end (written atomically); its folder must
+exist and lie outside ``--data`` (checked before training). ``--resume`` starts from it,
+mid-epoch included; an empty or foreign file, or a checkpoint of another model, is refused in
+one line before training. ``--resume-test`` proves that: it trains once uninterrupted, then
 again with a real ``SIGKILL`` in the middle of the second epoch, restarts from the last checkpoint,
 and checks that the (epoch, batch, dataset indices) sequence joined across the kill equals the
 uninterrupted one (exit 1 with the first difference otherwise).
@@ -54,6 +56,10 @@ def main(argv=None) -> int:
     p.add_argument("--log-batches", default=None, help=argparse.SUPPRESS)
     p.add_argument("--kill-after-steps", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    try:
+        cli.check_dist_env()  # RANK and WORLD_SIZE come as a pair, before any work
+    except ValueError as e:
+        return cli.fail(PROG, e)
     if a.resume_test:
         from .resume_test import run_test
 
@@ -72,6 +78,70 @@ def main(argv=None) -> int:
         return _train(a, job, cuda)
     finally:
         job.finish()
+
+
+CHECKPOINT_KEYS = ("loader", "model", "optimizer")
+
+
+def check_checkpoint_path(path: str, data: str) -> None:
+    """``--checkpoint``: a file whose folder exists and can be written, outside ``--data``;
+    checked before any work, not at the first save.
+
+    Raises:
+        ValueError: naming ``--checkpoint``.
+    """
+    p = os.path.abspath(path)
+    folder = os.path.dirname(p)
+    if os.path.isdir(p):
+        raise ValueError(f"--checkpoint {path!r} is a folder; give a file path, e.g. "
+                         f"{os.path.join(path, 'checkpoint.pt')}")
+    if not os.path.isdir(folder):
+        raise ValueError(f"--checkpoint {path!r}: its folder {folder} does not exist; create it "
+                         "or choose another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"--checkpoint {path!r}: its folder {folder} cannot be written; choose "
+                         "another path")
+    cli.outside_data(path, data, "--checkpoint")
+
+
+def restore(path: str, device, loader, step) -> None:
+    """Load the checkpoint at ``path`` into ``step`` (model, optimiser) and ``loader``.
+
+    Everything is checked before the loader is touched: an empty file, one that is not a
+    ``compare train`` checkpoint, or one of another model raises one ``ValueError`` that says
+    which.
+    """
+    import torch
+
+    if os.path.getsize(path) == 0:
+        raise ValueError("the file is empty (a checkpoint is written whole or not at all: was it "
+                         "made by something else?); delete it or drop --resume")
+    try:
+        ck = torch.load(path, map_location=device, weights_only=False)
+    except Exception as e:  # noqa: BLE001 - any unreadable file: one line
+        raise ValueError(f"not a checkpoint torch can read ({type(e).__name__}: {e}); "
+                         "give a file that compare train wrote") from None
+    if not isinstance(ck, dict) or any(k not in ck for k in CHECKPOINT_KEYS):
+        got = sorted(map(str, ck)) if isinstance(ck, dict) else type(ck).__name__
+        raise ValueError(f"not a compare train checkpoint (it holds {got}, not "
+                         f"{', '.join(CHECKPOINT_KEYS)}); give a file that compare train wrote")
+    has, saved = step.module is not None, ck["model"] is not None
+    if has != saved:
+        raise ValueError("a checkpoint of another model: it was saved "
+                         f"{'without' if not saved else 'with'} a model's weights and this run "
+                         f"{'has' if has else 'has no'} model; use the --model it was saved with")
+    if has:  # (a refused load ends the run: nothing half-loaded is used)
+        try:
+            step.module.load_state_dict(ck["model"])
+            step.opt.load_state_dict(ck["optimizer"])
+        except Exception as e:  # noqa: BLE001 - size mismatch, missing keys: one line
+            why = " ".join(str(e).split())
+            raise ValueError(f"a checkpoint of another model ({type(e).__name__}: "
+                             f"{why[:300]}); use the --model it was saved with") from None
+    try:
+        loader.load_state_dict(ck["loader"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"its loader state does not fit this run: {e}") from None
 
 
 def _train(a, job, cuda: bool) -> int:
@@ -100,7 +170,9 @@ def _train(a, job, cuda: bool) -> int:
         cli.at_least("--checkpoint-every", a.checkpoint_every, 1)
         if a.resume and not a.checkpoint:
             raise ValueError("--resume needs --checkpoint PATH")
-        paths, classes = cli.list_dataset(a.data)
+        if a.checkpoint:
+            check_checkpoint_path(a.checkpoint, a.data)
+        paths, classes = cli.list_dataset(a.data, on_bad_file=a.on_bad_file)
         cli.check_batches(len(paths), cfg)
         step = TrainStep(model, cfg.resolved().torch_device, num_classes=max(2, len(classes)),
                          amp_dtype=torch.bfloat16 if cuda else None, channels_last=cuda, lr=a.lr,
@@ -113,19 +185,17 @@ def _train(a, job, cuda: bool) -> int:
     ck_path = a.checkpoint and (a.checkpoint if job.rank == 0 else f"{a.checkpoint}.rank{job.rank}")
     if a.resume and os.path.exists(ck_path):
         try:
-            ck = torch.load(ck_path, map_location=cfg.resolved().torch_device,
-                            weights_only=False)
-            loader.load_state_dict(ck["loader"])
-        except (ValueError, KeyError, OSError, RuntimeError) as e:
+            restore(ck_path, cfg.resolved().torch_device, loader, step)
+        except ValueError as e:
             loader.close()
-            return cli.fail(PROG, f"--resume {a.checkpoint}: {e}")
-        if step.module is not None:
-            step.module.load_state_dict(ck["model"])
-            step.opt.load_state_dict(ck["optimizer"])
+            return cli.fail(PROG, f"--resume --checkpoint {ck_path}: {e}")
         start, resumed = loader.epoch, True
-        say(f"resumed from {ck_path} at epoch {start}, batch {ck['loader']['batches']}",
-            flush=True)
+        at = loader.state_dict()["batches"]
+        say(f"resumed from {ck_path} at epoch {start}, batch {at}", flush=True)
     log = open(a.log_batches, "a") if a.log_batches else None
+    if log is not None and resumed:  # where it resumed, for --resume-test (compare.resume_test)
+        log.write(f"# resumed {start} {at}\n")
+        log.flush()
     steps = 0
 
     def save() -> None:

@@ -21,8 +21,9 @@ def load_step(ref: str) -> Callable:
     if called:
         try:
             obj = obj(**kwargs)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"--step {ref!r}: calling {name} failed ({e})") from None
+        except Exception as e:  # noqa: BLE001 - the user's factory raised: one line naming it
+            raise ValueError(f"--step {ref!r}: calling {name} failed "
+                             f"({type(e).__name__}: {e})") from None
     if not callable(obj):
         raise ValueError(f"--step {ref!r} is a {type(obj).__name__}, not a callable "
                          "step(images, labels)")

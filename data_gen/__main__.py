@@ -33,8 +33,9 @@ def main(argv=None) -> int:
                         "labels.csv (a file-list dataset: --data OUT/labels.csv); wds: WebDataset "
                         "tar shards OUT/shard-NNNNNN.tar in a seeded shuffled order, each "
                         "sample KEY.jpg|png|webp|bmp and KEY.cls")
-    p.add_argument("--shard-size", type=int, default=1000, metavar="K",
-                   help="samples per shard with --format wds (the last shard holds the rest)")
+    p.add_argument("--shard-size", type=int, default=None, metavar="K",
+                   help="samples per shard with --format wds (the last shard holds the rest; "
+                        "default: 1000); refused with any other --format")
     p.add_argument("--mix-formats", action="store_true",
                    help="write some images as PNG, WebP and BMP among the JPEGs")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
@@ -47,6 +48,11 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if not a.bad_inputs and not a.out:
         p.error("--out is required (or --bad-inputs DIR)")
+    if a.shard_size is not None and (a.bad_inputs or a.layout != "wds"):
+        what = "--bad-inputs" if a.bad_inputs else f"--format {a.layout}"
+        print(f"data_gen: error: --shard-size applies only to --format wds (tar shards), not "
+              f"{what}; add --format wds or drop --shard-size", file=sys.stderr)
+        return 2
     t = time.perf_counter()
     try:
         if a.bad_inputs:
@@ -58,7 +64,7 @@ def main(argv=None) -> int:
                 out=a.out, num_images=a.num_images, classes=a.classes, seed=a.seed,
                 width_range=a.width_range, quality_range=a.quality_range, workers=a.workers,
                 force=a.force, mix_formats=a.mix_formats, layout=a.layout,
-                shard_size=a.shard_size,
+                **({} if a.shard_size is None else {"shard_size": a.shard_size}),
             ), progress=False if a.quiet else None)
     except (ValueError, OSError) as e:  # user errors and unwritable folders: one line
         print(f"data_gen: error: {e}", file=sys.stderr)

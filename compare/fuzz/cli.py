@@ -82,7 +82,10 @@ def main(argv=None) -> int:
         return worker(argv[1])
     try:
         a = _parse(argv)
-    except _UsageError as e:
+        from ..cli import check_dist_env
+
+        check_dist_env()  # RANK and WORLD_SIZE come as a pair, before any work
+    except (_UsageError, ValueError) as e:
         print(f"fuzz: error: {e}", file=sys.stderr)
         return 2
     except SystemExit as e:  # --help
