@@ -301,6 +301,8 @@ class LoaderConfig:
             raise ValueError(f"root={self.root!r} must name a dataset folder")
         if not isinstance(self.root, (str, os.PathLike)):
             raise TypeError(f"root={self.root!r} must be a str or os.PathLike")
+        from .sources import check_local_root  # a URL is refused before Path folds its "//"
+        check_local_root(self.root)
         s("root", Path(self.root))
         if self.transform is not None:  # stored as a flat v2 Compose; see pipelines.migrate
             from .migrate import check_transform
