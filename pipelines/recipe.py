@@ -46,8 +46,14 @@ class Recipe:
     user: Any = None
 
     @classmethod
-    def of(cls, spec: AugmentSpec, transform=None) -> "Recipe":
-        """The recipe for ``LoaderConfig(augment=spec, transform=transform)``."""
+    def of(cls, spec: AugmentSpec, transform=None, dtype=None) -> "Recipe":
+        """The recipe for ``LoaderConfig(augment=spec, transform=transform)``; with ``dtype``
+        (``LoaderConfig.dtype``), a transform ending in another float dtype is refused
+        (``pipelines.migrate.check_output_dtype``)."""
+        if dtype is not None and transform is not None:
+            from .migrate import check_output_dtype
+
+            check_output_dtype(transform, dtype)
         return cls(spec, transform)
 
     @cached_property

@@ -189,7 +189,8 @@ def suite(tab: dict, interp, fill: float) -> dict:
 
 def _suite(op: Op, policy: str, bins: int) -> dict:
     h, w = op["size"] or (0, 0)
-    return suite(tables(policy, bins, h, w), INTERP[op["interp"]], float(op["fill"]))
+    fill = None if op["fill"] is None else float(op["fill"])
+    return suite(tables(policy, bins, h, w), INTERP[op["interp"]], fill)
 
 
 def trivial_augment(images, op: Op):

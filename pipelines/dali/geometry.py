@@ -245,9 +245,27 @@ def vector(*vals):
 
 def warp(images, a, b, tx, c, d, ty, interp, fill):
     """``warp_affine`` with the map from output to input pixel coordinates (pixel centres at
-    half-integers): ``x_in = a x + b y + tx``, ``y_in = c x + d y + ty``."""
+    half-integers): ``x_in = a x + b y + tx``, ``y_in = c x + d y + ty``, on uint8 HWC images.
+
+    The border is torchvision's (``_apply_grid_transform``): ``grid_sample`` with zero padding,
+    then, where a fill is given (``fill`` not ``None``), the fill blended in by a warped mask of
+    ones. Nearest: a pixel whose source lies outside takes the fill (DALI's ``fill_value``).
+    Bilinear: ``mask * (img - fill) + fill``, where ``img`` and ``mask`` are the image and an
+    all-ones channel warped with zeros outside (so a border pixel is ``mask`` squared times
+    the image's share, not DALI's ``img + (1 - mask) * fill``); with ``fill=None`` the zero
+    padded result as it is. Rounded half to even, as torchvision rounds."""
     m = fn.reshape(vector(a, b, tx, c, d, ty), shape=[2, 3])
-    return fn.warp_affine(images, matrix=m, fill_value=fill, interp_type=interp, inverse_map=True)
+    if interp == types.INTERP_NN:
+        return fn.warp_affine(images, matrix=m, fill_value=0.0 if fill is None else fill,
+                              interp_type=interp, inverse_map=True)
+    x = as_float(images)
+    if fill is not None:
+        x = fn.cat(x, x[:, :, 0:1] * 0.0 + 1.0, axis=2)  # the image and a channel of ones
+    x = fn.warp_affine(x, matrix=m, fill_value=0.0, interp_type=interp, inverse_map=True)
+    if fill is not None:
+        img, mask = x[:, :, 0:3], x[:, :, 3:4]
+        x = (img - fill) * mask + fill
+    return fn.cast(dmath.clamp(round_half_even(x), 0.0, 255.0), dtype=types.UINT8)
 
 
 def affine(images, op: Op):
@@ -257,7 +275,15 @@ def affine(images, op: Op):
     (``_get_inverse_affine_matrix``; ``F.rotate`` passes it the negated angle), about the image
     centre or ``center``, with its interpolation and fill."""
     H, W = image_hw(images)
-    angle = uniform(op["degrees"])
+
+    def draw(lo_hi, period=None):  # a fixed value as torchvision draws it: a float32, then
+        lo, hi = lo_hi             # its math in float64 (an angle reduced to one turn first)
+        if hi > lo:
+            return fn.random.uniform(range=[lo, hi])
+        v = float(np.float32(lo))
+        return math.fmod(v, period) if period else v
+
+    angle = draw(op["degrees"], 360.0)
     if op["rotate"]:
         angle = angle * -1.0
     tx = ty = 0.0
@@ -265,9 +291,9 @@ def affine(images, op: Op):
         fx, fy = op["translate"]
         tx = round_half_even(fn.random.uniform(range=[-1.0, 1.0]) * (W * fx)) if fx else 0.0
         ty = round_half_even(fn.random.uniform(range=[-1.0, 1.0]) * (H * fy)) if fy else 0.0
-    scale = uniform(op["scale"]) if op["scale"] is not None else 1.0
+    scale = draw(op["scale"]) if op["scale"] is not None else 1.0
     sx0, sx1, sy0, sy1 = op["shear"] if op["shear"] is not None else (0.0, 0.0, 0.0, 0.0)
-    shx, shy = uniform((sx0, sx1)), uniform((sy0, sy1))
+    shx, shy = draw((sx0, sx1), 360.0), draw((sy0, sy1), 360.0)
 
     def rad(v):
         return v * (math.pi / 180.0)
@@ -294,4 +320,5 @@ def affine(images, op: Op):
     oy = (ccx * -1.0 - tx) * m3 + (ccy * -1.0 - ty) * m4 + ccy
     t0 = ox + cx - (m0 * cx + m1 * cy)
     t1 = oy + cy - (m3 * cx + m4 * cy)
-    return warp(images, m0, m1, t0, m3, m4, t1, WARP_INTERP[op["interp"]], float(op["fill"]))
+    fill = None if op["fill"] is None else float(op["fill"])
+    return warp(images, m0, m1, t0, m3, m4, t1, WARP_INTERP[op["interp"]], fill)

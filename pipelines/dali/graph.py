@@ -17,11 +17,11 @@ CPU operators (how CI tests it).
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from nvidia.dali import fn, pipeline_def, types
 
-from ..migrate import Op, TvPlan
+from ..migrate import Op, Problem, TvPlan, UnsupportedTransformError
 from ..migrate.ops import build, entry
 from ..config import DaliExecutor, DecodeOn, LabelsVia, LoaderConfig, OutputDType
 from ..indexing import dali_seed
@@ -73,6 +73,7 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
     ops = list(plan.ops)
     if ops and entry(ops[0]).decode is not None:
         op = ops.pop(0)
+        _building(op)
         images = entry(op).decode(jpegs, op, dec, dec_kw)
     else:
         images = fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
@@ -82,9 +83,11 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
     kw = {}
     if ops and entry(ops[-1]).mirror is not None:
         op = ops.pop()
+        _building(op)
         kw["mirror"] = entry(op).mirror(op)
     for op in ops:
         images = _apply(images, op)
+    _building(None)
     return fn.crop_mirror_normalize(
         images, dtype=DALI_DTYPE[cfg.dtype], output_layout="HWC" if cfg.channels_last else "CHW",
         mean=list(plan.mean), std=list(plan.std), **kw)
@@ -95,10 +98,34 @@ def conditional(plan: TvPlan) -> bool:
     return any(entry(op).conditional for op in plan.ops)
 
 
+_BUILDING: List[Op] = []  # the op whose graph is being built (for ``_graph_error``)
+
+
 def _apply(images, op: Op):
     """One translated torchvision op on decoded HWC images (uint8, or float after ``affine``):
     its op registry entry's builder (``pipelines.migrate.ops``)."""
+    _building(op)
     return build(images, op)
+
+
+def _building(op: Optional[Op]) -> None:
+    _BUILDING.clear()
+    if op is not None:
+        _BUILDING.append(op)
+
+
+def _graph_error(err: BaseException) -> UnsupportedTransformError:
+    """One line for a DALI or AutoGraph error met while the graph of a translated op was being
+    built: the transform (its op kind and parameters) and DALI's own last line. Translation
+    refuses what it knows DALI cannot run; this is the net under it."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    why = lines[-1] if lines else type(err).__name__
+    op = _BUILDING[0]
+    names = " / ".join(entry(op).torchvision) or op.kind
+    params = ", ".join(f"{k}={v!r}" for k, v in op.args if k != "ops")
+    return UnsupportedTransformError(
+        f"DALI cannot build {names} ({params}): {why}. The torch backends run this transform",
+        [Problem(-1, names, params, why)])
 
 
 def _resolve(ops) -> None:
@@ -161,4 +188,12 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
             labels = labels.gpu()  # else the loader copies them (LabelsVia.TORCH)
         return images, labels, indices
 
-    return graph(checkpoint=checkpoint) if checkpoint is not None else graph()
+    _BUILDING.clear()
+    try:
+        return graph(checkpoint=checkpoint) if checkpoint is not None else graph()
+    except Exception as e:  # the graph is traced here (DALI / AutoGraph errors)
+        if not _BUILDING:
+            raise
+        raise _graph_error(e) from None
+    finally:
+        _BUILDING.clear()

@@ -39,6 +39,41 @@ def check_transform(transform):
     return compose
 
 
+def check_output_dtype(transform, dtype) -> None:
+    """Refuse a ``transform`` whose float output is not ``LoaderConfig.dtype`` (``dtype``).
+
+    Every backend casts the Compose's output to ``LoaderConfig.dtype``. A Compose ending in
+    float32 (the ``ToDtype(torch.float32, scale=True)`` of every recipe) is cast so; one ending
+    in another float dtype (a ``ToDtype(torch.bfloat16)``, ``float16``, ``float64``) must end in
+    ``LoaderConfig.dtype``, since the cast would silently drop what it asks for.
+
+    Args:
+        transform: the flat v2 Compose ``check_transform`` returned (or ``None``).
+        dtype: ``LoaderConfig.dtype`` as a ``torch.dtype`` (or an object with ``.torch``).
+
+    Raises:
+        ValueError: one line naming the transform's dtype step and ``LoaderConfig.dtype``.
+    """
+    import torch
+
+    from .flow import walk
+
+    if transform is None:
+        return
+    want = getattr(dtype, "torch", dtype)
+    steps, _ = walk(transform)
+    end = steps[-1].after.dtype if steps else None
+    if end is None or not end.is_floating_point or end in (torch.float32, want):
+        return
+    pos = max(st.pos for st in steps if st.name in ("ToDtype", "ConvertImageDtype")
+              and st.after.dtype == end)
+    raise ValueError(f"transform's #{pos} {steps[pos].name} gives {end} images but "
+                     f"LoaderConfig.dtype={str(want).replace('torch.', '')!r}: set "
+                     f"dtype={str(end).replace('torch.', '')!r} or end the transform in that "
+                     "dtype or float32")
+
+
 __all__ = ["DALI_REFUSED", "InvalidTransformError", "Op", "Problem", "SUPPORTED", "Steps",
-           "TransformError", "TvPlan", "UnsupportedTransformError", "apply", "check_transform",
+           "TransformError", "TvPlan", "UnsupportedTransformError", "apply", "check_output_dtype",
+           "check_transform",
            "from_torchvision", "spec_ops", "split_compose"]

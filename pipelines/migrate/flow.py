@@ -15,6 +15,7 @@ for the image's type, a zero ``std``, ``Resize`` with ``BOX`` on a tensor, a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -121,9 +122,61 @@ def _pad(t, s: State, out: List[str]) -> State:
     return replace(s, size=(s.size[0] + top + b, s.size[1] + l + r) if s.size else None)
 
 
+def _fills(t) -> list:
+    """Every fill a warping step may use (``None``: no fill): v2 keeps them per type."""
+    fill = getattr(t, "_fill", None)
+    fill = fill if isinstance(fill, dict) else {"others": getattr(t, "fill", None)}
+    return list(fill.values())
+
+
+def _check_fill(t, s: State, out: List[str]) -> None:
+    n = s.channels
+    for v in _fills(t):
+        k = len(v) if isinstance(v, (list, tuple)) else 1
+        if n is not None and k not in (1, n):
+            out.append(f"fill={v!r}|torchvision raises: {k} fill values for a {n}-channel "
+                       "image (give 1 or one per channel)")
+            return
+
+
+def _check_range(name: str, lo_hi, out: List[str]) -> None:
+    """A ``(min, max)`` that torchvision draws ``uniform_(min, max)`` from: it raises on a
+    reversed or non-finite range."""
+    lo, hi = (float(v) for v in lo_hi)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        out.append(f"{name}={tuple(lo_hi)}|torchvision draws uniform({name}[0], {name}[1]) "
+                   "and raises unless both are finite and min <= max")
+
+
 def _auto_family(t, s: State, out: List[str]) -> State:
     """TrivialAugmentWide, RandAugment, AutoAugment: on uint8 they keep uint8 values; on float
-    their result is no affine map of the pixels."""
+    their result is no affine map of the pixels. torchvision refuses (at run time, when the op
+    is drawn) fewer than 2 magnitude bins (its posterize table divides by bins - 1), a
+    RandAugment ``magnitude`` that is no index of its ``num_magnitude_bins`` table, and a fill
+    that does not broadcast to the channels."""
+    bins = getattr(t, "num_magnitude_bins", None)
+    name = type(t).__name__
+    if name in ("TrivialAugmentWide", "RandAugment") and bins is not None and (
+            not isinstance(bins, int) or bins < 2):
+        out.append(f"num_magnitude_bins={bins!r}|torchvision needs an int >= 2 (its posterize "
+                   "table divides by bins - 1; it raises when that op is drawn)")
+    elif name == "RandAugment" and (isinstance(t.magnitude, bool) or not isinstance(
+            t.magnitude, int) or not -bins <= t.magnitude < bins):
+        out.append(f"magnitude={t.magnitude!r}|torchvision indexes its table of "
+                   f"num_magnitude_bins={bins} magnitudes with it and raises: give an int "
+                   f"-{bins} <= magnitude < {bins}")
+    if name in ("RandomRotation", "RandomAffine"):
+        _check_range("degrees", t.degrees, out)
+        if name == "RandomAffine" and t.scale is not None:
+            _check_range("scale", t.scale, out)
+        if name == "RandomAffine" and t.shear is not None:
+            sh = list(t.shear)
+            _check_range("shear", sh[:2], out)
+            if len(sh) == 4:
+                _check_range("shear[2:]", sh[2:], out)
+    _check_fill(t, s, out)
+    if name == "RandomRotation" and getattr(t, "expand", False):
+        return _keeps_dtype(False)(t, s, out)
     return s if not s.is_float else _keeps_dtype(True)(t, s, out)
 
 
@@ -137,6 +190,11 @@ def _branches(t, s: State, out: List[str]) -> State:
     """RandomApply / RandomChoice: known when every branch keeps the size and, on uint8, the
     values' space (``BRANCH_SAFE``); unknown otherwise."""
     inner = list(getattr(t, "transforms", []))
+    for u in inner:  # what torchvision refuses in a branch (raised when the branch is drawn)
+        h, more = HANDLERS.get(type(u).__name__), []
+        if h is not None and s.dtype is not None:
+            h(u, s, more)
+        out += [f"{type(u).__name__}: {o}" for o in more]
     safe = all(type(u).__name__ in BRANCH_SAFE and not getattr(u, "expand", False)
                for u in inner)
     return s if safe and not s.is_float else UNKNOWN
@@ -245,8 +303,7 @@ HANDLERS: Dict[str, Handler] = {
     "RandomApply": _branches, "RandomChoice": _branches,
     # on uint8 the warp keeps uint8 values and, without expand, the size
     "RandomAffine": _auto_family,
-    "RandomRotation": lambda t, s, out: (_auto_family(t, s, out) if not getattr(t, "expand", False)
-                                         else _keeps_dtype(False)(t, s, out)),
+    "RandomRotation": _auto_family,  # with expand=True, the size is not known
 }
 for _n in ("RandomPerspective", "ElasticTransform",
            "RandomEqualize", "RandomAutocontrast", "RandomInvert",

@@ -19,6 +19,10 @@ Tolerances (checked by tests/test_translation_table.py and tests/test_migrate.py
   ``antialias=False`` and any upscale by at most 1/255 per pixel. NEAREST_EXACT picks the same
   pixels except where a source coordinate falls exactly on a pixel boundary, where float
   rounding can pick the neighbouring row.
+* Warps (RandomRotation, RandomAffine, the AutoAugment family's shears, translations and
+  rotations): torchvision's border too, the fill blended by the warped mask for BILINEAR
+  (``pipelines.dali.geometry.warp``); a pixel may differ by one level where float rounding
+  meets torchvision's round half to even.
 * Intermediate float16 / bfloat16 / float64 steps are computed in float32 by DALI.
 * ColorJitter and RandomGrayscale compute what torchvision's uint8 kernels compute (its grey
   weights, its truncations, hue in HSV), to within a uint8 level; but DALI applies brightness,
@@ -70,7 +74,6 @@ DALI_REFUSED = {
         _AFTER_FLOAT,
         ("interpolation=<not NEAREST or BILINEAR>", "its warps are translated for these two"),
         ("fill=<per-channel or per-type values>", "one fill value is translated"),
-        ("num_magnitude_bins < 2", "torchvision's posterize table divides by bins - 1"),
     ),
     "RandAugment": (
         _AFTER_FLOAT,
@@ -254,11 +257,16 @@ def _auto_common(t, s: State, name: str, sized: bool = False):
     fill = getattr(t, "_fill", {"others": getattr(t, "fill", None)})
     vals = set()
     for v in (fill.values() if isinstance(fill, dict) else [fill]):
-        vals |= {0.0} if v is None else {float(u) for u in (v if isinstance(v, (list, tuple))
-                                                            else [v])}
-    if len(vals) != 1 or not 0 <= next(iter(vals)) <= 255:
+        # None: no fill, zero padding; the same as 0 for nearest, not for bilinear (the fill
+        # is blended in by the warped mask only when one is given; geometry.warp)
+        vals |= {None if mode == "bilinear" else 0.0} if v is None else \
+            {float(u) for u in (v if isinstance(v, (list, tuple)) else [v])}
+    one = next(iter(vals)) if len(vals) == 1 else 0.0
+    if len(vals) != 1 or (one is not None and not 0 <= one <= 255):
         return None, (f"fill={t.fill!r}", why[2][1])
-    return (mode, vals.pop()), None
+    if mode == "nearest" and one is not None:
+        one = float(round(one))  # torchvision rounds the filled float image half to even
+    return (mode, one), None
 
 
 def _trivial_augment(t, s: State):
@@ -266,9 +274,6 @@ def _trivial_augment(t, s: State):
     got, bad = _auto_common(t, s, "TrivialAugmentWide")
     if bad:
         return [], bad
-    if t.num_magnitude_bins < 2:
-        return [], (f"num_magnitude_bins={t.num_magnitude_bins}",
-                    DALI_REFUSED["TrivialAugmentWide"][3][1])
     return [Op("trivial_augment", (("bins", int(t.num_magnitude_bins)), ("interp", got[0]),
                                    ("fill", got[1]), ("size", None)))], None
 
@@ -277,10 +282,10 @@ def _rand_augment(t, s: State):
     got, bad = _auto_common(t, s, "RandAugment", sized=True)
     if bad:
         return [], bad
-    if t.num_magnitude_bins < 2:
-        return [], (f"num_magnitude_bins={t.num_magnitude_bins}",
-                    DALI_REFUSED["TrivialAugmentWide"][3][1])
-    return [Op("rand_augment", (("num_ops", int(t.num_ops)), ("magnitude", int(t.magnitude)),
+    # flow.check refused magnitudes outside -bins..bins-1; torchvision indexes its table with
+    # it, so a negative one counts from the end
+    bins = int(t.num_magnitude_bins)
+    return [Op("rand_augment", (("num_ops", int(t.num_ops)), ("magnitude", int(t.magnitude) % bins),
                                 ("bins", int(t.num_magnitude_bins)), ("interp", got[0]),
                                 ("fill", got[1]), ("size", tuple(s.size))))], None
 
