@@ -267,24 +267,24 @@ class LoaderBase:
                              "state_dict()")
         mine = self._plan_id()
         known = {"version", "epoch", "batches", *mine, *self._extra_keys}
+        for k in ("version", *mine, "epoch", "batches"):  # the dataset's first: it says most
+            if k not in state:
+                raise ValueError(f"load_state_dict: the state has no '{k}' field; pass a "
+                                 "state from state_dict() as it is")
+            if k == "version" and not _same_value(state[k], STATE_VERSION):
+                raise ValueError(f"load_state_dict: version={_show(state[k])} is not "
+                                 f"{STATE_VERSION}, the version of this loader's states")
+            v = mine.get(k)
+            if k in mine and not _same_value(state[k], v):
+                what = "dataset" if k in ("samples", "listing") else k
+                raise ValueError(f"load_state_dict: {what} differs: the state has {k}="
+                                 f"{_show(state[k])}, this loader {v!r}; resume with the same "
+                                 f"{what} or start afresh")
         for k in state:
             if k not in known:
                 raise ValueError(f"load_state_dict: the state has an unknown field {_show(k)} "
                                  f"(this loader's state_dict() has {sorted(known)}); pass a "
                                  "state from state_dict() as it is")
-        for k in ("version", "epoch", "batches", *mine):
-            if k not in state:
-                raise ValueError(f"load_state_dict: the state has no '{k}' field; pass a "
-                                 "state from state_dict() as it is")
-        if not _same_value(state["version"], STATE_VERSION):
-            raise ValueError(f"load_state_dict: version={_show(state['version'])} is not "
-                             f"{STATE_VERSION}, the version of this loader's states")
-        for k, v in mine.items():
-            if not _same_value(state[k], v):
-                what = "dataset" if k in ("samples", "listing") else k
-                raise ValueError(f"load_state_dict: {what} differs: the state has {k}="
-                                 f"{_show(state[k])}, this loader {v!r}; resume with the same "
-                                 f"{what} or start afresh")
         epoch = _state_int("epoch", state["epoch"], 0, MAX_EPOCH)
         done = _state_int("batches", state["batches"], 0, len(self) + 1,
                           f"[0, len()={len(self)}]")

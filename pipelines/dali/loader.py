@@ -322,7 +322,8 @@ class DaliLoader(LoaderBase):
         self.source.stop()  # the old pipelines' batches in flight are dropped with them
         self._its = None
         self.pipes = pipes
-        gc.collect()
+        if self.gpu:  # the old pipelines' device memory back now (on the CPU: at the next gc)
+            gc.collect()
         self._restored = raw
         self._ran_on = None
         self._in_epoch = False

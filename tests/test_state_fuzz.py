@@ -1,0 +1,251 @@
+"""A state fuzzer (issue 40, class 3): mutated resume states on every backend.
+
+Each backend's loader is built once (rank 0 of 2 on a small tar-shard set, so the shuffle
+window and the rank are part of the plan) and every mutated state is loaded into it. Each call
+ends in one of two ways and nothing else:
+
+* a ``ValueError`` whose message names the mutated field; the loader is unchanged: its
+  ``state_dict()`` is the one before, and (checked every ``CHECK_EVERY`` refusals and at the
+  end) its next epoch yields exactly the batches an uninterrupted run yields from the pending
+  position;
+* an accepted state, after which the next epoch yields exactly what an uninterrupted run yields
+  from the state's position: the same samples, labels and pixels. A DALI loader given a state
+  without its ``dali`` part resumes the same samples and labels with fresh draws (NOTE
+  [resume]), so there the pixels are not compared.
+
+The mutations: every field (and every field of the DALI part) dropped, or replaced by ``None``,
+strings, bytes, lists, dicts, floats, NaN, bools, negative, huge and neighbouring ints; an unknown
+field; the whole state replaced; base64 junk for DALI's checkpoints; and the states of loaders of
+other configs (seed, batch size, world size, shuffle window, augmentation, rank, dataset, and
+the other backends).
+"""
+from __future__ import annotations
+
+import base64
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+import pytest
+import torch
+
+from data_gen.generate import GenConfig, generate
+from pipelines import AugmentSpec, LoaderConfig
+from tests.utils import make
+
+BACKENDS = ["dali", "pinned", "pageable"]
+CHECK_EVERY = 10  # refusals between two checks that the next epoch is still exact
+MISSING = object()
+VALUES = [None, "x", "", b"\x00", [], [1], {}, {"a": 1}, 1.5, float("nan"), True, False, -1,
+          2**64, 10**30, 0]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    shards = tmp_path_factory.mktemp("fuzz_shards")
+    generate(GenConfig(out=str(shards), num_images=16, classes=2, seed=5, width_range=(24, 40),
+                       layout="wds", shard_size=4, workers=1), progress=False)
+    folder = tmp_path_factory.mktemp("fuzz_folder")
+    generate(GenConfig(out=str(folder), num_images=16, classes=2, seed=5, width_range=(24, 40),
+                       workers=1), progress=False)
+    return shards, folder
+
+
+def _cfg(root, **kw):
+    base = dict(root=root, batch_size=3, device="cpu", num_workers=0, debug_indices=True,
+                augment=AugmentSpec(size=8), seed=11, rank=0, world_size=2, shuffle_window=3)
+    base.update(kw)
+    return LoaderConfig(**base)
+
+
+def _open(backend, cfg):
+    return make(backend, cfg) if backend != "dali" else make(backend, cfg.replace(num_workers=1))
+
+
+def _read(loader) -> List[Tuple[torch.Tensor, torch.Tensor, List[int]]]:
+    return [(x.clone(), y.clone(), loader.last_batch_indices.tolist()) for x, y in loader]
+
+
+def _state_at(loader, epoch: int, k: int) -> Dict[str, Any]:
+    loader.set_epoch(epoch)
+    it = iter(loader)
+    for _ in range(k):
+        next(it)
+    state = loader.state_dict()
+    it.close()
+    return state
+
+
+class Harness:
+    """One backend's loader under test, its uninterrupted references, and the checks."""
+
+    def __init__(self, backend: str, data):
+        shards, folder = data
+        self.backend = backend
+        self.cfg = _cfg(shards)
+        # the uninterrupted run: states taken on the way, batches kept (DALI's draws run on)
+        self.ref = _open(backend, self.cfg)
+        self.ref_batches: Dict[int, list] = {}
+        self.bases: List[Dict[str, Any]] = []
+        for epoch, k in ((0, 1), (1, 2)):
+            self.ref.set_epoch(epoch)
+            it, got = iter(self.ref), []
+            for i, (x, y) in enumerate(it):
+                got.append((x.clone(), y.clone(), self.ref.last_batch_indices.tolist()))
+                if i + 1 == k:
+                    self.bases.append(self.ref.state_dict())
+            self.ref_batches[epoch] = got
+        self.loader = _open(backend, self.cfg)
+        self.others = self._other_states(shards, folder)
+
+    def _other_states(self, shards, folder) -> List[Tuple[str, Dict[str, Any], Tuple[str, ...]]]:
+        """``(what, state, names a refusal may give)`` from loaders of other configs."""
+        b = self.backend
+        out = []
+        for what, cfg, names in (
+                ("seed", _cfg(shards, seed=12), ("seed",)),
+                ("batch_size", _cfg(shards, batch_size=2), ("batch_size",)),
+                ("world_size", _cfg(shards, world_size=3), ("world_size",)),
+                ("one process", _cfg(shards, rank=None, world_size=1), ("world_size",)),
+                ("shuffle_window", _cfg(shards, shuffle_window=5), ("shuffle_window",)),
+                ("augmentation", _cfg(shards, augment=AugmentSpec(size=8, scale=(0.5, 1.0))),
+                 ("graph",)),
+                ("rank", _cfg(shards, rank=1), ("rank",)),
+                ("dataset", _cfg(folder), ("dataset",)),
+                ("shuffle", _cfg(shards, shuffle=False), ("shuffle",)),
+                ("last_batch", _cfg(shards, last_batch="drop"), ("last_batch",))):
+            with _open(b, cfg) as other:
+                out.append((what, _state_at(other, 0, 1), names))
+        for other in BACKENDS:
+            if other != b:
+                with _open(other, self.cfg) as ld:
+                    out.append((other, _state_at(ld, 0, 1), ()))
+        return out
+
+    # -- the checks --------------------------------------------------------------------------
+    def expected(self, epoch: int, start: int, fresh_draws: bool):
+        """The batches an uninterrupted run yields from ``(epoch, start)``; pixels ``None`` when
+        they are not compared (DALI's fresh draws, or a DALI position not on the reference)."""
+        plan = self.loader.plan(epoch)[start:]
+        labels = np.asarray(self.loader.labels)
+        pixels = None
+        if self.backend != "dali":
+            if epoch not in self.ref_batches:
+                self.ref.set_epoch(epoch)
+                self.ref_batches[epoch] = _read(self.ref)
+            pixels = [x for x, _, _ in self.ref_batches[epoch][start:]]
+        elif not fresh_draws:
+            pixels = [x for x, _, _ in self.ref_batches[epoch][start:]]
+        return [(p.tolist(), labels[p].tolist()) for p in plan], pixels
+
+    def check_next_epoch(self, fresh_draws: bool = False) -> None:
+        state = self.loader.state_dict()
+        want, pixels = self.expected(state["epoch"], state["batches"], fresh_draws)
+        got = _read(self.loader)
+        assert [(i, y.tolist()) for _, y, i in got] == want, self.backend
+        if pixels is not None:
+            assert len(pixels) == len(got)
+            assert all(torch.equal(a, x) for a, (x, _, _) in zip(pixels, got)), self.backend
+
+    def reset(self, base: Dict[str, Any]) -> None:
+        self.loader.load_state_dict(base)
+        assert self.loader.state_dict() == base
+
+    def close(self) -> None:
+        self.loader.close()
+        self.ref.close()
+
+
+def _mutations(base: Dict[str, Any], backend: str):
+    """``(label, state or MISSING-free mutated state, names a refusal may give)``."""
+    out = []
+
+    def variants(value):
+        vs = list(VALUES)
+        if isinstance(value, int) and not isinstance(value, bool):
+            vs += [value + 1, value - 1, np.int64(value), float(value), str(value)]
+        elif isinstance(value, str):
+            vs += [value[:-1], value.upper(), value.encode()]
+        elif isinstance(value, bool):
+            vs += [not value, int(value)]
+        return vs
+
+    for k, v in base.items():
+        if k == "dali":
+            continue
+        out.append((f"drop {k}", {kk: vv for kk, vv in base.items() if kk != k}, (k,)))
+        for new in variants(v):
+            out.append((f"{k}={new!r}", {**base, k: new}, (k,)))
+    out.append(("unknown field", {**base, "dali_v2": 1}, ("dali_v2",)))
+    for whole in (None, [], "state", 0, list(base.items()), {}):
+        out.append((f"state={whole!r}"[:40], whole, ("state", "version")))
+    part = base.get("dali")
+    if part is not None:
+        out.append(("drop dali", {k: v for k, v in base.items() if k != "dali"}, ("dali",)))
+        for new in (None, "x", [], part["checkpoints"], 1.5, {}):
+            out.append((f"dali={new!r}"[:40], {**base, "dali": new}, ("dali",)))
+        for k, v in part.items():
+            dropped = {kk: vv for kk, vv in part.items() if kk != k}
+            out.append((f"drop dali.{k}", {**base, "dali": dropped}, ("dali",)))
+            for new in variants(v) if k != "checkpoints" else VALUES:
+                out.append((f"dali.{k}={new!r}"[:40], {**base, "dali": {**part, k: new}},
+                            (k,)))
+        raw = base64.b64decode(part["checkpoints"][0])
+        junk = [b"", b"junk", raw[:-7], raw + b"\x00\x07", raw[::-1], bytes(len(raw))]
+        for j, bad in enumerate(junk):
+            cks = [base64.b64encode(bad).decode()]
+            out.append((f"junk checkpoint {j}", {**base, "dali": {**part, "checkpoints": cks}},
+                        ("checkpoints",)))
+        for j, text in enumerate(("@@@@", part["checkpoints"][0][:-3], " " + part["checkpoints"][0],
+                                  part["checkpoints"][0] + "\n")):
+            out.append((f"bad base64 {j}", {**base, "dali": {**part, "checkpoints": [text]}},
+                        ("checkpoints",)))
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_mutated_state_is_refused_by_name_or_resumes_exactly(backend, data):
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    h = Harness(backend, data)
+    try:
+        cases = []
+        for base in h.bases:
+            cases += [(base, *m) for m in _mutations(base, backend)]
+        cases += [(h.bases[0], f"swap {what}", st, names) for what, st, names in h.others]
+        assert len(cases) >= 200, len(cases)
+        base = None
+        refused = accepted = 0
+        for at, label, state, names in cases:
+            if base is not at:
+                h.reset(at)
+                base = at
+            before = h.loader.state_dict()
+            try:
+                h.loader.load_state_dict(state)
+            except ValueError as e:
+                msg = str(e)
+                assert any(n in msg for n in names), (backend, label, msg)
+                assert "\n" not in msg, (backend, label, msg)
+                assert h.loader.state_dict() == before, (backend, label)
+                refused += 1
+                if refused % CHECK_EVERY == 0:
+                    h.check_next_epoch()
+                    h.reset(at)
+                continue
+            accepted += 1
+            fresh = backend == "dali" and "dali" not in state
+            h.check_next_epoch(fresh_draws=fresh)
+            h.reset(at)
+        h.check_next_epoch()  # the last refusal changed nothing either
+        print(f"{backend}: {len(cases)} states, {refused} refused, {accepted} resumed")
+        assert refused > 150 and accepted >= 1, (refused, accepted)
+    finally:
+        h.close()
+
+
+def test_the_mutations_cover_the_promised_kinds():
+    base = {"version": 1, "epoch": 0, "batches": 1, "seed": 3, "listing": "ab"}
+    labels = [m[0] for m in _mutations(base, "pinned")]
+    for kind in ("drop seed", "seed=None", "seed='x'", "seed=b'\\x00'", "seed=[]", "seed={}",
+                 "seed=1.5", "seed=True", "seed=-1", f"seed={2**64}", "state=None"):
+        assert kind in labels, kind
