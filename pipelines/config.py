@@ -322,6 +322,9 @@ class LoaderConfig:
         if self.last_batch is not None:
             s("last_batch", enum_option(LastBatchPolicy, "last_batch", self.last_batch))
         s("dtype", enum_option(OutputDType, "dtype", self.dtype))
+        if self.transform is not None:  # a ToDtype(bfloat16) that dtype would silently undo
+            from .migrate import check_output_dtype
+            check_output_dtype(self.transform, self.dtype.torch)
         s("on_bad_file", enum_option(BadFilePolicy, "on_bad_file", self.on_bad_file))
         for k in ("shuffle", "channels_last", "debug_indices", "allow_empty_classes"):
             if not isinstance(getattr(self, k), bool):

@@ -277,8 +277,6 @@ def test_a_matching_todtype_keeps_working_on_every_backend(tiny_root, dtype, cfg
         assert float((x.float() - outs[0].float()).abs().max()) <= tol
 
 
-@pytest.mark.xfail(strict=True, reason="pipelines/config.py (or loader.py) must call "
-                   "check_output_dtype(transform, dtype); owned by another engineer")
 def test_a_mismatched_todtype_is_refused_when_the_config_is_built(tiny_root):
-    with pytest.raises(ValueError, match="LoaderConfig.dtype"):
-        create_loader("pageable", _cfg(tiny_root, _f(torch.bfloat16)))
+    with pytest.raises(ValueError, match="ToDtype gives torch.bfloat16 .*LoaderConfig.dtype='float32'"):
+        _cfg(tiny_root, _f(torch.bfloat16))

@@ -67,10 +67,12 @@ def check_output_dtype(transform, dtype) -> None:
         return
     pos = max(st.pos for st in steps if st.name in ("ToDtype", "ConvertImageDtype")
               and st.after.dtype == end)
+    name = str(end).replace("torch.", "")
+    fix = (f"set dtype={name!r} or end the transform in that dtype or float32"
+           if end in (torch.bfloat16, torch.float16) else
+           "end the transform in float32, bfloat16 or float16 (LoaderConfig.dtype's choices)")
     raise ValueError(f"transform's #{pos} {steps[pos].name} gives {end} images but "
-                     f"LoaderConfig.dtype={str(want).replace('torch.', '')!r}: set "
-                     f"dtype={str(end).replace('torch.', '')!r} or end the transform in that "
-                     "dtype or float32")
+                     f"LoaderConfig.dtype={str(want).replace('torch.', '')!r}: {fix}")
 
 
 __all__ = ["DALI_REFUSED", "InvalidTransformError", "Op", "Problem", "SUPPORTED", "Steps",
