@@ -16,7 +16,7 @@ import traceback
 
 from typing import TYPE_CHECKING
 
-from . import cli
+from . import cli, owned
 
 if TYPE_CHECKING:
     from pipelines import LoaderConfig
@@ -132,6 +132,7 @@ def main(argv=None) -> int:
                                 dtype="bfloat16" if cuda else "float32", channels_last=cuda)
         paths, _ = cli.list_dataset(a.data)
         cli.check_batches(len(paths), cfg)
+        cli.outside_data(a.out, a.data, "--out")
         out = cli.writable_dir(a.out, "--out") / "memory.json"
     except (ValueError, TypeError) as e:
         return cli.fail(PROG, e)
@@ -140,8 +141,7 @@ def main(argv=None) -> int:
         try:
             rows = track(b.value, cfg, a.epochs)
         except Exception as e:  # noqa: BLE001 - one line; the traceback goes to error.log
-            log = out.with_name("error.log")
-            log.write_text(traceback.format_exc())
+            log = owned.write_error_log(out.parent, traceback.format_exc())  # never another's
             kept = f"{out} holds {', '.join(result)}" if result else "nothing was written"
             return cli.fail(PROG, f"backend {b.value} failed: {type(e).__name__}: {e}; {kept}; "
                             f"traceback in {log}", 1)

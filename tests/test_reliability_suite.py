@@ -601,3 +601,13 @@ def test_data_gen_shard_size_with_wds_still_works(tmp_path):
                      "--width-range", "32,48", "--format", "wds", "--shard-size", "2",
                      "--quiet"]) == 0
     assert len(list(out.glob("shard-*.tar"))) == 3
+
+
+def test_memory_refuses_out_inside_data(data, capsys):
+    from compare import memory
+
+    before = listing(data)
+    assert memory.main(["--data", str(data), "--backends", "pageable", "--epochs", "1",
+                        "--out", str(data / "mem")]) == 2
+    assert "--out" in one_line(capsys.readouterr().err)
+    assert listing(data) == before
