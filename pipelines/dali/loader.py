@@ -315,8 +315,11 @@ class DaliLoader(LoaderBase):
         return pipes, raw
 
     def _apply_extra(self, extra) -> None:
-        """Swap in the pipelines ``_check_extra`` built (module NOTE [resume])."""
+        """Swap in the pipelines ``_check_extra`` built (module NOTE [resume]); a state without
+        a DALI part keeps the pipelines, and ``state_dict`` says so until they run (fresh
+        draws: no checkpoints to give)."""
         if extra is None:
+            self._restored = None
             return
         pipes, raw = extra
         self.source.stop()  # the old pipelines' batches in flight are dropped with them
