@@ -43,8 +43,10 @@ state applies at the next ``iter()``). An ended iterator's next ``next()`` raise
 one epoch between them, and each ``iter()`` gets its whole epoch. The newer ``iter()`` wins,
 rather than raising, because training frameworks keep the last epoch's iterator referenced
 when they start the next epoch without reading it past ``len()`` (Lightning's fit loop, and
-``limit_train_batches``). Backends never see an ended iterator: the base checks before it asks
-``_produce`` for a batch, and ``_produce`` of the new one starts as after an early end.
+``limit_train_batches``). Backends never see an ended iterator: the base closes its
+``_produce`` at once (as a ``break`` does; not whenever the garbage collector reaches an iterator
+a framework still holds), checks before it asks ``_produce`` for a batch, and ``_produce`` of the
+new one starts as after an early end. ``close()`` ends the live iterator the same way.
 """
 from __future__ import annotations
 
@@ -109,6 +111,9 @@ def _ended(by: str) -> RuntimeError:
         return RuntimeError("this iterator ended when a later iter() of its loader began: one "
                             "loader serves one iterator at a time (NOTE [one iterator]); read "
                             "the newest iterator, or make a second loader for a second stream")
+    if by == "close()":
+        return RuntimeError("this iterator's loader is closed; create a new one with "
+                            "create_loader()")
     return RuntimeError("this iterator ended when load_state_dict() was called; the state "
                         "applies at the next iter(): start a new one")
 
@@ -184,6 +189,7 @@ class LoaderBase:
         self._listing_hash: Optional[str] = None
         self._token = 0  # bumped by iter() and load_state_dict() (NOTE [one iterator])
         self._ended_by = ""  # which of them bumped it last
+        self._live: Optional[Iterator] = None  # the live iterator's _produce
         self._closed = False
 
     # -- what the backend supplies ------------------------------------------------------------
@@ -311,9 +317,14 @@ class LoaderBase:
         return self._epoch(self._token)
 
     def _end_live(self, by: str) -> None:
-        """End the live iterator, if any: its next ``next()`` raises, naming ``by``."""
+        """End the live iterator, if any: its next ``next()`` raises, naming ``by``. Its
+        backend half is closed now, as a ``break`` would (not whenever the garbage collector
+        gets to an iterator a framework still holds), so it never runs beside the next one."""
         self._token += 1
         self._ended_by = by
+        live, self._live = self._live, None
+        if live is not None:
+            live.close()
 
     def _epoch(self, token: int) -> Iterator[Batch]:
         if token != self._token:
@@ -325,17 +336,24 @@ class LoaderBase:
         self.stats.start_epoch(epoch)
         seen: Optional[list] = [] if self.config.debug_indices else None
         c = self.config
-        for batch, indices in self._produce(epoch, start):
-            if self.mix is not None:  # on the device, the same for every backend
-                batch = Batch(*mix_batch(batch.images, batch.labels, self.mix, len(self.classes),
-                                         mix_rng(c.seed, epoch, c.rank, self._pos[1])))
-            if seen is not None and indices is not None:
-                seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
-                self.last_batch_indices = seen[-1]
-            self._pos = (epoch, self._pos[1] + 1)  # counted as handed over
-            yield batch
-            if token != self._token:  # iter() or load_state_dict() since: read nothing more
-                raise _ended(self._ended_by)
+        self._live = produce = self._produce(epoch, start)
+        try:
+            for batch, indices in produce:
+                if self.mix is not None:  # on the device, the same for every backend
+                    batch = Batch(*mix_batch(batch.images, batch.labels, self.mix,
+                                             len(self.classes),
+                                             mix_rng(c.seed, epoch, c.rank, self._pos[1])))
+                if seen is not None and indices is not None:
+                    seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
+                    self.last_batch_indices = seen[-1]
+                self._pos = (epoch, self._pos[1] + 1)  # counted as handed over
+                yield batch
+                if token != self._token:  # iter() or load_state_dict() since: read nothing more
+                    raise _ended(self._ended_by)
+        finally:  # a break, an error or an end: the backend half ends with it
+            if self._live is produce:
+                self._live = None
+            produce.close()
         self.stats.end_epoch()
         if seen is not None:
             self.last_indices = np.concatenate(seen) if seen else np.empty(0, np.int64)
@@ -360,7 +378,10 @@ class LoaderBase:
         if self._closed:
             return
         self._closed = True
-        self._release()
+        try:
+            self._end_live("close()")
+        finally:
+            self._release()
 
     def __enter__(self):
         return self

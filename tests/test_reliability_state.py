@@ -198,6 +198,25 @@ def test_a_second_iter_takes_the_whole_epoch_and_the_first_ends_clearly(backend,
         _same(want, _epoch(ld), backend != "dali")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_ended_iterators_backend_half_is_closed_at_once(backend, small):
+    """A framework may keep the ended iterator referenced: its backend half must not wait for
+    the garbage collector (and then run beside the next epoch)."""
+    with create_loader(backend, _cfg(small)) as ld:
+        first = iter(ld)
+        next(first)
+        produce = ld._live
+        assert produce is not None and produce.gi_frame is not None  # suspended, live
+        second = iter(ld)
+        assert produce.gi_frame is None  # closed by the second iter(), first still referenced
+        next(second)
+        produce = ld._live
+        ld.close()
+        assert produce.gi_frame is None
+        with pytest.raises(RuntimeError, match="loader is closed"):
+            next(second)
+
+
 # -- class 2: RANK and WORLD_SIZE come as a pair -------------------------------------------------
 @pytest.fixture
 def env(monkeypatch):
