@@ -276,13 +276,14 @@ def test_only_a_loader_whose_workers_run_across_epochs_settles():
 
 
 def test_the_h200_windows_that_timed_the_start_up_waves_are_warned():
-    """docs/results/h200/seeds-reference: in C the torchvision-decoded pinned row waited
-    every 14th batch; in B its loader ran ahead of the step and hardly waited; dali never."""
+    """docs/results/h200/seeds-reference (copies in tests/fixtures): in C the torchvision-decoded
+    pinned row waited every 14th batch; in B its loader ran ahead of the step and hardly waited;
+    dali never."""
     from pathlib import Path
 
     from compare.report import in_step_lines
 
-    here = Path(__file__).resolve().parent.parent / "docs/results/h200/seeds-reference"
+    here = Path(__file__).resolve().parent / "fixtures/results/h200/seeds-reference"
     c = in_step_lines(SuiteResult.load(here / "C/results.json"))
     b = in_step_lines(SuiteResult.load(here / "B/results.json"))
     assert any(x.startswith("pinned torchvision:") for x in c)
@@ -448,7 +449,7 @@ def test_windows_fit_the_queue_only_without_steps_and_not_in_the_large_preset(tm
 def test_a_loader_only_rate_below_the_training_rate_is_reported():
     """A loader cannot feed training faster than it runs alone: on the H200 DALI's first epoch
     in the loader-only window, and the suite's windows before their fixes, showed it
-    (docs/results/h200)."""
+    (docs/results/h200; copies in tests/fixtures)."""
     from pathlib import Path
 
     from compare.report import below_training_lines
@@ -469,7 +470,7 @@ def test_a_loader_only_rate_below_the_training_rate_is_reported():
     res2 = replace(res, variants=(replace(res.variants[0], repeats=ramp),))
     assert "last stretch ran 2.00x its first" in below_training_lines(res2)[0]
     assert any(x.startswith("below:") for x in warnings_for(res))
-    here = Path(__file__).resolve().parent.parent / "docs/results/h200"
+    here = Path(__file__).resolve().parent / "fixtures/results/h200"
     first = below_training_lines(SuiteResult.load(here / "dali-first-epoch/warmup10/results.json"))
     assert [x.split(":")[0] for x in first] == ["dali hw_decoder_load=0", "dali hw_decoder_load=1"]
     unprimed = below_training_lines(
@@ -481,16 +482,18 @@ def test_a_loader_only_rate_below_the_training_rate_is_reported():
 
 
 def test_every_recorded_run_loads_and_summarises_with_the_current_code():
-    """docs/results/h200/README.md says every results.json there loads with the current code
-    (plots and summaries are drawn again from them): each one here does, and its summary says
-    which backends it ran."""
+    """docs/results/README.md says plots and summaries are drawn again from any results.json
+    there: every one left under docs/results, and every fixture copy, loads with the current code,
+    and its summary says which backends it ran. No count floor: superseded runs leave the tree."""
     from pathlib import Path
 
     from compare.report import markdown
 
-    runs = sorted((Path(__file__).resolve().parent.parent / "docs/results").rglob("results.json"))
-    assert len(runs) > 50
-    for path in runs:
+    tests = Path(__file__).resolve().parent
+    recorded = sorted((tests.parent / "docs/results").rglob("results.json"))
+    fixtures = sorted((tests / "fixtures/results").rglob("results.json"))
+    assert recorded and fixtures
+    for path in recorded + fixtures:
         res = SuiteResult.load(path)
         text = markdown(res)
         assert all(res.row_label(v) in text for v in res.variants), path
