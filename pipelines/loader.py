@@ -118,6 +118,27 @@ def _ended(by: str) -> RuntimeError:
                         "applies at the next iter(): start a new one")
 
 
+# NOTE [forked copies]
+# A DataLoader worker is a fork of the process that made it, so it holds a copy of every
+# loader that process had, closed or not, garbage or not. When its garbage collector frees
+# such a copy, ``__del__`` must not release what belongs to the parent: DALI's pipelines
+# wait forever in their shutdown for threads that do not exist in the fork (the worker then
+# never delivers, and the parent waits on it). So each live loader is kept alive in a forked
+# child for the child's life, and marked closed there.
+_LIVE: "weakref.WeakSet[LoaderBase]" = weakref.WeakSet()
+_FORKED: List["LoaderBase"] = []
+
+
+def _after_fork_in_child() -> None:
+    for loader in list(_LIVE):
+        loader._closed = True  # a forked copy never releases the parent's workers or pipelines
+        _FORKED.append(loader)  # and is never freed in the child
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class EpochHook:
     """``loader.sampler``: what training frameworks call at each epoch start.
 
@@ -191,6 +212,7 @@ class LoaderBase:
         self._ended_by = ""  # which of them bumped it last
         self._live: Optional[Iterator] = None  # the live iterator's _produce
         self._closed = False
+        _LIVE.add(self)  # NOTE [forked copies]
 
     # -- what the backend supplies ------------------------------------------------------------
     def _produce(self, epoch: int, start: int) -> Iterator[Tuple[Batch, object]]:  # pragma: no cover

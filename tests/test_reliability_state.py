@@ -4,6 +4,8 @@ environment's ``RANK`` / ``WORLD_SIZE`` pair (``pipelines.loader`` NOTE [resume]
 iterator]; ``pipelines.distributed`` NOTE [placement])."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -252,3 +254,41 @@ def test_torch_distributed_wins_over_half_an_environment(env):
     env.setenv("WORLD_SIZE", "2")
     env.setattr(D, "_dist", lambda: (1, 2))
     assert D.placement().source == "torch.distributed"
+
+
+# -- NOTE [forked copies]: a DataLoader worker's garbage collector frees a copy of a loader ------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_forked_child_frees_a_copy_of_a_loader_without_hanging(backend, small):
+    """Seen as a hang of the suite: a pinned worker, forked while a DALI loader was cycle
+    garbage in the parent, collected it and waited forever in DALI's pipeline shutdown."""
+    import gc
+    import signal
+    import time
+
+    ld = create_loader(backend, _cfg(small))
+    next(iter(ld))  # pipelines built, threads and workers running
+    ld.cycle = ld  # garbage only a collection frees
+    del ld
+    gc.disable()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: what a DataLoader worker's collector does
+            try:
+                gc.enable()
+                gc.collect()
+            finally:
+                os._exit(0)
+    finally:
+        gc.enable()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung freeing its copy of the loader")
+    gc.collect()  # the parent's copy is freed and closed as usual
