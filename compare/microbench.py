@@ -42,9 +42,6 @@ behind design choices quoted in the README and docstrings (single thread, median
 * ``early-exit``: per backend of ``--backends``, the seconds from ``iter()`` of an epoch to its
   first batch (on the device), after the previous epoch ran to its end and after it was left at
   its first batch (``break``); median of ``--repeats`` pairs, and every trial.
-
-The ``pinned`` backend's pin thread against its ring is measured with the real loader:
-``python -m compare --backends pinned --sweep pin_mode=thread,ring``.
 """
 from __future__ import annotations
 

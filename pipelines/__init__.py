@@ -10,9 +10,8 @@ Example:
     ...             ...
 """
 from .augment import AugmentSpec, Mode
-from .config import (BadFilePolicy, CpuBinding, DaliExecutor, Decoder, DecodeOn, Handoff,
-                     LabelsVia, LastBatchPolicy, LoaderConfig, OutputDType, PinMode,
-                     default_workers, usable_cores)
+from .config import (BadFilePolicy, CpuBinding, Decoder, DecodeOn, LastBatchPolicy, LoaderConfig,
+                     OutputDType, default_workers, usable_cores)
 from .device import HW_JPEG_DECODERS
 from .distributed import Placement, local_world_size, placement
 from .factory import (Backend, available_backends, create_loader, dali_available, options_for,
@@ -35,8 +34,7 @@ from .validate import BadFileError, check_image_bytes
 
 __all__ = [
     "AugmentSpec", "Mode", "BadFilePolicy", "BadFileError", "LastBatchPolicy", "LoaderConfig",
-    "OutputDType", "PinMode", "CpuBinding", "Decoder", "DecodeOn", "DaliExecutor", "Handoff",
-    "LabelsVia", "scaled_crop", "jpeg_library", "reduced_decode",
+    "OutputDType", "CpuBinding", "Decoder", "DecodeOn", "scaled_crop", "jpeg_library", "reduced_decode",
     "Backend",
     "DaliOptions", "Options", "TorchOptions", "LoaderBase",
     "Recipe", "available_backends", "create_loader", "dali_available", "options_for", "preload",
