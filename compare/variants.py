@@ -8,14 +8,17 @@ import typing
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Sequence, Tuple
 
-from pipelines import Backend, Decoder, LoaderConfig, Options, options_for
+from pipelines import Backend, LoaderConfig
+from pipelines.config import Decoder
+from pipelines.factory import options_for
+from pipelines.options import Options
 
 from .cli import PRESETS
 
 
 # What a variant may change: how data is loaded, never the data, augmentation, batch or model.
 # ``num_workers`` (a LoaderConfig field every backend honours) and every field of the backend's
-# options class (``pipelines.options_for``), read from the class, so a new option is sweepable
+# options class (``pipelines.factory.options_for``), read from the class, so a new option is sweepable
 # as soon as it exists.
 CONFIG_KEYS = ("num_workers",)
 

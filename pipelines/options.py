@@ -179,7 +179,7 @@ class DaliOptions(Options):
             which pipelines draw the crops, so a resumed run repeats the saved run's crops only
             until either run switches (what it cost and bought on the H200:
             docs/results/h200/README.md, dali-calibration). CPU operators ignore it, and a GPU
-            without the hardware decoder (``pipelines.HW_JPEG_DECODERS``) has nothing to
+            without the hardware decoder (``pipelines.device.HW_JPEG_DECODERS``) has nothing to
             choose: both run at 0.0.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's

@@ -249,7 +249,8 @@ def test_decode_on_cpu_refuses_a_hardware_decoder_share_and_is_a_no_op_on_cpu_op
     """``DaliOptions.decode_on="cpu"``: no nvJPEG tuning reaches its decoder, a hardware
     decoder share (or its calibration) is refused naming both options, and on CPU operators,
     where everything decodes on the CPU anyway, the batches are the default's."""
-    from pipelines import DaliOptions, DecodeOn
+    from pipelines import DaliOptions
+    from pipelines.config import DecodeOn
     from pipelines.dali.graph import decoder_kwargs, decodes_on_gpu
 
     cpu = DaliOptions(decode_on="cpu")

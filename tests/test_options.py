@@ -5,7 +5,8 @@ from dataclasses import dataclass
 import pytest
 
 from pipelines import (AugmentSpec, Backend, DaliOptions, LoaderConfig, TorchOptions,
-                       create_loader, dali_available, factory, options_for)
+                       create_loader, dali_available, factory)
+from pipelines.factory import options_for
 from pipelines.options import option
 
 
