@@ -30,7 +30,7 @@ Which variants run:
   ``--preset`` with ``--sweep`` is refused.
 * ``--sweep "KEY=V1,V2 ..."``: every combination, per backend. A key is ``num_workers`` or a
   field of a backend's options (``TorchOptions``: prefetch_factor, persistent_workers, and for
-  pinned queue_depth, streams, pin_mode, cpu_binding; ``DaliOptions``: queue_depth, reader_threads,
+  pinned queue_depth, streams, cpu_binding; ``DaliOptions``: queue_depth, reader_threads,
   hw_decoder_load, pipelines, use_mmap, ...; booleans are on/off). A key is swept only on the
   backends that honour it. A backend runs once for the keys it does
   not honour (a note says "no effect on <backend>"), so identical setups are never timed twice;

@@ -343,7 +343,8 @@ def _option_defaults(backend: str) -> Dict[str, object]:
     try:
         import dataclasses
 
-        from pipelines import Backend, options_for
+        from pipelines import Backend
+        from pipelines.factory import options_for
 
         o = options_for(Backend(backend))()
         return {f.name: _plain(getattr(o, f.name)) for f in dataclasses.fields(o)}

@@ -59,7 +59,8 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
     ``LOCAL_WORLD_SIZE`` under torchrun: cores, /dev/shm and pinned memory are then shared by
     that many ranks, each with ``workers`` workers.
     """
-    from pipelines import SHM_HEADROOM, TorchOptions, fit_to_shm, shm_need
+    from pipelines import TorchOptions
+    from pipelines.torch_backend.shm import HEADROOM as SHM_HEADROOM, fit_to_shm, shm_need
 
     bad = invalid(batch_size, workers, prefetch, image_size)
     if bad:
@@ -107,7 +108,7 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
     else:
         out.append(("OK", "CUDA", f"{cuda['name']} (sm_{cuda['cc'][0]}{cuda['cc'][1]}), driver "
                     f"{cuda.get('driver') or '?'}, torch CUDA {cuda.get('runtime')}"))
-        from pipelines import HW_JPEG_DECODERS
+        from pipelines.device import HW_JPEG_DECODERS
 
         hw = HW_JPEG_DECODERS.get(tuple(cuda["cc"]))
         if hw:
@@ -128,7 +129,7 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
 def facts() -> Tuple[int, dict, str | None]:
     import torch
 
-    from pipelines import usable_cores
+    from pipelines.config import usable_cores
 
     cores = usable_cores()
     cuda = {"available": torch.cuda.is_available()}
@@ -168,7 +169,9 @@ def main(argv=None) -> int:
     except ValueError as e:
         return cli.fail("python -m compare doctor", e)
     cores, cuda, dali = facts()
-    from pipelines import default_workers, local_world_size, shm_free_bytes
+    from pipelines.config import default_workers
+    from pipelines.distributed import local_world_size
+    from pipelines.torch_backend.shm import shm_free_bytes
 
     try:
         lr = max(a.local_ranks or 0, 0) or local_world_size()

@@ -54,7 +54,7 @@ def environment() -> Dict[str, object]:
 
 
 def _usable_cores() -> int:
-    from pipelines import usable_cores  # the rule the loaders use for their defaults
+    from pipelines.config import usable_cores  # the rule the loaders use for their defaults
 
     return usable_cores()
 

@@ -19,7 +19,7 @@ behind design choices quoted in the README and docstrings (single thread, median
 * ``validate``: ``pipelines.validate.check_image_bytes`` per file.
 * ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
   one dense array, and copied vs ``no_copy`` buffers.
-* ``listing``: ``pipelines.list_dataset`` on a folder of ``--files`` empty ``.jpg`` files in
+* ``listing``: ``pipelines.sources.list_dataset`` on a folder of ``--files`` empty ``.jpg`` files in
   ``--classes`` folders, made in a temp dir: the first listing (a walk, then cached) and the
   next (from the listing cache, ``pipelines.listcache``). One run each, not a median.
 * ``shard-read``: reading every sample's image bytes of the tar shards ``--data`` once, one
@@ -42,9 +42,6 @@ behind design choices quoted in the README and docstrings (single thread, median
 * ``early-exit``: per backend of ``--backends``, the seconds from ``iter()`` of an epoch to its
   first batch (on the device), after the previous epoch ran to its end and after it was left at
   its first batch (``break``); median of ``--repeats`` pairs, and every trial.
-
-The ``pinned`` backend's pin thread against its ring is measured with the real loader:
-``python -m compare --backends pinned --sweep pin_mode=thread,ring``.
 """
 from __future__ import annotations
 
@@ -89,7 +86,7 @@ def decode(paths, repeats, mode="train"):
     from PIL import Image, ImageOps
     from torchvision.transforms import v2
 
-    from pipelines import decode_rgb
+    from pipelines.torch_backend.dataset import decode_rgb
 
     torch.set_num_threads(1)
     rrc = ([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
@@ -107,7 +104,7 @@ def decode(paths, repeats, mode="train"):
             with open(p, "rb") as f:
                 on_tensor(decode_rgb(f.read()))
 
-    from pipelines import jpeg_library, reduced_decode, scaled_crop
+    from pipelines.torch_backend.decode import jpeg_library, reduced_decode, scaled_crop
 
     crop, flip = on_pil.transforms[0], v2.Compose(on_pil.transforms[1:])
 
@@ -142,7 +139,9 @@ def decode(paths, repeats, mode="train"):
 def baseline(root: str, images: int, repeats: int) -> dict:
     from torchvision import datasets
 
-    from pipelines import LoaderConfig, check_image_bytes, create_loader, sample_seed
+    from pipelines import LoaderConfig, create_loader
+    from pipelines.indexing import sample_seed
+    from pipelines.validate import check_image_bytes
 
     torch.set_num_threads(1)
     cfg = LoaderConfig(root=root, batch_size=1, num_workers=0, device="cpu")
@@ -201,7 +200,7 @@ def baseline(root: str, images: int, repeats: int) -> dict:
 
 
 def validate(paths, repeats):
-    from pipelines import check_image_bytes
+    from pipelines.validate import check_image_bytes
 
     blobs = [open(p, "rb").read() for p in paths]
     dt = _median(lambda: [check_image_bytes(b) for b in blobs], repeats)
@@ -255,7 +254,7 @@ def listing(files: int, classes: int) -> dict:
     import os
     import tempfile
 
-    from pipelines import list_dataset
+    from pipelines.sources import list_dataset
 
     with tempfile.TemporaryDirectory(prefix="gpu-feed-listing-") as tmp:
         root = os.path.join(tmp, "data")
@@ -283,7 +282,9 @@ def listing(files: int, classes: int) -> dict:
 
 
 def shard_read(data: str, repeats: int) -> dict:
-    from pipelines import LastBatchPolicy, epoch_batches, open_source
+    from pipelines import LastBatchPolicy
+    from pipelines.indexing import epoch_batches
+    from pipelines.sources import open_source
 
     src = open_source(data)
     n = len(src.names)
@@ -302,7 +303,7 @@ def shard_read(data: str, repeats: int) -> dict:
     try:
         import webdataset as wds
 
-        from pipelines import shard_paths
+        from pipelines.shards import shard_paths
 
         urls = shard_paths(data)
 
@@ -326,7 +327,7 @@ def _decode_for(cpu: int, paths, seconds: float, start, out) -> None:
 
     from torchvision.transforms import v2
 
-    from pipelines import decode_rgb
+    from pipelines.torch_backend.dataset import decode_rgb
 
     os.sched_setaffinity(0, {cpu})
     torch.set_num_threads(1)

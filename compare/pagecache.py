@@ -256,8 +256,9 @@ def evict(paths: Iterable[PathLike]) -> EvictReport:
 
 def dataset_files(root: PathLike) -> list:
     """The files a loader reads for the dataset at ``root``: its tar shards, or each image file
-    of a folder or a file list (``pipelines.open_source``)."""
-    from pipelines import SourceKind, open_source, shard_paths, source_kind
+    of a folder or a file list (``pipelines.sources.open_source``)."""
+    from pipelines.shards import shard_paths
+    from pipelines.sources import SourceKind, open_source, source_kind
 
     if source_kind(root) is SourceKind.SHARDS:
         return [str(p) for p in shard_paths(root)]

@@ -23,7 +23,10 @@ from typing import Optional
 
 import torch
 
-from pipelines import LastBatchPolicy, LoaderConfig, Mode, OutputDType, SourceKind, source_kind
+from pipelines import LastBatchPolicy, LoaderConfig
+from pipelines.augment import Mode
+from pipelines.config import OutputDType
+from pipelines.sources import SourceKind, source_kind
 
 LABEL = "imagefolder (reference)"
 DALI_LABEL = "dali file reader (reference)"

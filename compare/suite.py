@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 
-from pipelines import (Backend, LoaderConfig, SourceKind, available_backends, num_batches,
-                       shard_paths, source_kind)
+from pipelines import Backend, LoaderConfig, available_backends
+from pipelines.indexing import num_batches
+from pipelines.shards import shard_paths
+from pipelines.sources import SourceKind, source_kind
 
 from . import cli, ddp, owned
 from .args import PROG, parse_args
@@ -73,7 +75,7 @@ def load_transform(ref: str):
     """
     import inspect
 
-    from pipelines import check_transform
+    from pipelines.migrate import check_transform
 
     obj, kwargs, called, name = cli.load_ref(ref, "--transform")
     if inspect.isfunction(obj):

@@ -8,14 +8,17 @@ import typing
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Sequence, Tuple
 
-from pipelines import Backend, Decoder, LoaderConfig, Options, options_for
+from pipelines import Backend, LoaderConfig
+from pipelines.config import Decoder
+from pipelines.factory import options_for
+from pipelines.options import Options
 
 from .cli import PRESETS
 
 
 # What a variant may change: how data is loaded, never the data, augmentation, batch or model.
 # ``num_workers`` (a LoaderConfig field every backend honours) and every field of the backend's
-# options class (``pipelines.options_for``), read from the class, so a new option is sweepable
+# options class (``pipelines.factory.options_for``), read from the class, so a new option is sweepable
 # as soon as it exists.
 CONFIG_KEYS = ("num_workers",)
 
@@ -170,8 +173,11 @@ def _axes(spec: str, note: Callable[[str], None]) -> Dict[str, List[Tuple[str, o
     axes: Dict[str, List[Tuple[str, object]]] = {}
     types = {**sweep_keys(), "pin": str}
     keys = sorted(types)
+    gone = {n: why for b in ORDER for n, why in options_for(b).removed.items()}
     for part in spec.split():
         k, eq, vals = part.partition("=")
+        if k in gone:
+            raise ValueError(f"--sweep {k} is an option that was removed: {gone[k]}")
         if k not in types or not eq or not vals:
             raise ValueError(f"--sweep item {part!r} is not KEY=V1,V2 with KEY in {keys}")
         if k in axes:
@@ -196,7 +202,7 @@ def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
 
     Keys: ``num_workers`` (every backend) and the fields of each backend's options class
     (``TorchOptions``: ``prefetch_factor``, ``persistent_workers``, and for ``pinned`` only
-    ``queue_depth``, ``streams``, ``pin_mode``, ``cpu_binding``; ``DaliOptions``: ``queue_depth``,
+    ``queue_depth``, ``streams``, ``cpu_binding``; ``DaliOptions``: ``queue_depth``,
     ``hw_decoder_load``, ``pipelines``, ``use_mmap``, ...). Booleans are ``on``/``off``.
     ``pin=on`` picks the ``pinned`` backend, ``pin=off`` the ``pageable`` one.
 
@@ -214,7 +220,8 @@ def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
     a variant that two of them make runs once, with a note.
 
     Raises:
-        ValueError: naming the ``--sweep`` item (bad key or value, or a key no backend honours).
+        ValueError: naming the ``--sweep`` item (bad key or value, a removed option, or a key no
+            backend honours).
     """
     if "|" in spec:
         out: List[Variant] = []

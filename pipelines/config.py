@@ -46,19 +46,6 @@ class BadFilePolicy(str, enum.Enum):
     SKIP = "skip"
 
 
-class PinMode(str, enum.Enum):
-    """How the ``pinned`` backend gets worker batches into page-locked memory
-    (``TorchOptions.pin_mode``).
-
-    * ``THREAD``: DataLoader's ``pin_memory=True`` pin thread (torch's caching host allocator).
-    * ``RING``: a ring of ``queue_depth + 1`` pinned buffers allocated once and filled on the
-      consumer's thread; a slot is refilled only after its H2D copy has completed (an event).
-    """
-
-    THREAD = "thread"
-    RING = "ring"
-
-
 class CpuBinding(str, enum.Enum):
     """Which cores a ``pinned`` loader's DataLoader workers may run on
     (``TorchOptions.cpu_binding``; ``pipelines.torch_backend.affinity``).
@@ -96,22 +83,6 @@ class Decoder(str, enum.Enum):
     SCALED = "scaled"
 
 
-class Handoff(str, enum.Enum):
-    """On which CUDA stream the ``dali`` backend takes each batch from DALI
-    (``DaliOptions.handoff``; ``pipelines.dali.loader`` NOTE [handoff]).
-
-    * ``CURRENT``: on the consumer's current stream, as ``DALIGenericIterator`` does: the batch
-      is DALI's own output memory, and it goes back to DALI only once the work the consumer
-      queued on that stream before the batch is done.
-    * ``STREAM``: on the loader's own stream: the batch is copied (or cast) out of DALI's
-      memory there, DALI's memory goes back as soon as that copy is done, and the consumer's
-      stream waits for the copy only.
-    """
-
-    CURRENT = "current"
-    STREAM = "stream"
-
-
 class DecodeOn(str, enum.Enum):
     """Where the ``dali`` backend decodes its JPEGs on a GPU (``DaliOptions.decode_on``).
 
@@ -129,43 +100,6 @@ class DecodeOn(str, enum.Enum):
 
     GPU = "gpu"
     CPU = "cpu"
-
-
-class DaliExecutor(str, enum.Enum):
-    """Which DALI executor runs the ``dali`` backend's pipelines (``DaliOptions.executor``).
-
-    * ``DYNAMIC``: DALI's default execution model (``exec_dynamic``): outputs and the buffers
-      between operators are allocated as each iteration needs them.
-    * ``PIPELINED``: the executor before it (``exec_dynamic=False``): fixed buffers that only
-      grow, the same batches. DALI's documentation says that allocating and freeing device and
-      pinned memory requires device synchronisation, and on the H200 one DALI thread
-      synchronised the whole device again and again during training
-      (docs/results/h200/README.md, dali-trace): this is the switch that tests whether the
-      dynamic executor's allocations are behind it.
-
-    Example: ``DaliOptions(executor="pipelined")``.
-    """
-
-    DYNAMIC = "dynamic"
-    PIPELINED = "pipelined"
-
-
-class LabelsVia(str, enum.Enum):
-    """Who moves the ``dali`` backend's labels to the GPU (``DaliOptions.labels_via``).
-
-    * ``DALI``: the graph does (``labels.gpu()``): a copy of a few bytes a batch in DALI's
-      mixed stage, which one of DALI's threads then waits for on the host. On the H200 that
-      wait grew long with the hardware decoder on and stayed short without it
-      (docs/results/h200/README.md, dali-trace).
-    * ``TORCH``: DALI hands the labels over on the CPU and the loader copies them from pinned
-      memory on the consumer's stream (``non_blocking``), so DALI's pipeline holds no copy
-      to the device but the images'.
-
-    Example: ``DaliOptions(labels_via="torch")``. The batches are the same either way.
-    """
-
-    DALI = "dali"
-    TORCH = "torch"
 
 
 class OutputDType(str, enum.Enum):

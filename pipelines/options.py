@@ -20,8 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from .config import (CpuBinding, DaliExecutor, Decoder, DecodeOn, Handoff, LabelsVia, PinMode,
-                     enum_option, int_option)
+from .config import CpuBinding, Decoder, DecodeOn, enum_option, int_option
 
 
 def option(default: Any, *, lo: float | None = None, hi: float | None = None,
@@ -63,6 +62,16 @@ class Options:
     ``option()`` metadata; errors are ``ValueError`` naming the field."""
 
     backends: ClassVar[Tuple[str, ...]] = ()
+    # options that were removed: {name: why}; passing one raises a TypeError that says so
+    removed: ClassVar[Dict[str, str]] = {}
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        gone = [k for k in kwargs if k in cls.removed]
+        if gone:
+            k = gone[0]
+            raise TypeError(f"{cls.__name__}: option {k}={kwargs[k]!r} was removed: "
+                            f"{cls.removed[k]}; drop it (the loader does what its default did)")
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -112,12 +121,9 @@ class TorchOptions(Options):
         prefetch_factor: batches each DataLoader worker loads ahead (``DataLoader``'s
             ``prefetch_factor``); lowered automatically when /dev/shm is too small.
         queue_depth: ``pinned`` only; batches copied to the device ahead of the consumer
-            (the CUDA prefetch depth; the pinned ring, ``pin_mode="ring"``, holds one more).
+            (the CUDA prefetch depth).
         streams: ``pinned`` only; side CUDA streams for the host-to-device copies. ``0`` means
             pin-memory only: copies on the consumer's stream, no device queue.
-        pin_mode: ``pinned`` only; a ``PinMode``: DataLoader's pin thread (``"thread"``) or a
-            reusable pinned ring filled on the consumer's thread (``"ring"``). The default is
-            chosen from docs/results/h200/pin-ring.
         persistent_workers: keep the DataLoader workers alive between epochs. ``None``: on for
             ``pinned``; off for ``pageable``, as in the default recipe (DataLoader's default).
         epoch_stream: one DataLoader iterator runs on across epochs, so the workers decode the
@@ -136,11 +142,14 @@ class TorchOptions(Options):
     """
 
     backends: ClassVar[Tuple[str, ...]] = ("pinned", "pageable")
+    removed: ClassVar[Dict[str, str]] = {
+        "pin_mode": "a reusable pinned ring was no faster than DataLoader's pin thread "
+                    "(docs/backends.md)",
+    }
 
     prefetch_factor: int = option(2, lo=1)
     queue_depth: int = option(2, lo=1, only=("pinned",))
     streams: int = option(1, lo=0, only=("pinned",))
-    pin_mode: PinMode = option(PinMode.THREAD, only=("pinned",))
     persistent_workers: Optional[bool] = option(None)
     epoch_stream: Optional[bool] = option(None)
     cpu_binding: CpuBinding = option(CpuBinding.NONE, only=("pinned",))
@@ -170,7 +179,7 @@ class DaliOptions(Options):
             which pipelines draw the crops, so a resumed run repeats the saved run's crops only
             until either run switches (what it cost and bought on the H200:
             docs/results/h200/README.md, dali-calibration). CPU operators ignore it, and a GPU
-            without the hardware decoder (``pipelines.HW_JPEG_DECODERS``) has nothing to
+            without the hardware decoder (``pipelines.device.HW_JPEG_DECODERS``) has nothing to
             choose: both run at 0.0.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
@@ -192,12 +201,6 @@ class DaliOptions(Options):
             hardware decoder may run (``hw_decoder_load`` not 0) on a GPU. Not shown to help
             on the H200's large photos (docs/results/h200/README.md, large-photos), hence
             the default.
-        handoff: a ``Handoff``: on which CUDA stream each batch leaves DALI, the consumer's
-            current stream (``"current"``, as ``DALIGenericIterator`` does) or the loader's own
-            (``"stream"``: the batch is copied out of DALI's memory there; ``pipelines.dali.loader``
-            NOTE [handoff]). Measured: ``"stream"`` does not remove the hardware decoder's
-            training loss and costs some loader-only rate, hence the default
-            (docs/results/h200/README.md, dali-handoff). No effect on CPU operators.
         run_on: at the end of an epoch the pipelines go on with the next epoch's batches, so
             its first batches are ready when the consumer starts it (``pipelines.dali.loader``
             NOTE [running on]). Off: every epoch starts with empty pipelines, and its first
@@ -209,23 +212,16 @@ class DaliOptions(Options):
             ``hw_decoder_load`` must stay 0 with it. On the H200's 16 cores it fed ResNet-50
             far below nvJPEG (docs/results/h200/README.md, dali-decode-on), hence the
             default. No effect on CPU operators.
-        executor: a ``DaliExecutor``: DALI's default execution model (``"dynamic"``, which
-            allocates outputs and inner buffers per iteration) or the executor before it
-            (``"pipelined"``: fixed buffers, the same batches). The switch tested whether the
-            dynamic executor's allocations are behind the device synchronisations seen on the
-            H200 (docs/results/h200/README.md, dali-trace): they are not, and neither executor
-            removes the hardware decoder's stalls (dali-stall-leads, dali-hw-wait), hence the
-            default.
-        labels_via: a ``LabelsVia``: who copies the labels to the GPU, DALI's graph
-            (``"dali"``, whose thread then waits on the host for that copy) or the loader, from
-            pinned memory on the consumer's stream (``"torch"``). The same batches. The test of
-            the one host wait of DALI's that the H200 trace showed growing with the hardware
-            decoder on (docs/results/h200/README.md, dali-trace): ``"torch"`` does not remove
-            the stalls (dali-stall-leads, dali-hw-wait), hence the default. No effect on CPU
-            operators.
     """
 
     backends: ClassVar[Tuple[str, ...]] = ("dali",)
+    removed: ClassVar[Dict[str, str]] = {
+        k: f"{what} did not remove the hardware decoder's training stalls "
+           "(docs/investigations/dali-hardware-decoder.md)"
+        for k, what in (("handoff", "taking batches on the loader's own stream"),
+                        ("executor", "DALI's pipelined executor"),
+                        ("labels_via", "copying the labels in torch"))
+    }
 
     queue_depth: int = option(2, lo=1)
     reader_threads: Optional[int] = option(None, lo=1)
@@ -237,11 +233,8 @@ class DaliOptions(Options):
     host_memory_padding: int = option(140544512, lo=0)
     preallocate_width_hint: Optional[int] = option(0, lo=0)
     preallocate_height_hint: Optional[int] = option(0, lo=0)
-    handoff: Handoff = option(Handoff.CURRENT)
     run_on: bool = option(True)
     decode_on: DecodeOn = option(DecodeOn.GPU)
-    executor: DaliExecutor = option(DaliExecutor.DYNAMIC)
-    labels_via: LabelsVia = option(LabelsVia.DALI)
 
     def threads(self, num_workers: int) -> int:
         """The reader threads for ``num_workers`` decoder threads (``reader_threads``)."""

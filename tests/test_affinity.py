@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from pipelines import CpuBinding, LoaderConfig, TorchOptions, create_loader
+from pipelines import LoaderConfig, TorchOptions, create_loader
+from pipelines.config import CpuBinding
 from pipelines.torch_backend.affinity import rank_cores
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"),

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from data_gen.bad_inputs import BAD_MANIFEST, make_bad_inputs
-from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader, epoch_batches
+from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
+from pipelines.indexing import epoch_batches
 from pipelines.validate import check_image_bytes
 
 BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]

@@ -320,13 +320,18 @@ def test_sweep_and_preset_parsing():
         parse_sweep("threads=2", [Backend.PINNED])
     with pytest.raises(ValueError, match="on or off"):
         parse_sweep("pin=maybe", [Backend.PINNED])
-    vs = parse_sweep("pin_mode=thread,ring", [Backend.PINNED])
-    assert [v.overrides for v in vs] == [{"pin_mode": "thread"}, {"pin_mode": "ring"}]
-    assert vs[1].options_of().pin_mode.value == "ring"
+    vs = parse_sweep("cpu_binding=none,rank", [Backend.PINNED])
+    assert [v.overrides for v in vs] == [{"cpu_binding": "none"}, {"cpu_binding": "rank"}]
+    assert vs[1].options_of().cpu_binding.value == "rank"
+    for gone in ("pin_mode=thread,ring", "handoff=stream", "executor=pipelined",
+                 "labels_via=torch"):
+        key = gone.partition("=")[0]
+        with pytest.raises(ValueError, match=f"^--sweep {key} is an option that was removed"):
+            parse_sweep(gone, [Backend.PINNED, Backend.DALI])
     vs = parse_sweep("preallocate_width_hint=0,1024", [Backend.DALI])
     assert vs[1].overrides == {"preallocate_width_hint": 1024}
-    [spin] = parse_sweep("pin_mode=spin", [Backend.PINNED])
-    with pytest.raises(ValueError, match="pin_mode='spin' is not valid"):
+    [spin] = parse_sweep("cpu_binding=spin", [Backend.PINNED])
+    with pytest.raises(ValueError, match="cpu_binding='spin' is not valid"):
         spin.options_of()
     vs = parse_sweep("pipelines=1,2 use_mmap=on,off", [Backend.DALI])
     assert [v.overrides for v in vs] == [

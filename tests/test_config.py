@@ -1,6 +1,8 @@
 import pytest
 
-from pipelines import AugmentSpec, LastBatchPolicy, LoaderConfig, Mode, OutputDType
+from pipelines import AugmentSpec, LastBatchPolicy, LoaderConfig
+from pipelines.augment import Mode
+from pipelines.config import OutputDType
 
 
 @pytest.mark.parametrize(

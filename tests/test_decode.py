@@ -203,7 +203,7 @@ def test_only_the_resizes_the_scaled_path_can_run_are_taken():
 def test_pinned_picks_the_scaled_decoder_for_large_photos_only(photos, tiny_root, monkeypatch):
     """NOTE [the default decoder] in pipelines/torch_backend/decode.py: from the files, not a
     timing, so a resumed job decodes as the first run did; an explicit decoder wins."""
-    from pipelines import Decoder
+    from pipelines.config import Decoder
     from pipelines.torch_backend import decode
 
     def chosen(root, backend="pinned", **kw):
@@ -325,12 +325,13 @@ def test_a_sample_seeds_the_cpu_generator_only(monkeypatch):
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_reduced_decode_is_the_scaled_decodes_decode_in_both_libraries(photos, k):
-    """``pipelines.reduced_decode`` (what ``compare.microbench decode``'s ``eighth`` row times):
-    the whole file at ``ceil(size / k)``, and the same pixels from either library."""
+    """``pipelines.torch_backend.decode.reduced_decode`` (what ``compare.microbench decode``'s
+    ``eighth`` row times): the whole file at ``ceil(size / k)``, and the same pixels from
+    either library."""
     pytest.importorskip("simplejpeg")
     from PIL import Image
 
-    from pipelines import reduced_decode
+    from pipelines.torch_backend.decode import reduced_decode
 
     files = sorted(photos.rglob("*.jpg"))[:4]
     for f in files:

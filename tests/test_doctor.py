@@ -58,10 +58,10 @@ def test_doctor_cli_exits_1_on_a_fail_with_strict_too(capsys):
 
 def _machine(monkeypatch, cuda, dali, shm_free=128 * GiB, cores=16):
     """Pin the facts ``main`` reads, so its exit status does not depend on this host."""
-    import pipelines
+    from pipelines.torch_backend import shm
 
     monkeypatch.setattr(doctor, "facts", lambda: (cores, cuda, dali))
-    monkeypatch.setattr(pipelines, "shm_free_bytes", lambda: shm_free)
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda: shm_free)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
 
 

@@ -7,8 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
-from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader, list_dataset, \
-    list_samples
+from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
+from pipelines.listing import list_samples
+from pipelines.sources import list_dataset
 
 BACKENDS = ["dali", "pinned", "pageable"]
 

@@ -15,7 +15,8 @@ from PIL import Image
 
 from compare import fuzz
 from compare.fuzz import mutations
-from pipelines import dali_available, list_samples
+from pipelines import dali_available
+from pipelines.listing import list_samples
 from pipelines.validate import jpeg_size
 
 from utils import jpeg

@@ -14,10 +14,9 @@ def _cfg(root, **kw):
     return LoaderConfig(**base)
 
 
-@pytest.mark.parametrize("pin_mode", ["thread", "ring"])
 @pytest.mark.parametrize("streams", [0, 1, 2])
-def test_eval_pinned_equals_pageable_bit_for_bit(gpu_root, streams, pin_mode):
-    """Same decoder, same pixels: pinning, the side streams and the ring change nothing.
+def test_eval_pinned_equals_pageable_bit_for_bit(gpu_root, streams):
+    """Same decoder, same pixels: pinning and the side streams change nothing.
 
     ``pinned`` decodes with torchvision by default and ``pageable`` with PIL (TorchOptions.
     decoder), so the bit-for-bit check names the PIL decoder; the default is compared with PIL
@@ -26,7 +25,7 @@ def test_eval_pinned_equals_pageable_bit_for_bit(gpu_root, streams, pin_mode):
     outs = {}
     for b in ("pageable", "pinned"):
         cfg = _cfg(gpu_root, augment=spec, shuffle=False)
-        opts = {"streams": streams, "pin_mode": pin_mode, "decoder": "pil"} if b == "pinned" else {}
+        opts = {"streams": streams, "decoder": "pil"} if b == "pinned" else {}
         with make(b, cfg, **opts) as ld:
             outs[b] = [(x.cpu(), y.cpu()) for x, y in ld]
     assert len(outs["pageable"]) == len(outs["pinned"]) == 8
@@ -47,15 +46,14 @@ def test_eval_pinned_default_decoder_is_close_to_pil(gpu_root):
     assert 0 < worst < 0.05, worst  # not 0: pinned's default decoder is not PIL
 
 
-@pytest.mark.parametrize("streams, depth, pin_mode",
-                         [(1, 2, "thread"), (2, 4, "thread"), (1, 1, "ring"), (2, 3, "ring")])
-def test_async_equals_sync_with_a_slow_consumer(gpu_root, streams, depth, pin_mode):
+@pytest.mark.parametrize("streams, depth", [(1, 1), (1, 2), (2, 4)])
+def test_async_equals_sync_with_a_slow_consumer(gpu_root, streams, depth):
     """A long kernel before every read: a stream race or early buffer reuse changes the sums."""
     cfg = _cfg(gpu_root, seed=5, dtype="bfloat16", channels_last=True)
     with make("pinned", cfg, streams=0) as ref_loader:
         ref = [x.double().sum().item() for x, _ in ref_loader]
     sums = []
-    with make("pinned", cfg, streams=streams, queue_depth=depth, pin_mode=pin_mode) as loader:
+    with make("pinned", cfg, streams=streams, queue_depth=depth) as loader:
         for x, y in loader:
             torch.cuda._sleep(20_000_000)      # ~10 ms of GPU time queued before we read x
             sums.append(x.double().sum())      # queued behind the sleep
@@ -70,14 +68,4 @@ def test_first_batch_is_not_lost_and_labels_follow_images(gpu_root):
         ys = [y.cpu() for _, y in loader]
         assert len(ys) == len(loader) == 8
         assert sorted(loader.last_indices.tolist()) == list(range(512))
-
-
-def test_ring_allocates_once_and_reuses_its_slots(gpu_root):
-    cfg = _cfg(gpu_root, last_batch="drop")
-    with make("pinned", cfg, streams=2, queue_depth=2, pin_mode="ring") as loader:
-        for epoch in range(3):
-            loader.set_epoch(epoch)
-            n = sum(1 for _ in loader)
-        assert n == 8 and len(loader.ring) == 3
-        assert loader.ring.allocations == 6   # 3 slots x (images, labels), never again
-        assert loader.loader.pin_memory is False   # no pin thread in ring mode
+        assert loader.loader.pin_memory is True  # DataLoader's pin thread pins the batches

@@ -3,7 +3,9 @@ import itertools
 import numpy as np
 import pytest
 
-from pipelines import DatasetRootError, LastBatchPolicy, epoch_batches, list_samples, num_batches
+from pipelines import DatasetRootError, LastBatchPolicy
+from pipelines.indexing import epoch_batches, num_batches
+from pipelines.listing import list_samples
 from pipelines.indexing import epoch_order, sample_seed
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from pipelines import list_dataset
+from pipelines.sources import list_dataset
 from pipelines import listcache
 
 

@@ -4,7 +4,8 @@ import warnings
 
 import pytest
 
-from pipelines import DatasetRootError, LoaderConfig, create_loader, list_samples
+from pipelines import DatasetRootError, LoaderConfig, create_loader
+from pipelines.listing import list_samples
 
 from utils import jpeg
 

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 import pytest
 
 from pipelines import (AugmentSpec, Backend, DaliOptions, LoaderConfig, TorchOptions,
-                       create_loader, dali_available, factory, options_for)
+                       create_loader, dali_available, factory)
+from pipelines.factory import options_for
 from pipelines.options import option
 
 
@@ -14,7 +15,7 @@ from pipelines.options import option
     (TorchOptions, {"prefetch_factor": False}, "prefetch_factor=False must be an int"),
     (TorchOptions, {"queue_depth": 0}, "queue_depth=0"),
     (TorchOptions, {"streams": -2}, "streams=-2"),
-    (TorchOptions, {"pin_mode": "spin"}, "pin_mode='spin' is not valid"),
+    (TorchOptions, {"cpu_binding": "spin"}, "cpu_binding='spin' is not valid"),
     (TorchOptions, {"persistent_workers": "yes"}, "persistent_workers='yes' must be a bool"),
     (DaliOptions, {"hw_decoder_load": 1.5}, r"hw_decoder_load=1.5 must be in \[0.0, 1.0\]"),
     (DaliOptions, {"hw_decoder_load": float("nan")}, "hw_decoder_load=nan must be a number"),
@@ -26,6 +27,20 @@ from pipelines.options import option
 def test_invalid_options_name_the_field(cls, kw, msg):
     with pytest.raises(ValueError, match=f"^{msg}"):
         cls(**kw)
+
+
+@pytest.mark.parametrize("cls, name, value", [
+    (DaliOptions, "handoff", "stream"), (DaliOptions, "executor", "pipelined"),
+    (DaliOptions, "labels_via", "torch"), (TorchOptions, "pin_mode", "ring"),
+])
+def test_a_removed_option_is_refused_by_name(cls, name, value):
+    """The failed experiments' switches are gone; passing one says so and why, in one line."""
+    with pytest.raises(TypeError, match=f"^{cls.__name__}: option {name}='{value}' was removed: "
+                                        ".* drop it"):
+        cls(**{name: value})
+    with pytest.raises(TypeError, match=f"option {name}='{value}' was removed"):
+        cls().replace(**{name: value})
+    assert name not in cls.option_types()
 
 
 def test_defaults_and_the_explicit_reader_threads():

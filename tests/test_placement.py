@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipelines import LastBatchPolicy, LoaderConfig, create_loader, default_workers
+from pipelines import LastBatchPolicy, LoaderConfig, create_loader
+from pipelines.config import default_workers
 from pipelines import distributed as D
 from pipelines.torch_backend.shm import rank_share
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
-from pipelines import AugmentSpec, LoaderConfig, Recipe, create_loader
+from pipelines import AugmentSpec, LoaderConfig, create_loader
+from pipelines.recipe import Recipe
 from pipelines.torch_backend import shm
 
 

@@ -5,7 +5,8 @@ import warnings
 
 import pytest
 
-from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader, list_samples
+from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
+from pipelines.listing import list_samples
 
 from utils import broken_huffman, copy_root, make, plan_position
 

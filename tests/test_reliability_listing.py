@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines import AugmentSpec, LoaderConfig, create_loader, list_dataset, listcache, source_kind
+from pipelines import AugmentSpec, LoaderConfig, create_loader, listcache
+from pipelines.sources import list_dataset, source_kind
 from pipelines import shards as shards_mod
 from pipelines import sources as sources_mod
 from pipelines.filelist import index_limit, list_file

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from data_gen.generate import GenConfig, generate
-from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader, list_dataset
+from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
+from pipelines.sources import list_dataset
 from pipelines.indexing import contiguous_shard, epoch_batches, grouped_order, shard_indices
 from pipelines.config import LastBatchPolicy
 from pipelines.shards import ShardError, braces, index_shard, list_shards

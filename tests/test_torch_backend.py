@@ -68,7 +68,7 @@ def test_eval_pinned_equals_pageable_bit_for_bit_on_cpu(tiny_root, decoder):
 
 
 def test_the_baseline_decodes_as_imagefolder_and_pinned_with_torchvision(tiny_root):
-    from pipelines import Decoder
+    from pipelines.config import Decoder
 
     with create_loader("pageable", _cfg(tiny_root)) as a, create_loader("pinned",
                                                                          _cfg(tiny_root)) as b:

@@ -42,7 +42,8 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from pipelines import (InvalidTransformError, LoaderConfig, TransformError,
-                       UnsupportedTransformError, create_loader, list_samples)
+                       UnsupportedTransformError, create_loader)
+from pipelines.listing import list_samples
 from pipelines.indexing import sample_seed
 from pipelines.migrate.params import resize_refusal
 
@@ -296,7 +297,7 @@ def _cfg(root, transform, device="cpu", **kw):
 
 def _first_batch(backend, cfg):
     """The first batch; the torch backends decode as the reference does (``torchvision.io``)."""
-    from pipelines import options_for
+    from pipelines.factory import options_for
 
     opts = None if backend == "dali" else options_for(backend)(decoder="torchvision")
     with create_loader(backend, cfg, options=opts) as ld:

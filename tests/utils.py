@@ -56,7 +56,8 @@ def corrupt_png(w: int = 64, h: int = 48, seed: int = 0) -> bytes:
 
 def make(backend, cfg, **options):
     """``create_loader(backend, cfg)`` with ``options`` as the backend's options class."""
-    from pipelines import create_loader, options_for
+    from pipelines import create_loader
+    from pipelines.factory import options_for
 
     return create_loader(backend, cfg, options=options_for(backend)(**options))
 

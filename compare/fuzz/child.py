@@ -33,7 +33,7 @@ def worker(spec_path: str) -> int:
     t0 = time.perf_counter()
     try:
         # import the backend before forking, so each epoch's process starts warm
-        from pipelines import preload
+        from pipelines.factory import preload
 
         preload(spec["backend"])
         gc.freeze()  # the forked epochs' collections (DALI's close() runs one) skip these objects

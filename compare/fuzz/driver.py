@@ -39,7 +39,7 @@ class Driver:
 
     def __init__(self, backend: str, root: str, tmp: Path, epoch_timeout: float,
                  max_crashes: int):
-        from pipelines import list_samples
+        from pipelines.listing import list_samples
 
         self.backend, self.root, self.tmp = backend, root, tmp
         self.paths = list_samples(root)[0]
@@ -62,7 +62,7 @@ class Driver:
     # -- one epoch ----------------------------------------------------------------------------
     def epoch(self, keep: List[int], policy: str) -> Dict:
         """One epoch over ``paths[keep]`` (a root of hard links unless ``keep`` is all)."""
-        from pipelines import list_samples
+        from pipelines.listing import list_samples
 
         self.epochs += 1
         print(f"[fuzz] {self.backend}/{self.policy} epoch {self.epochs} ({policy}): {len(keep)} "

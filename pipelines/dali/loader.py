@@ -55,20 +55,6 @@ batches in the same order as without running on: the same crops, and resumption 
 stays exact. Batches made ahead and dropped took their draws, as the batches drained after an
 early end always did, so after a wrong guess the crops differ from a loader that stops at each
 epoch end (tests/test_run_on.py).
-
-NOTE [handoff]
-``DALIGenericIterator`` hands a batch over on the consumer's current stream, which in training
-already holds the step the loop queued ahead. With DALI's dynamic executor the batch is DALI's
-own output memory (DLPack), and it can return to DALI only after that queued work (and the
-consumer's use of the batch) is done. ``DaliOptions.handoff="stream"`` takes the batch on the
-loader's own stream instead: the stream waits for DALI's output only, the batch is copied (or
-cast to the output dtype) out of DALI's memory there, DALI's references are dropped, and the
-consumer's stream waits for that copy, an event, not a host wait. The copy's memory is the
-caching allocator's, marked as used on the consumer's stream (``record_stream``), so it is not
-reused before the consumer is done. It tests whether DALI's decoders (the hardware decoder
-above all) wait for memory held behind the training step. On the H200 they do not: the
-hardware decoder's training loss is the same on either stream (docs/results/h200/README.md,
-dali-handoff), so the default stays ``"current"``, which saves the copy.
 """
 from __future__ import annotations
 
@@ -84,7 +70,7 @@ import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from ..config import Handoff, LoaderConfig, OutputDType
+from ..config import LoaderConfig, OutputDType
 from ..device import HW_JPEG_DECODERS, resolve_device
 from ..indexing import config_len
 from ..loader import LoaderBase, _same_value, _show
@@ -135,8 +121,6 @@ class DaliLoader(LoaderBase):
         self._last_epoch: Optional[int] = None  # the epoch the last iter() read
         self._broken = False
         self.recoveries = 0
-        self._stream = (torch.cuda.Stream(self.device)
-                        if self.gpu and options.handoff is Handoff.STREAM else None)
 
     def _on_device(self):
         """Make this loader's GPU current while DALI builds or runs: its iterator places
@@ -217,8 +201,10 @@ class DaliLoader(LoaderBase):
         where it decodes and runs, and the output's dtype and layout. Stable across processes
         (object addresses are left out of the repr)."""
         opts = self.options
+        # "dali": the labels' copy, once an option (labels_via, removed); kept so that states
+        # saved before its removal still match
         what = (self.plan_dali, self.gpu, decodes_on_gpu(opts, self.gpu), self.config.dtype.value,
-                self.config.channels_last, opts.labels_via.value)
+                self.config.channels_last, "dali")
         text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(what))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -281,8 +267,8 @@ class DaliLoader(LoaderBase):
             raise ValueError(f"load_state_dict: graph differs: the state's DALI checkpoints "
                              f"are of another augmentation graph (dali.graph="
                              f"{_show(part['graph'])}, this loader {self._graph_id()!r}: "
-                             "augment or transform, decode_on, dtype, channels_last, "
-                             "labels_via); resume with the same ones, or drop the state's "
+                             "augment or transform, decode_on, dtype, channels_last); "
+                             "resume with the same ones, or drop the state's "
                              "'dali' entry for fresh draws")
         if not (_same_value(part["epoch"], epoch) and _same_value(part["batches"], done)):
             raise ValueError(f"load_state_dict: the DALI checkpoints were taken at dali.epoch="
@@ -518,8 +504,8 @@ class DaliLoader(LoaderBase):
                 live[k] = False
                 continue
             try:
-                with self._on_device(), self._handoff():
-                    out = next(self._its[k])  # from_dlpack: on the handoff stream, if any
+                with self._on_device():
+                    out = next(self._its[k])
             except StopIteration:
                 live[k] = ran_on[k] = False
                 while self.source.in_flight(k):  # trailing wholly-bad batches
@@ -530,16 +516,11 @@ class DaliLoader(LoaderBase):
                     self._recover(e, epoch)
                 continue
             turn += 1
-            with self._on_device(), self._handoff():  # not a DALI failure if this raises
+            with self._on_device():  # not a DALI failure if this raises
                 x, y = self._own(out[0], cast)
             idx = out[0]["indices"] if want_idx else None
             del out
             self._account(k)
-            if self._stream is not None:  # NOTE [handoff]: the consumer waits for the copy
-                consumer = torch.cuda.current_stream(self.device)
-                consumer.wait_stream(self._stream)
-                x.record_stream(consumer)
-                y.record_stream(consumer)
             yield Batch(x, y), (idx.view(-1).cpu().numpy() if want_idx else None)
             if calib is not None:  # the consumer asks for the next batch: NOTE [calibration]
                 with self._on_device():
@@ -550,28 +531,14 @@ class DaliLoader(LoaderBase):
         if all(ran_on):
             self._ran_on = self.source.target
 
-    def _handoff(self):
-        """The stream each batch is taken on (module NOTE [handoff]): the loader's own, or the
-        current one."""
-        return torch.cuda.stream(self._stream) if self._stream is not None \
-            else contextlib.nullcontext()
-
     def _own(self, d: Dict[str, torch.Tensor], cast: bool):
         """The batch's ``(images, labels)`` from DALI's outputs ``d``: images in the config's
-        layout and dtype, labels on the device (copied here from the CPU under
-        ``DaliOptions.labels_via="torch"``). With a handoff stream they are copies in memory of
-        this process's allocator, so DALI's output memory can go back (NOTE [handoff])."""
+        layout and dtype, labels on the device (the graph copies them there on a GPU)."""
         x, y = d["images"], d["labels"].view(-1)
-        if self.gpu and y.device.type == "cpu":  # DaliOptions.labels_via="torch": ours already
-            y = y.pin_memory().to(self.device, non_blocking=True)
-        elif self._stream is not None:
-            y = y.clone()
         if self.config.channels_last:
             x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
         if cast:
             x = x.to(torch.bfloat16, memory_format=torch.preserve_format)
-        elif self._stream is not None:
-            x = x.clone(memory_format=torch.preserve_format)
         return x, y
 
     def _release(self) -> None:

@@ -7,7 +7,7 @@ from typing import Iterator
 
 import torch
 
-from ..config import LoaderConfig, PinMode
+from ..config import LoaderConfig
 from ..device import resolve_device
 from ..migrate import TransformError
 from ..normalize import finish_float, normalize_uint8
@@ -15,12 +15,11 @@ from ..options import TorchOptions
 from ..types import Batch
 from .base import TorchLoaderBase
 from .prefetch import CudaPrefetcher
-from .ring import PinnedRing
 
 
 class PinnedLoader(TorchLoaderBase):
-    """Workers return uint8 batches, pinned by DataLoader's pin thread (``pin_mode="thread"``)
-    or copied into a reusable :class:`PinnedRing` on the consumer's thread (``pin_mode="ring"``).
+    """Workers return uint8 batches, pinned by DataLoader's pin thread (torch's caching host
+    allocator).
 
     * ``streams >= 1``: :class:`CudaPrefetcher` keeps ``queue_depth`` batches in flight on
       ``streams`` high-priority side streams, normalising there.
@@ -33,12 +32,8 @@ class PinnedLoader(TorchLoaderBase):
     def __init__(self, config: LoaderConfig, options: TorchOptions):
         device = resolve_device(config, "pinned")
         self.on_cuda = device.type == "cuda"
-        use_ring = self.on_cuda and options.pin_mode is PinMode.RING
-        super().__init__(config, options, in_workers="head",
-                         pin_memory=self.on_cuda and not use_ring)
+        super().__init__(config, options, in_workers="head", pin_memory=self.on_cuda)
         depth, streams = options.queue_depth, options.streams
-        # ring slots: the batches in flight plus the one being filled
-        self.ring = PinnedRing(depth + 1 if streams > 0 else 2) if use_ring else None
         self.device = device
         r = self.recipe
         if r.tail is not None:  # the user's own ToDtype/Normalize tail, on the GPU
@@ -51,8 +46,7 @@ class PinnedLoader(TorchLoaderBase):
             )
         self._held = _HoldErrors(self._finish)  # no reference back to self: no cycle
         self._prefetcher = (
-            CudaPrefetcher(self.device, streams, depth, self._held,
-                           upload=self.ring.upload if self.ring is not None else None)
+            CudaPrefetcher(self.device, streams, depth, self._held)
             if self.on_cuda and streams > 0 else None
         )
 
@@ -66,9 +60,7 @@ class PinnedLoader(TorchLoaderBase):
                 yield batch, bad
             return
         for images, labels, bad in cpu_batches:
-            if self.ring is not None:
-                images, labels = self.ring.upload(images, labels, self.device)
-            elif self.on_cuda:
+            if self.on_cuda:
                 images = images.to(self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
             yield Batch(self._finish(images), labels), bad

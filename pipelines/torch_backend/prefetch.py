@@ -12,11 +12,9 @@ A batch is copied (``non_blocking=True``, from pinned memory) and normalised on 
    tells the caching allocator not to hand their memory to ``s`` again until the work queued on
    ``c`` at the time they are freed has finished. A slow consumer therefore never sees its batch
    overwritten by the next copy.
-3. *Host-buffer lifetime*: with ``pin_mode="thread"`` the pinned source came from torch's
-   caching host allocator, which records an event for every ``non_blocking`` copy and does not
-   reuse the block before it; we also keep a reference until the batch is handed out. With
-   ``pin_mode="ring"`` the source is a slot of a ``PinnedRing``, which records an event on ``s``
-   behind the copy and waits on it before it refills that slot.
+3. *Host-buffer lifetime*: the pinned source came from torch's caching host allocator (the
+   DataLoader's pin thread), which records an event for every ``non_blocking`` copy and does
+   not reuse the block before it; we also keep a reference until the batch is handed out.
 
 Errors keep their place: the source is read ``depth`` batches ahead, so an exception raised
 while pulling a batch is held in the queue and raised when the consumer reaches that position,
@@ -29,14 +27,13 @@ The side streams are created at high priority so a copy is not queued behind a l
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, Tuple
 
 import torch
 
 from ..types import Batch
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
-Upload = Callable[[torch.Tensor, torch.Tensor, torch.device], Tuple[torch.Tensor, torch.Tensor]]
 
 
 class CudaPrefetcher:
@@ -47,13 +44,9 @@ class CudaPrefetcher:
         streams: number of side streams (``>= 1``).
         depth: batches in flight ahead of the consumer (``>= 1``).
         finish: applied to the uint8 device batch on the side stream (normalise, cast, layout).
-        upload: ``upload(images, labels, device) -> (x, y)`` enqueues the H2D copies on the
-            current stream (``PinnedRing.upload``); default: ``.to(device, non_blocking=True)``
-            from the already pinned batch.
     """
 
-    def __init__(self, device: torch.device, streams: int, depth: int, finish: Transform,
-                 upload: Optional[Upload] = None):
+    def __init__(self, device: torch.device, streams: int, depth: int, finish: Transform):
         if streams < 1 or depth < 1:
             raise ValueError(f"{streams=} and {depth=} must both be >= 1")
         prio = min(torch.cuda.Stream.priority_range())  # lower number == higher priority
@@ -61,17 +54,13 @@ class CudaPrefetcher:
         self.streams = [torch.cuda.Stream(device=device, priority=prio) for _ in range(streams)]
         self.depth = depth
         self.finish = finish
-        self.upload = upload
 
     def _submit(self, k: int, cpu: Tuple[torch.Tensor, torch.Tensor, Any]):
         images, labels, meta = cpu
         s = self.streams[k % len(self.streams)]
         with torch.cuda.stream(s):
-            if self.upload is not None:
-                x, y = self.upload(images, labels, self.device)
-            else:
-                x = images.to(self.device, non_blocking=True)
-                y = labels.to(self.device, non_blocking=True)
+            x = images.to(self.device, non_blocking=True)  # from the pinned batch
+            y = labels.to(self.device, non_blocking=True)
             x = self.finish(x)
             ev = torch.cuda.Event()
             ev.record(s)
