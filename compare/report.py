@@ -359,7 +359,7 @@ def long_wait_lines(res: SuiteResult) -> List[str]:
                        + (f". DALI's hardware decoder was on (hw {hw:g}): its batches wait for "
                           "the GPU work queued before them, the step's included; "
                           "hw_decoder_load=0 trains without that wait, None measures which "
-                          "suits (docs/results/h200/README.md, dali-hw-wait)" if hw else ""))
+                          "suits (docs/investigations/dali-hardware-decoder.md)" if hw else ""))
     return out
 
 

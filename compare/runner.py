@@ -146,7 +146,7 @@ SETTLE_CAP_QUEUES = 5
 # window starts with the workers in step, and a consumer that takes each batch at once does not
 # spread them out again; a training window after settling can run out of step. On the H200
 # ``pinned``'s loader-only rate fell below its settled training rate
-# (docs/results/h200/README.md, pinned-prefetch), which fits. ``--loader-only-last`` times the
+# (pinned-prefetch, in the git history of docs/results/h200), which fits. ``--loader-only-last`` times the
 # model step first and the loader alone after it, with the workers as training left them: the
 # test of that explanation. The queue is drained before each window either way.
 
@@ -288,7 +288,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
 # ``--long`` proves that the default window times the steady state by timing a window of at
 # least 10x the queue, across an epoch boundary, in another run. On the H200 the torch rows'
 # rates moved with the host's speed from process to process, by more than the 5% the two runs
-# were to agree within (docs/results/h200/README.md, loader-only-last), so two runs could
+# were to agree within (loader-only-last, in the git history of docs/results/h200), so two runs could
 # not show it. ``--paired-long`` times both in the same process, on the same loader. A first
 # H200 run (docs/results/h200/README.md, paired-long) timed one default and one long pair of
 # windows (loader-only and training) per repeat, by turns in either order, and read the pairs

@@ -4,7 +4,7 @@ flight while the step waited for data.
 NOTE [trace]
 The suite's numbers say how long the step waited; they cannot say why. DALI's hardware decoder,
 for one, makes the loader alone much faster than the step and still leaves the step
-waiting about a step's time now and then (docs/results/h200/README.md, dali-handoff): a stall,
+waiting about a step's time now and then (docs/investigations/dali-hardware-decoder.md): a stall,
 not a lack of throughput. One suspect is a call that waits for the whole device, such as a free
 of device or pinned memory, made by the loader's threads while the step's kernels run; the GPU
 then finishes the step before the loader goes on. ``--trace`` records, for the first repeat of
@@ -13,7 +13,7 @@ under ``torch.profiler``: CUDA activity only on a GPU (with CUDA synchronisation
 this torch has them), since recording every CPU operator as well slowed DALI's training steps
 more on the H200; CPU activity without one. Its numbers are not in the results. The profiler
 slows a loader that makes many CUDA calls (DALI's threads), and on the H200 the hardware
-decoder's stalls did not happen under it at all (docs/results/h200/README.md, dali-trace):
+decoder's stalls did not happen under it at all (docs/investigations/dali-hardware-decoder.md):
 what it catches is what survives that. The window's steps are marked on the host's clock,
 which is the profiler's (``RunMeasure.marks_ns``), and the marks are added to the trace as
 ranges (``MARK_WAIT`` around ``next(loader)``, ``MARK_STEP`` around the step's launch);

@@ -171,14 +171,14 @@ class DaliOptions(Options):
             docs/results/h200/dali-hw-table-train, dali-hw-table-loader and the index's
             large-photos. Above 0, a DALI batch is not ready until the GPU work queued
             before it, the consumer's step included, has finished, on any stream: what the
-            training loss is (docs/results/h200/README.md, dali-hw-wait).
+            training loss is (docs/investigations/dali-hardware-decoder.md).
             ``None``: chosen between the two by measuring the consumer's own loop on the
             first batches, and again when the loop's pace changes, with the choice cached per
             machine (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
             ``calibrator.decisions`` say what it chose). Not the default: a switch changes
             which pipelines draw the crops, so a resumed run repeats the saved run's crops only
             until either run switches (what it cost and bought on the H200:
-            docs/results/h200/README.md, dali-calibration). CPU operators ignore it, and a GPU
+            docs/investigations/dali-hardware-decoder.md). CPU operators ignore it, and a GPU
             without the hardware decoder (``pipelines.device.HW_JPEG_DECODERS``) has nothing to
             choose: both run at 0.0.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder

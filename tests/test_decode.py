@@ -129,7 +129,7 @@ def test_the_scaled_decode_reduces_by_the_chosen_factor_exactly(photos, monkeypa
     """Regression: PIL reduces by the largest of 8, 4, 2 within ``size // request``, so asking
     for the ceiling of ``size / k`` decoded most photos whose side ``k`` does not divide at
     half the reduction (at 1/2 for 1/4, and in full for 1/2): most crops of large photos
-    (docs/results/cpu/README.md, scaled-fix-ab). Every decode must now come out at
+    (scaled-fix-ab, in the git history of docs/results/cpu). Every decode must now come out at
     ``ceil(size / k)`` for the ``k`` chosen."""
     seen = _reductions(monkeypatch, library)
     _images(photos, "scaled")

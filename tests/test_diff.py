@@ -515,7 +515,7 @@ def test_a_stalling_dali_row_with_the_hardware_decoder_on_says_what_it_waits_for
     on = decoder("nvJPEG hw 0.65 (calibrated)")
     assert hw_share(on.variants[0]) == 0.65
     assert "hardware decoder was on (hw 0.65)" in long_wait_lines(on)[0]
-    assert "dali-hw-wait" in long_wait_lines(on)[0]
+    assert "dali-hardware-decoder.md" in long_wait_lines(on)[0]
     off = decoder("nvJPEG hw 0")
     assert hw_share(off.variants[0]) == 0.0 and "hardware" not in long_wait_lines(off)[0]
 

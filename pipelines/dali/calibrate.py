@@ -4,8 +4,9 @@ NOTE [calibration]
 On the H200 no one ``hw_decoder_load`` serves every use: 0.0 trains ResNet-50 closest to the
 ceiling, 1.0 decodes fastest when nothing else runs on the GPU (docs/results/h200/README.md:
 dali-hw-table-train, dali-hw-table-loader). With the hardware decoder on, a batch waits for the
-GPU work queued before it, the consumer's included (dali-hw-wait). Which one wins depends on
-how much GPU work the consumer queues ahead, and only the consumer's loop shows that. So with ``None`` the
+GPU work queued before it, the consumer's included
+(docs/investigations/dali-hardware-decoder.md). Which one wins depends on how much GPU work the
+consumer queues ahead, and only the consumer's loop shows that. So with ``None`` the
 loader measures it on the job's own batches:
 
 1. It starts with ``CANDIDATES[0]`` and times windows of ``WINDOW`` batches, from the consumer's
@@ -19,7 +20,7 @@ loader measures it on the job's own batches:
    window ``JUMP`` times slower or faster. Once a use is decided its pace is watched in windows
    of half the size, so a change is seen sooner: on the H200 two watched windows and an epoch
    start kept a training window at the loader-only setting for its first half
-   (docs/results/h200/README.md, dali-calibration). Each candidate in turn takes over the
+   (docs/investigations/dali-hardware-decoder.md). Each candidate in turn takes over the
    lanes, ``settle`` batches run untimed, then one window is timed. The fastest candidate
    wins; ``CANDIDATES[0]`` is kept unless another is more than ``MARGIN`` faster, so noise
    does not flip the choice.
@@ -27,7 +28,7 @@ loader measures it on the job's own batches:
    paddings of ``DaliOptions``), because a rebuild costs seconds: a first version that rebuilt
    on every switch spent them inside the timed windows on the H200, and a second one's spare
    pipelines paid their first use there instead, so each spare set decodes one batch when the
-   loader is built (docs/results/h200/README.md, dali-calibration and its History). A switch
+   loader is built (docs/investigations/dali-hardware-decoder.md). A switch
    stops the running pipelines,
    drains what they hold (those batches are made again) and hands each lane, from its first
    batch not yet handed out, to the other candidate's pipelines, reset.
@@ -45,7 +46,7 @@ after ``settle`` (``window_for``; on the H200 16-batch epochs of large photos ne
 epochs shorter than ``settle + MIN_WINDOW + 1`` never complete one, and the loader stays at
 ``CANDIDATES[0]``. ``DaliLoader.calibrator.decisions`` records every decision.
 On the H200 the choices were right in both uses and cost a few percent inside the suite's
-short windows (dali-calibration in docs/results/h200/README.md). ``None`` is an option and
+short windows (docs/investigations/dali-hardware-decoder.md). ``None`` is an option and
 0.0 the default: a switch changes which pipelines' generators draw the crops, so a resumed
 run draws the saved run's crops only until either run switches (``pipelines.dali.loader``
 NOTE [resume]).

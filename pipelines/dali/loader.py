@@ -327,7 +327,7 @@ class DaliLoader(LoaderBase):
     def _spares(self) -> None:
         """Build the other candidates' pipelines and run one batch through each set, so that
         their first use (nvJPEG's and the hardware decoder's set-up, which fell inside a timed
-        window on the H200: docs/results/h200/README.md, dali-calibration's History) is paid while
+        window on the H200: docs/investigations/dali-hardware-decoder.md) is paid while
         the loader is built (NOTE [calibration]). The batch is epoch 0's first, dropped; a set
         that fails on it is left to be built at its first switch, where a bad file is found
         as usual."""

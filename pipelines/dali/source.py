@@ -4,7 +4,7 @@ NOTE [why an external source]
 DALI's file reader shuffles with a bounded buffer (``random_shuffle``), which is not a full
 permutation, so it cannot follow ``pipelines.indexing``'s plan. Rebuilding a reader with an
 explicit file list every epoch would follow it, but costs a pipeline rebuild per epoch
-(docs/results/h200/reader-vs-source). This source hands DALI exactly the plan's batches, in
+(docs/results/h200/reader-vs-source in git history). This source hands DALI exactly the plan's batches, in
 order, as file-system encoded paths (``os.fsencode``, so any name the file system allows works);
 ``fn.io.file.read`` in the graph reads the files in DALI's C++ threads.
 
@@ -14,7 +14,7 @@ reaches it: a small thread pool reads it in Python (file reads release the GIL) 
 batch DALI asks for. The verdict (good, or bad with its reason) is kept per dataset index, so
 later epochs feed known-good paths with no Python I/O at all. Reading every file in Python on the
 consumer's critical path capped the loader-only rate well below DALI's own reader
-(docs/results/h200/reader-vs-source). A file that turns bad after it was checked, or that
+(docs/results/h200/reader-vs-source in git history). A file that turns bad after it was checked, or that
 passes the check and fails in DALI's decoder, is found by the loader's recovery
 (``pipelines.dali.loader`` NOTE [recovery]) and recorded here with :meth:`mark_bad`.
 
