@@ -29,7 +29,7 @@ def test_the_recipe_knows_the_output_of_the_spec_and_of_a_compose():
     assert (u.sample_bytes(in_workers="head"), u.sample_bytes(in_workers="full")) == (
         3 * 96 * 96, 3 * 96 * 96 * 4)
     assert u.dali_plan().out_size == (96, 96)
-    half = Recipe.of(spec, LoaderConfig(root="x", transform=v2.Compose([
+    half = Recipe.of(spec, LoaderConfig(root="x", dtype="float16", transform=v2.Compose([
         v2.CenterCrop(64), v2.ToImage(), v2.ToDtype(torch.float16, scale=True)])).transform)
     assert half.sample_bytes(in_workers="full") == 3 * 64 * 64 * 2
     free = Recipe.of(spec, LoaderConfig(root="x", transform=v2.Resize(50)).transform)
