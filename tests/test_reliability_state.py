@@ -12,6 +12,7 @@ import torch
 from data_gen.generate import GenConfig, generate
 from pipelines import AugmentSpec, LoaderConfig, create_loader
 from pipelines import distributed as D
+from tests.utils import state_after
 
 BACKENDS = ["dali", "pinned", "pageable"]
 
@@ -52,16 +53,6 @@ def _same(a, b, pixels=True):
         assert torch.equal(xa, xb) if pixels else xa.shape == xb.shape
 
 
-def _after(loader, k, epoch=0):
-    loader.set_epoch(epoch)
-    it = iter(loader)
-    for _ in range(k):
-        next(it)
-    state = loader.state_dict()
-    it.close()
-    return state
-
-
 # -- class 3: a refused state changes nothing ---------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_refused_state_leaves_the_position_and_epoch_as_they_were(backend, small):
@@ -69,7 +60,7 @@ def test_a_refused_state_leaves_the_position_and_epoch_as_they_were(backend, sma
     with create_loader(backend, cfg) as ref:
         want = _epoch(ref)
     with create_loader(backend, cfg) as ld:
-        good = _after(ld, 2)
+        good = state_after(ld, 2)
         ld.set_epoch(0)
         before = ld.state_dict()
         bads = [{**good, "batches": 1, "seed": 4},
@@ -112,7 +103,7 @@ def test_junk_dali_checkpoints_are_refused_by_name_and_the_pipelines_go_on(small
 @pytest.mark.dali
 def test_a_dali_state_of_another_augmentation_is_refused_naming_the_graph(small):
     with create_loader("dali", _cfg(small)) as a:
-        state = _after(a, 1)
+        state = state_after(a, 1)
     other = _cfg(small, augment=AugmentSpec(size=16, scale=(0.5, 1.0)))
     with create_loader("dali", other) as b:
         with pytest.raises(ValueError, match="graph differs"):
@@ -123,7 +114,7 @@ def test_a_dali_state_of_another_augmentation_is_refused_naming_the_graph(small)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_shard_state_of_another_shuffle_window_is_refused(backend, shards):
     with create_loader(backend, _cfg(shards, shuffle_window=4)) as a:
-        state = _after(a, 2)
+        state = state_after(a, 2)
     assert state["shuffle_window"] == 4
     with create_loader(backend, _cfg(shards, shuffle_window=8)) as b:
         with pytest.raises(ValueError, match="shuffle_window differs"):
@@ -144,7 +135,7 @@ def test_rank0s_state_resumes_rank1_exactly_on_its_own_shard(backend, small):
         ref.set_epoch(1)
         want = _epoch(ref)
     with create_loader(backend, r0) as a:
-        state = _after(a, 1, epoch=1)
+        state = state_after(a, 1, epoch=1)
     with create_loader(backend, r1) as b:
         b.load_state_dict(state)
         _same(want[1:], _epoch(b))
@@ -154,7 +145,7 @@ def test_rank0s_state_resumes_rank1_exactly_on_its_own_shard(backend, small):
 def test_rank0s_dali_state_is_refused_on_rank1_naming_the_rank(small):
     r0, r1 = (_cfg(small, rank=r, world_size=2) for r in (0, 1))
     with create_loader("dali", r0) as a:
-        state = _after(a, 1, epoch=1)
+        state = state_after(a, 1, epoch=1)
     with create_loader("dali", r1) as b:
         with pytest.raises(ValueError, match=r"rank differs.*per rank.*checkpointing=False"):
             b.load_state_dict(state)
@@ -171,7 +162,7 @@ def test_load_state_dict_while_live_ends_that_iterator_and_applies_at_the_next_i
     with create_loader(backend, cfg) as ref:
         want = _epoch(ref)
     with create_loader(backend, cfg) as a:
-        state = _after(a, 1)
+        state = state_after(a, 1)
     with create_loader(backend, cfg) as ld:
         it = iter(ld)
         next(it)

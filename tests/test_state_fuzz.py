@@ -30,7 +30,7 @@ import torch
 
 from data_gen.generate import GenConfig, generate
 from pipelines import AugmentSpec, LoaderConfig
-from tests.utils import make
+from tests.utils import make, state_after
 
 BACKENDS = ["dali", "pinned", "pageable"]
 CHECK_EVERY = 10  # refusals between two checks that the next epoch is still exact
@@ -63,16 +63,6 @@ def _open(backend, cfg):
 
 def _read(loader) -> List[Tuple[torch.Tensor, torch.Tensor, List[int]]]:
     return [(x.clone(), y.clone(), loader.last_batch_indices.tolist()) for x, y in loader]
-
-
-def _state_at(loader, epoch: int, k: int) -> Dict[str, Any]:
-    loader.set_epoch(epoch)
-    it = iter(loader)
-    for _ in range(k):
-        next(it)
-    state = loader.state_dict()
-    it.close()
-    return state
 
 
 class Harness:
@@ -114,11 +104,11 @@ class Harness:
                 ("shuffle", _cfg(shards, shuffle=False), ("shuffle",)),
                 ("last_batch", _cfg(shards, last_batch="drop"), ("last_batch",))):
             with _open(b, cfg) as other:
-                out.append((what, _state_at(other, 0, 1), names))
+                out.append((what, state_after(other, 1, 0), names))
         for other in BACKENDS:
             if other != b:
                 with _open(other, self.cfg) as ld:
-                    out.append((other, _state_at(ld, 0, 1), ()))
+                    out.append((other, state_after(ld, 1, 0), ()))
         return out
 
     # -- the checks --------------------------------------------------------------------------

@@ -79,3 +79,14 @@ def one_image_copies(src_root: Path, dst: Path, n: int = 64, classes: int = 2) -
         d.mkdir(parents=True, exist_ok=True)
         shutil.copy(src, d / f"{k:02d}.jpg")
     return Path(dst)
+
+
+def state_after(loader, k: int, epoch: int = 0) -> dict:
+    """``loader.state_dict()`` after the consumer took ``k`` batches of ``epoch``."""
+    loader.set_epoch(epoch)
+    it = iter(loader)
+    for _ in range(k):
+        next(it)
+    state = loader.state_dict()
+    it.close()
+    return state
