@@ -163,13 +163,6 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return int(ss.generate_state(1, dtype=np.uint64)[0]) >> 1
 
 
-def dali_seed(seed: int, rank: int, lane: int) -> int:
-    """A 31-bit seed for DALI's augmentation RNG of pipeline ``lane`` on ``rank``, so ranks
-    and lanes draw independent crops and flips from one user seed."""
-    ss = np.random.SeedSequence((seed & 0xFFFFFFFF, rank, lane, 0xDA11))
-    return int(ss.generate_state(1, dtype=np.uint32)[0]) >> 1
-
-
 def _resolved(config):
     return config if config.is_resolved else config.resolved()
 

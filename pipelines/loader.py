@@ -278,14 +278,12 @@ class LoaderBase:
         Raises:
             ValueError: naming the field: a part missing, unknown, of the wrong type or out of
                 range, or of another plan (dataset, world size, batch size, seed, shuffle,
-                last-batch policy, shuffle window; DALI: rank, pipelines, graph).
+                last-batch policy, shuffle window).
         """
         epoch, done = self._checked(state)
-        extra = self._check_extra(state, epoch, done)  # the backend's part: built, not applied
         self._end_live("load_state_dict()")  # the live iterator, if any (NOTE [one iterator])
         self.epoch = epoch
         self._resume = (epoch, done)
-        self._apply_extra(extra)
 
     def _checked(self, state: Any) -> Tuple[int, int]:
         """``(epoch, batches)`` of ``state`` once every field the base owns is checked, or a
@@ -318,17 +316,10 @@ class LoaderBase:
                           f"[0, len()={len(self)}]")
         return epoch, done
 
-    #: the backend parts a state may hold besides the base's (NOTE [resume]); every backend
-    #: accepts a DALI part, so a state moves between backends
+    #: parts a state may hold besides the base's: ``dali``, the pipeline checkpoints that
+    #: states of earlier versions carried, is accepted and ignored (a state is the position
+    #: only: pipelines.draws NOTE [one plan])
     _extra_keys: Tuple[str, ...] = ("dali",)
-
-    def _check_extra(self, state: Dict[str, Any], epoch: int, done: int) -> Any:
-        """The backend's part of ``state`` checked and made ready (``ValueError`` naming the
-        field), changing nothing; ``_apply_extra`` gets what this returns."""
-        return None
-
-    def _apply_extra(self, extra: Any) -> None:
-        """Commit what ``_check_extra`` made ready (it cannot fail)."""
 
     # -- the epoch (NOTE [one iterator]) ------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:

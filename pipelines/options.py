@@ -190,10 +190,6 @@ class DaliOptions(Options):
             pipeline's executor caps such a graph (docs/results/h200/README.md, ta-wide-mix).
         use_mmap: read files by mapping them (``fn.io.file.read``'s default) instead of
             ``read()``. Default off: see docs/results/h200/dali-io-probe.
-        checkpointing: DALI pipeline checkpointing, so ``state_dict`` carries the pipelines'
-            random state and a resumed loader draws the same crops and flips as the saved run.
-            Off: ``state_dict`` saves the position only (the same samples resume, with fresh
-            random draws). The cost of keeping it on: docs/results/h200/README.md.
         device_memory_padding, host_memory_padding: nvJPEG buffer padding in bytes.
         preallocate_width_hint, preallocate_height_hint: the hardware decoder's preallocation
             hints, in pixels; ``0`` (default): none. ``None``: the largest image (by area)
@@ -221,14 +217,14 @@ class DaliOptions(Options):
         for k, what in (("handoff", "taking batches on the loader's own stream"),
                         ("executor", "DALI's pipelined executor"),
                         ("labels_via", "copying the labels in torch"))
-    }
+    } | {"checkpointing": "a DALI state is the position only: the graph draws nothing itself "
+                          "(pipelines.draws NOTE [one plan])"}
 
     queue_depth: int = option(2, lo=1)
     reader_threads: Optional[int] = option(None, lo=1)
     hw_decoder_load: Optional[float] = option(0.0, lo=0.0, hi=1.0)
     pipelines: Optional[int] = option(None, lo=1)
     use_mmap: bool = option(False)
-    checkpointing: bool = option(True)
     device_memory_padding: int = option(211025920, lo=0)
     host_memory_padding: int = option(140544512, lo=0)
     preallocate_width_hint: Optional[int] = option(0, lo=0)

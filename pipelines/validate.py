@@ -208,3 +208,20 @@ def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Opti
         return (f"truncated JPEG: {eoi - sos} bytes of scan data cannot hold {w}x{h} pixels "
                 f"(at least {_min_scan_bytes(data, sof, w, h)})")
     return None
+
+
+def decoded_size(data: bytes) -> Optional[Tuple[int, int]]:
+    """``(height, width)`` of the image ``data`` decodes to, its EXIF orientation applied (as
+    every backend's decoder applies it), from the header; ``None`` if PIL cannot read it."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            w, h = im.size
+            turned = im.format in ("JPEG", "WEBP", "PNG", "TIFF", "MPO") and \
+                im.getexif().get(0x0112, 1) in (5, 6, 7, 8)
+    except Exception:  # noqa: BLE001 - an unreadable header: the decoder reports the file
+        return None
+    return (w, h) if turned else (h, w)

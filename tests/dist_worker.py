@@ -16,8 +16,10 @@ Recorded, per backend:
   for ``last_batch`` in (default, partial, pad, drop);
 * ``aug``: a fingerprint of the first batch of a dataset of identical images (``--same``):
   ranks read different copies, so equal fingerprints mean equal random crops and flips;
-* ``resume``: whether a loader restored from the state saved after 2 batches of epoch 1
-  yielded exactly (indices and pixels) the rest of an uninterrupted epoch 1 on this rank.
+* ``resume``: whether a loader restored from rank 0's state saved after 2 batches of epoch 1
+  yielded exactly (indices and pixels) the rest of an uninterrupted epoch 1 on this rank; and
+  whether epoch 1 was exact after only ``set_epoch(1)``, and after a ``next()`` past the end
+  of epoch 0.
 
 And once (``shared``), with ``pipelines.loader.open_source`` made to fail on every rank but 0
 (``pipelines.distributed`` NOTE [listing once]): for the folder and, with ``--shards``, for tar
@@ -64,11 +66,19 @@ def fingerprint(loader) -> str:
 
 
 def resumed_exactly(backend: str, c: LoaderConfig) -> dict:
+    """Resume epoch 1 from rank 0's state (every rank loads it, as Lightning and Accelerate
+    do), from ``set_epoch(1)`` alone on a fresh loader, and after a ``next()`` past the end of
+    epoch 0; each against this rank's uninterrupted run."""
     with create_loader(backend, c) as ref:
         ref.set_epoch(0)
         list(ref)
         ref.set_epoch(1)
         want = [(x.cpu().clone(), y.cpu().clone()) for x, y in ref]
+
+    def same(got, ref):
+        return len(got) == len(ref) and all(torch.equal(xa, xb) and torch.equal(ya, yb)
+                                            for (xa, ya), (xb, yb) in zip(ref, got))
+
     with create_loader(backend, c) as ld:
         ld.set_epoch(0)
         list(ld)
@@ -76,14 +86,25 @@ def resumed_exactly(backend: str, c: LoaderConfig) -> dict:
         it = iter(ld)
         for _ in range(2):
             next(it)
-        state = json.loads(json.dumps(ld.state_dict()))
+        state = [json.loads(json.dumps(ld.state_dict()))]
         it.close()
+    if dist.is_initialized():
+        dist.broadcast_object_list(state, src=0)  # rank 0's state, on every rank
     with create_loader(backend, c) as ld:
-        ld.load_state_dict(state)
+        ld.load_state_dict(state[0])
         got = [(x.cpu().clone(), y.cpu().clone()) for x, y in ld]
-    same = len(got) == len(want) - 2 and all(
-        torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(want[2:], got))
-    return {"exact": same, "batches": len(got), "len": len(want)}
+    with create_loader(backend, c) as ld:
+        ld.set_epoch(1)
+        boundary = same([(x.cpu().clone(), y.cpu().clone()) for x, y in ld], want)
+    with create_loader(backend, c) as ld:
+        ld.set_epoch(0)
+        it = iter(ld)
+        list(it)
+        next(it, None)  # past the end
+        ld.set_epoch(1)
+        past = same([(x.cpu().clone(), y.cpu().clone()) for x, y in ld], want)
+    return {"exact": same(got, want[2:]), "batches": len(got), "len": len(want),
+            "boundary": boundary, "past_end": past}
 
 
 def shared_listing(a, backs, rank: int) -> dict:

@@ -181,11 +181,12 @@ def test_augmentation_differs_across_ranks(ranks):
         assert len(set(prints)) == len(ranks), (b, prints)
 
 
-def test_each_rank_resumes_exactly_from_its_state(ranks):
+def test_each_rank_resumes_exactly_from_rank0s_state(ranks):
     for b in _backends(ranks):
         for r in ranks:
             res = r["backends"][b]["resume"]
             assert res["exact"] and res["batches"] == res["len"] - 2, (b, r["rank"], res)
+            assert res["boundary"] and res["past_end"], (b, r["rank"], res)
 
 
 def test_rank0_lists_and_the_others_receive_its_listing(ranks):

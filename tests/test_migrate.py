@@ -104,26 +104,26 @@ def test_random_resized_crop_area_and_aspect(tmp_path, what, device):
     assert ks(ref, bad) > D_CRIT, "the test cannot see a mistranslated scale/ratio"
 
 
-def test_random_resized_crop_fallback_is_centred_as_in_torchvision(tmp_path, monkeypatch):
+def test_random_resized_crop_fallback_is_centred_as_in_torchvision(tmp_path):
     """scale=(0.9, 1) on a 2:1 image: every attempt fails, torchvision centres the fallback
-    window. DALI's own generator (forced here as the wrong translation) puts it anywhere."""
-    from pipelines.migrate import translate
-
-    def make(scale):
-        return v2.Compose([v2.RandomResizedCrop(32, scale=scale), *TAIL])
+    window, and so does DALI (the window is drawn on the host, ``pipelines.draws``); a
+    RandomResizedCrop after another op (drawn in the graph) centres it too."""
+    def make(scale, lead=True):
+        head = [] if lead else [v2.Resize((128, 256))]
+        return v2.Compose([*head, v2.RandomResizedCrop(32, scale=scale), *TAIL])
 
     def stat(x):
         return x[:, 0, :, 0].mean(1).numpy()  # left edge = x offset of the window
 
     arr = np.ascontiguousarray(marker(256)[:128])
-    assert translate.rrc_window((0.9, 1.0), (3 / 4, 4 / 3)) == "torchvision"
     root = dataset(tmp_path, arr, "fallback")
-    ref, ok = stat(run_tv(arr, make((0.9, 1.0)))), stat(run_dali(root, make((0.9, 1.0))))
-    # one window for all (the centre): the same offset, within the resampling tolerance
-    assert np.ptp(ref) == 0 and np.ptp(ok) < 1.0 and abs(ref.mean() - ok.mean()) < 2.0
-    monkeypatch.setattr(translate, "rrc_window", lambda scale, ratio: "dali")
-    bad = stat(run_dali(root, make((0.9, 1.0))))
-    assert np.ptp(bad) > 20.0  # offsets spread over the image
+    ref = stat(run_tv(arr, make((0.9, 1.0))))
+    for lead in (True, False):
+        ok = stat(run_dali(root, make((0.9, 1.0), lead)))
+        # one window for all (the centre): the same offset, within the resampling tolerance
+        assert np.ptp(ref) == 0 and np.ptp(ok) < 1.0 and abs(ref.mean() - ok.mean()) < 2.0
+    spread = stat(run_dali(root, make((0.1, 0.2))))
+    assert np.ptp(spread) > 20.0  # the test can see offsets spread over the image
 
 
 def test_random_crop_offsets(tmp_path):

@@ -67,48 +67,24 @@ def test_a_refused_state_leaves_the_position_and_epoch_as_they_were(backend, sma
                 {**good, "batches": 1, "epoch": "1"},
                 {**good, "batches": 1, "extra": 0},
                 {**good, "batches": 1, "shuffle": 1}]
-        if backend == "dali":  # refused in the DALI part, after the base's fields passed
-            bads += [{**good, "batches": 1},
-                     {**good, "dali": {**good["dali"], "pipelines": 2}},
-                     {**good, "dali": [c for c in good["dali"]["checkpoints"]]}]
         for bad in bads:
             with pytest.raises(ValueError, match="load_state_dict"):
                 ld.load_state_dict(bad)
             assert ld.state_dict() == before and ld.epoch == 0
-        _same(want, _epoch(ld), backend != "dali")  # from batch 0, not batch 2
+        _same(want, _epoch(ld))  # from batch 0, not batch 2
 
 
 @pytest.mark.dali
-def test_junk_dali_checkpoints_are_refused_by_name_and_the_pipelines_go_on(small):
-    import base64
-
-    cfg = _cfg(small)
-    with create_loader("dali", cfg) as ref:
-        want = _epoch(ref)
-        second = _epoch(ref)
-    with create_loader("dali", cfg) as ld:
-        _epoch(ld)
-        state = ld.state_dict()
-        assert state["dali"]["rank"] == 0 and state["dali"]["pipelines"] == 1
-        junk = [base64.b64encode(b"not a checkpoint").decode(), "@@not base64@@", "", 7]
-        for ck in junk:
-            bad = {**state, "dali": {**state["dali"], "checkpoints": [ck]}}
-            with pytest.raises(ValueError, match=r"dali\.checkpoints"):
-                ld.load_state_dict(bad)
-            assert ld.state_dict() == state
-        _same(second, _epoch(ld))  # the old pipelines, their draws running on
-    assert len(want) == len(second)
-
-
-@pytest.mark.dali
-def test_a_dali_state_of_another_augmentation_is_refused_naming_the_graph(small):
+def test_a_dali_state_of_another_augmentation_resumes_the_position(small):
+    """A state is the position only: another augmentation reads the same samples on."""
     with create_loader("dali", _cfg(small)) as a:
         state = state_after(a, 1)
     other = _cfg(small, augment=AugmentSpec(size=16, scale=(0.5, 1.0)))
+    with create_loader("dali", other) as ref:
+        want = _epoch(ref)
     with create_loader("dali", other) as b:
-        with pytest.raises(ValueError, match="graph differs"):
-            b.load_state_dict(state)
-        assert b.state_dict()["batches"] == 0
+        b.load_state_dict(state)
+        _same(want[1:], _epoch(b))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -128,7 +104,7 @@ def test_a_shard_state_of_another_shuffle_window_is_refused(backend, shards):
 
 
 # -- class 3: a state saved on rank 0, loaded on rank 1 ------------------------------------------
-@pytest.mark.parametrize("backend", ["pinned", "pageable"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_rank0s_state_resumes_rank1_exactly_on_its_own_shard(backend, small):
     r0, r1 = (_cfg(small, rank=r, world_size=2) for r in (0, 1))
     with create_loader(backend, r1) as ref:
@@ -139,19 +115,6 @@ def test_rank0s_state_resumes_rank1_exactly_on_its_own_shard(backend, small):
     with create_loader(backend, r1) as b:
         b.load_state_dict(state)
         _same(want[1:], _epoch(b))
-
-
-@pytest.mark.dali
-def test_rank0s_dali_state_is_refused_on_rank1_naming_the_rank(small):
-    r0, r1 = (_cfg(small, rank=r, world_size=2) for r in (0, 1))
-    with create_loader("dali", r0) as a:
-        state = state_after(a, 1, epoch=1)
-    with create_loader("dali", r1) as b:
-        with pytest.raises(ValueError, match=r"rank differs.*per rank.*checkpointing=False"):
-            b.load_state_dict(state)
-        assert b.state_dict()["batches"] == 0
-        b.load_state_dict({k: v for k, v in state.items() if k != "dali"})  # fresh draws
-        assert b.state_dict()["epoch"] == 1 and b.state_dict()["batches"] == 1
 
 
 # -- class 3 and 7: while an iterator is live ----------------------------------------------------

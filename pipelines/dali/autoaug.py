@@ -35,12 +35,11 @@ import math
 import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
-from nvidia.dali.auto_aug.auto_augment import apply_auto_augment
-from nvidia.dali.auto_aug.core import Policy, augmentation
-from nvidia.dali.auto_aug.rand_augment import apply_rand_augment
-from nvidia.dali.auto_aug.trivial_augment import apply_trivial_augment
+from nvidia.dali.auto_aug import auto_augment as _aa
+from nvidia.dali.auto_aug.core import Policy, augmentation, select, signed_bin
 
 from ..migrate import Op
+from . import draws
 from .colour import grey
 from .geometry import WARP_INTERP as INTERP
 from .geometry import as_float as _float
@@ -193,28 +192,63 @@ def _suite(op: Op, policy: str, bins: int) -> dict:
     return suite(tables(policy, bins, h, w), INTERP[op["interp"]], fill)
 
 
+def _sign(augs, bins, shape=None):
+    """``bins`` with a fed random sign for the ops that negate (torchvision: probability 0.5)."""
+    if not any(a.randomly_negate for a in augs):
+        return bins
+    sign = fn.cast(draws.uniform(0.0, 1.0, shape) < 0.5, dtype=types.INT32)
+    return signed_bin(bins, random_sign=sign)
+
+
 def trivial_augment(images, op: Op):
     """``TrivialAugmentWide(num_magnitude_bins, interpolation, fill)`` on uint8 HWC images
-    (module NOTE); the pipeline runs with conditional execution (``pipelines.dali.graph``)."""
+    (module NOTE): one op and one bin per image, from the fed row (``pipelines.dali.draws``);
+    the pipeline runs with conditional execution (``pipelines.dali.graph``)."""
     bins = op["bins"]
-    return apply_trivial_augment(list(_suite(op, "TrivialAugmentWide", bins).values()), images,
-                                 num_magnitude_bins=bins)
+    augs = list(_suite(op, "TrivialAugmentWide", bins).values())
+    op_idx = draws.integer(len(augs))
+    mag = _sign(augs, draws.integer(bins))
+    return select(augs, op_idx, data=images, magnitude_bin=mag, num_magnitude_bins=bins)
 
 
 def rand_augment(images, op: Op):
     """``RandAugment(num_ops, magnitude, num_magnitude_bins, interpolation, fill)`` on uint8
-    HWC images of the fixed size ``op["size"]`` (its translations scale with it)."""
-    bins = op["bins"]
-    return apply_rand_augment(list(_suite(op, "RandAugment", bins).values()), images,
-                              n=op["num_ops"], m=op["magnitude"], num_magnitude_bins=bins)
+    HWC images of the fixed size ``op["size"]`` (its translations scale with it): ``num_ops``
+    ops per image at the fixed bin, drawn from the fed row."""
+    bins, n = op["bins"], op["num_ops"]
+    if n == 0:
+        return images
+    augs = list(_suite(op, "RandAugment", bins).values())
+    shape = None if n == 1 else [n]
+    op_idx = draws.integer(len(augs), shape)
+    mag = _sign(augs, op["magnitude"], shape)
+    for k in range(n):
+        images = select(augs, op_idx if n == 1 else op_idx[k], data=images,
+                        magnitude_bin=mag if n == 1 or mag is op["magnitude"] else mag[k],
+                        num_magnitude_bins=bins)
+    return images
 
 
 def auto_augment(images, op: Op):
     """``AutoAugment(policy, interpolation, fill)`` on uint8 HWC images of the fixed size
-    ``op["size"]``: torchvision's sub-policies of that policy, over its 10 magnitude bins."""
+    ``op["size"]``: torchvision's sub-policies of that policy, over its 10 magnitude bins; the
+    sub-policy, each op's coin and the signs from the fed row."""
     from torchvision.transforms import v2
 
     augs = _suite(op, "AutoAugment", 10)
     subs = [[(augs[name], float(p), m) for name, p, m in sub]
             for sub in v2.AutoAugment(v2.AutoAugmentPolicy(op["policy"]))._policies]
-    return apply_auto_augment(Policy(f"torchvision-{op['policy']}", 10, subs), images)
+    policy = Policy(f"torchvision-{op['policy']}", 10, subs)
+    longest = max(len(sub) for sub in policy.sub_policies)
+    run = draws.uniform(0.0, 1.0, [longest])
+    sub_id = draws.integer(len(policy.sub_policies))
+    probs = _aa._sub_policy_to_probability_map(policy)[sub_id]
+    mags = _sign(list(policy.augmentations.values()),
+                 _aa._sub_policy_to_magnitude_bin_map(policy)[sub_id], [longest])
+    aug_ids, stages = _aa._sub_policy_to_augmentation_map(policy)
+    aug_ids = aug_ids[sub_id]
+    for k in range(longest):
+        if run[k] < probs[k]:
+            images = select(stages[k], aug_ids[k], data=images, magnitude_bin=mags[k],
+                            num_magnitude_bins=policy.num_magnitude_bins)
+    return images

@@ -7,11 +7,11 @@ by their registry builders inside the branch; the pipeline runs with conditional
 """
 from __future__ import annotations
 
-from nvidia.dali import fn, types
 from nvidia.dali.auto_aug.core import select
 
 from ..migrate import Op
 from ..migrate.ops import build
+from . import draws
 
 
 def _all(images, ops):
@@ -22,7 +22,7 @@ def _all(images, ops):
 
 def random_apply(images, op: Op):
     """The inner ops with probability ``p``, else the image as it is."""
-    if fn.random.coin_flip(probability=op["p"], dtype=types.BOOL):
+    if draws.coin(op["p"]) > 0.5:
         images = _all(images, op["ops"])
     return images
 
@@ -30,6 +30,6 @@ def random_apply(images, op: Op):
 def random_choice(images, op: Op):
     """One inner op per image, drawn with the probabilities ``p``."""
     branches = op["ops"]
-    k = fn.random.choice(len(branches), p=list(op["p"]))
+    k = draws.choice(list(op["p"]))
     fns = [lambda x, inner=(o,): _all(x, inner) for o in branches]
     return select(fns, k, images)

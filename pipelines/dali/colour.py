@@ -11,6 +11,7 @@ from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
 from ..migrate import Op
+from . import draws
 from .geometry import uniform
 
 
@@ -26,7 +27,7 @@ def grayscale(images, op: Op):
     """torchvision's ``RandomGrayscale`` on uint8 images: with probability ``p`` every channel
     becomes the grey, truncated to uint8."""
     x = fn.cast(images, dtype=types.FLOAT)
-    coin = near(images, fn.cast(fn.random.coin_flip(probability=op["p"]), dtype=types.FLOAT))
+    coin = near(images, draws.coin(op["p"]))
     x = x + (dmath.floor(grey(x)) - x) * coin  # torchvision truncates the grey to uint8
     return fn.cast(x, dtype=types.UINT8)
 

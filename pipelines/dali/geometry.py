@@ -15,15 +15,16 @@ from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
 from ..migrate import Op
+from . import draws
 
 INTERP = {"linear": types.INTERP_LINEAR, "nn": types.INTERP_NN, "cubic": types.INTERP_CUBIC,
           "lanczos3": types.INTERP_LANCZOS3}
 
 
 def uniform(lo_hi, shape=None):
+    """Uniform over ``lo_hi`` from the fed row (``pipelines.dali.draws``)."""
     lo, hi = lo_hi
-    kw = {} if shape is None else {"shape": shape}
-    return fn.random.uniform(range=[lo, hi], **kw) if hi > lo else float(lo)
+    return draws.uniform(lo, hi, shape)
 
 
 def as_float(x):
@@ -64,7 +65,7 @@ def rrc_window(shape, scale, ratio, attempts: int = 10):
     lt, gt = (W / H) < ratio[0], (W / H) > ratio[1]
     ch = found * fn.reductions.sum(first * h) + (1 - found) * (H + lt * (round_half_even(W / ratio[0]) - H))
     cw = found * fn.reductions.sum(first * w) + (1 - found) * (W + gt * (round_half_even(H * ratio[1]) - W))
-    u = fn.random.uniform(range=[0.0, 1.0], shape=[2])
+    u = draws.uniform(0.0, 1.0, [2])
     y = found * dmath.min(dmath.floor(u[0] * (H - ch + 1.0)), H - ch) \
         + (1 - found) * dmath.floor((H - ch) * 0.5)
     x = found * dmath.min(dmath.floor(u[1] * (W - cw + 1.0)), W - cw) \
@@ -84,45 +85,35 @@ def resize_fixed(images, op: Op):
 
 
 def random_resized_crop(images, op: Op):
-    """``RandomResizedCrop`` on decoded images: the window (DALI's generator or torchvision's
-    algorithm, as ``op["window"]`` says), sliced, then resized."""
-    if op["window"] == "dali":
-        start, shape = fn.random_crop_generator(
-            images.shape(), random_area=list(op["scale"]),
-            random_aspect_ratio=list(op["ratio"]), num_attempts=10)
-    else:
-        start, shape = rrc_window(images.shape(), op["scale"], op["ratio"])
+    """``RandomResizedCrop`` on decoded images (after other ops): torchvision's algorithm on
+    the fed uniform numbers (``rrc_window``), sliced, then resized."""
+    start, shape = rrc_window(images.shape(), op["scale"], op["ratio"])
     images = fn.slice(images, start, shape, axis_names="HW", normalized_anchor=False,
                       normalized_shape=False)
     return resize(images, op["size"], op)
 
 
 def decode_random_resized_crop(jpegs, op: Op, device: str, dec_kw: dict):
-    """A leading ``RandomResizedCrop`` fused into the decoder: only the window is decoded
-    (``decoders.image_random_crop`` with DALI's generator, ``decoders.image_slice`` with
-    torchvision's algorithm on the JPEG's header shape), then resized."""
-    if op["window"] == "dali":
-        images = fn.decoders.image_random_crop(
-            jpegs, device=device, output_type=types.RGB, random_area=list(op["scale"]),
-            random_aspect_ratio=list(op["ratio"]), num_attempts=10, **dec_kw)
-    else:
-        start, shape = rrc_window(fn.peek_image_shape(jpegs), op["scale"], op["ratio"])
-        images = fn.decoders.image_slice(
-            jpegs, start, shape, device=device, output_type=types.RGB, axis_names="HW",
-            normalized_anchor=False, normalized_shape=False, **dec_kw)
+    """A leading ``RandomResizedCrop`` fused into the decoder: the window is drawn on the
+    host as torchvision draws it (``pipelines.draws``), only it is decoded
+    (``decoders.image_slice``), then resized."""
+    start, shape = draws.window(op["scale"], op["ratio"])
+    images = fn.decoders.image_slice(
+        jpegs, start, shape, device=device, output_type=types.RGB, axis_names="HW",
+        normalized_anchor=False, normalized_shape=False, **dec_kw)
     return resize(images, op["size"], op)
 
 
 def flip(images, op: Op):
     """``RandomHorizontalFlip`` (``hflip``) or ``RandomVerticalFlip`` (``vflip``)."""
-    coin = fn.random.coin_flip(probability=op["p"])
+    coin = fn.cast(draws.coin(op["p"]), dtype=types.INT32)
     return fn.flip(images, horizontal=coin if op.kind == "hflip" else 0,
                    vertical=coin if op.kind == "vflip" else 0)
 
 
 def mirror(op: Op):
     """A trailing ``hflip`` as ``crop_mirror_normalize``'s ``mirror`` argument."""
-    return fn.random.coin_flip(probability=op["p"])
+    return fn.cast(draws.coin(op["p"]), dtype=types.INT32)
 
 
 def resize_shorter(images, op: Op):
@@ -197,7 +188,7 @@ def random_crop(images, op: Op):
     if op["pad_if_needed"]:
         dh, dw = dmath.max(ch - Hp, 0.0), dmath.max(cw - Wp, 0.0)
         t, l, Hp, Wp = t + dh, l + dw, Hp + 2.0 * dh, Wp + 2.0 * dw
-    u = fn.random.uniform(range=[0.0, 1.0], shape=[2])
+    u = draws.uniform(0.0, 1.0, [2])
     y = dmath.min(dmath.floor(u[0] * (Hp - ch + 1.0)), Hp - ch) - t
     x = dmath.min(dmath.floor(u[1] * (Wp - cw + 1.0)), Wp - cw) - l
     pad = op["pad_if_needed"]
@@ -226,10 +217,10 @@ def random_erase(images, op: Op):
         h, w = round_half_even(dmath.sqrt(area * ar)), round_half_even(dmath.sqrt(area / ar))
         ok = as_float((h < H) & (w < W)) * (1.0 - found)
         h_sel, w_sel, found = h_sel + ok * h, w_sel + ok * w, found + ok
-    coin = as_float(fn.random.coin_flip(probability=op["p"]))
+    coin = draws.coin(op["p"])
     h_sel, w_sel = h_sel * coin, w_sel * coin
-    y = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * (H - h_sel + 1.0))
-    x = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * (W - w_sel + 1.0))
+    y = dmath.floor(draws.uniform(0.0, 1.0) * (H - h_sel + 1.0))
+    x = dmath.floor(draws.uniform(0.0, 1.0) * (W - w_sel + 1.0))
     return fn.erase(images, anchor=fn.stack(y, x), shape=fn.stack(h_sel, w_sel),
                     axis_names="HW", fill_value=list(op["value"]))
 
@@ -279,7 +270,7 @@ def affine(images, op: Op):
     def draw(lo_hi, period=None):  # a fixed value as torchvision draws it: a float32, then
         lo, hi = lo_hi             # its math in float64 (an angle reduced to one turn first)
         if hi > lo:
-            return fn.random.uniform(range=[lo, hi])
+            return draws.uniform(lo, hi)
         v = float(np.float32(lo))
         return math.fmod(v, period) if period else v
 
@@ -289,8 +280,8 @@ def affine(images, op: Op):
     tx = ty = 0.0
     if op["translate"] is not None:
         fx, fy = op["translate"]
-        tx = round_half_even(fn.random.uniform(range=[-1.0, 1.0]) * (W * fx)) if fx else 0.0
-        ty = round_half_even(fn.random.uniform(range=[-1.0, 1.0]) * (H * fy)) if fy else 0.0
+        tx = round_half_even(draws.uniform(-1.0, 1.0) * (W * fx)) if fx else 0.0
+        ty = round_half_even(draws.uniform(-1.0, 1.0) * (H * fy)) if fy else 0.0
     scale = draw(op["scale"]) if op["scale"] is not None else 1.0
     sx0, sx1, sy0, sy1 = op["shear"] if op["shear"] is not None else (0.0, 0.0, 0.0, 0.0)
     shx, shy = draw((sx0, sx1), 360.0), draw((sy0, sy1), 360.0)

@@ -3,10 +3,11 @@
 
 The plan is the loader's ``Recipe.dali_plan()`` (``pipelines.recipe``): either ``AugmentSpec``'s
 recipe or the translation of the user's torchvision Compose, op by op as torchvision computes it.
-Train: the random-resized-crop window fused into the decoder (DALI's generator in
-``decoders.image_random_crop``, or torchvision's own algorithm, ``geometry.rrc_window``, feeding
-``decoders.image_slice``; see ``pipelines.migrate.translate.rrc_window``) -> resize to
-``size`` -> ``crop_mirror_normalize`` with a coin-flip mirror. Eval: decode -> resize the
+Train: the random-resized-crop window, drawn on the host as torchvision draws it, fused into
+the decoder (``decoders.image_slice``) -> resize to ``size`` -> ``crop_mirror_normalize`` with
+the fed flip as its mirror. The graph has no random operator: every random number is a column
+of the row fed with each sample (``pipelines.dali.draws``; ``pipelines.draws`` NOTE [one
+plan]). Eval: decode -> resize the
 shorter side to ``resize_size`` -> centre crop -> ``crop_mirror_normalize``.
 
 On a GPU the decoder is ``device="mixed"`` (nvJPEG, with the hardware JPEG decoder taking
@@ -17,6 +18,7 @@ CPU operators (how CI tests it).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, List, Optional
 
 from nvidia.dali import fn, pipeline_def, types
@@ -24,8 +26,8 @@ from nvidia.dali import fn, pipeline_def, types
 from ..migrate import Op, Problem, TvPlan, UnsupportedTransformError
 from ..migrate.ops import build, entry
 from ..config import DecodeOn, LoaderConfig, OutputDType
-from ..indexing import dali_seed
 from ..options import DaliOptions
+from . import draws
 
 # uint8 -> normalised output dtype that DALI can produce directly (bf16 is cast in torch).
 DALI_DTYPE = {
@@ -34,6 +36,11 @@ DALI_DTYPE = {
     OutputDType.FLOAT16: types.FLOAT16,
 }
 OUTPUTS = ("images", "labels", "indices")
+
+# A graph that draws nothing (eval) leaves the row of draws unused; the source then feeds one
+# zero per sample, so DALI's hint to compute only the outputs used does not apply.
+warnings.filterwarnings("ignore", message=r"The external source node .* produces 3 outputs, "
+                        r"but the output at the index 2 is not used")
 
 
 def decodes_on_gpu(opt: DaliOptions, gpu: bool) -> bool:
@@ -81,12 +88,12 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
     if gpu and not mixed:
         images = images.gpu()  # DecodeOn.CPU: the rest of the recipe runs on the GPU
     kw = {}
-    if ops and entry(ops[-1]).mirror is not None:
-        op = ops.pop()
-        _building(op)
-        kw["mirror"] = entry(op).mirror(op)
+    last = ops.pop() if ops and entry(ops[-1]).mirror is not None else None
     for op in ops:
         images = _apply(images, op)
+    if last is not None:  # drawn after the ops before it, in the transforms' order
+        _building(last)
+        kw["mirror"] = entry(last).mirror(last)
     _building(None)
     return fn.crop_mirror_normalize(
         images, dtype=DALI_DTYPE[cfg.dtype], output_layout="HWC" if cfg.channels_last else "CHW",
@@ -140,23 +147,20 @@ def _resolve(ops) -> None:
 
 
 def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Callable,
-                   device_id: Optional[int], lane: int = 0, checkpoint: Optional[bytes] = None,
-                   encoded: bool = False):
-    """Build the pipeline reading ``(jpegs, labels, indices)`` batches from ``source``.
+                   device_id: Optional[int], lane: int = 0, encoded: bool = False):
+    """Build the pipeline reading ``(jpegs, labels, indices)`` batches from ``source``; its
+    ``draw_plan`` attribute is the layout of the fed rows of draws (``pipelines.draws``).
 
     Args:
         cfg: the loader config (batch size, threads, seed, dtype, layout).
         opt: the DALI options (queue depth, pipelines, decoder knobs, mmap).
         plan: the augmentation, as the loader's ``Recipe.dali_plan()``.
-        source: a DALI batch callable taking ``BatchInfo`` and returning ``(paths, meta)``
-            (see ``pipelines.dali.source``); it must keep fed buffers alive (``no_copy``).
+        source: a DALI batch callable taking ``BatchInfo`` and returning ``(paths, meta,
+            draws)`` (see ``pipelines.dali.source``); it must keep fed buffers alive
+            (``no_copy``).
         device_id: the CUDA device, or ``None`` for a CPU-only pipeline.
         lane: which of the ``opt.pipelines`` side-by-side pipelines this is; it gets
-            ``num_workers // pipelines`` threads and its own augmentation seed (``dali_seed``
-            of the config's seed, its rank and the lane).
-        checkpoint: a DALI pipeline checkpoint to start from (``DaliLoader.load_state_dict``:
-            its random generators continue where the saved run's were). Checkpointing is
-            enabled unless ``DaliOptions.checkpointing`` is off.
+            ``num_workers // pipelines`` threads.
         encoded: ``source`` gives encoded images, not paths (tar shards;
             ``pipelines.dali.source`` NOTE [bytes]).
     """
@@ -169,28 +173,32 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         num_threads=max(1, cfg.num_workers // opt.pipelines),
         device_id=device_id,
         prefetch_queue_depth=opt.queue_depth,
-        seed=dali_seed(cfg.seed, cfg.rank, lane),
-        enable_checkpointing=opt.checkpointing,
+        seed=0,  # unused: the graph has no random operator
         enable_conditionals=conditional(plan),
         exec_dynamic=True,  # DALI's default executor (the pipelined one was no faster)
     )
     def graph():
-        paths, meta = fn.external_source(
-            source=source, num_outputs=2, batch=True, batch_info=True,
-            dtype=[types.UINT8, types.INT64], ndim=[1, 1], no_copy=True,
+        paths, meta, row = fn.external_source(
+            source=source, num_outputs=3, batch=True, batch_info=True,
+            dtype=[types.UINT8, types.INT64, types.FLOAT], ndim=[1, 1, 1], no_copy=True,
         )
         # Read in DALI's C++ threads (see pipelines.dali.source). Plain reads, not mmap, by
         # default (DaliOptions.use_mmap; docs/results/h200/dali-io-probe).
         jpegs = paths if encoded else fn.io.file.read(paths, dont_use_mmap=not opt.use_mmap)
         labels, indices = meta[0:1], meta[1:2]
-        images = augment(jpegs, plan, cfg, dec_kw, gpu, decodes_on_gpu(opt, gpu))
+        with draws.building(row) as fed:
+            images = augment(jpegs, plan, cfg, dec_kw, gpu, decodes_on_gpu(opt, gpu))
+        rows.append(fed.plan())
         if gpu:
             labels = labels.gpu()
         return images, labels, indices
 
     _BUILDING.clear()
+    rows: list = []
     try:
-        return graph(checkpoint=checkpoint) if checkpoint is not None else graph()
+        pipe = graph()
+        pipe.draw_plan = rows[0]
+        return pipe
     except Exception as e:  # the graph is traced here (DALI / AutoGraph errors)
         if not _BUILDING:
             raise

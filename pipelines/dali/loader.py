@@ -20,20 +20,14 @@ batch, and the pipeline that raised cannot be trusted again. The loader then:
 
 The bad file is then handled like any other: replaced and counted under ``skip``, one
 ``BadFileError`` naming it at its batch under ``error``. If no single file fails alone, the
-original DALI error is re-raised. Recovery re-seeds DALI's augmentation, so the random crops of
-the rest of that epoch differ from an uninterrupted run; the order and the samples do not.
+original DALI error is re-raised.
+
 NOTE [resume]
-DALI's random generators (the fused random crop, flips, colour draws) run on across batches and
-epochs, so the state of a DALI loader carries each pipeline's checkpoint (``enable_checkpointing``
-is always on; ``DALIGenericIterator.checkpoints()`` is taken at the batch the consumer last
-received, whatever DALI has made ahead). The part also records the rank, the pipeline count,
-the augmentation graph (``_graph_id``) and the position they belong to: a state from another
-rank (each rank's pipelines have their own seeds), another graph or another position is
-refused by name. ``load_state_dict`` builds new pipelines from them, aside, before it changes
-anything (DALI parses the checkpoints then: junk is a ``ValueError`` naming ``dali`` and the
-old pipelines go on), swaps them in, and the source starts each lane at its first position
-past the saved one, so the rest of the epoch, and the epochs after, are the saved run's own.
-A recovery (above) still starts the generators afresh.
+The graph draws nothing itself: every random number arrives with its sample, made on the host
+from ``(seed, epoch, index)`` (``pipelines.draws`` NOTE [one plan]). So a state is the
+position only, as on every backend: a resumed, rebuilt, recovered or recalibrated loader, any
+pipeline count or hardware-decoder share, and any rank of the job draws what an
+uninterrupted loader draws for the same sample.
 
 An epoch that ends early (``break``, an exception) leaves the pipelines with at most
 ``queue_depth`` batches in flight; the next ``iter()`` stops the source and drains only those
@@ -52,19 +46,13 @@ was made ahead (drained, as after an early end) and starts afresh. In an epoch t
 lane for a batch only while the lane's oldest batch not yet yielded is of this epoch, so a batch
 of the next one is never yielded early. When the guess is right, the random draws follow the
 batches in the same order as without running on: the same crops, and resumption (NOTE [resume])
-stays exact. Batches made ahead and dropped took their draws, as the batches drained after an
-early end always did, so after a wrong guess the crops differ from a loader that stops at each
-epoch end (tests/test_run_on.py).
+stays exact: the draws are keyed by the sample, not by what ran before.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import gc
-import hashlib
-import re
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
@@ -73,7 +61,7 @@ from nvidia.dali.plugin.pytorch import DALIGenericIterator
 from ..config import LoaderConfig, OutputDType
 from ..device import HW_JPEG_DECODERS, resolve_device
 from ..indexing import config_len
-from ..loader import LoaderBase, _same_value, _show
+from ..loader import LoaderBase
 from ..options import DaliOptions
 from ..sources import header_sizes
 from ..types import Batch
@@ -179,144 +167,20 @@ class DaliLoader(LoaderBase):
         how = " calibrated" if self.calibrator is not None else ""
         return f"nvJPEG hw {self.hw_decoder_load:g}{how}"
 
-    def _build(self, checkpoints: Optional[List[bytes]] = None) -> None:
-        self.pipes = self._pipes_for(self.hw_decoder_load, checkpoints)
+    def _build(self) -> None:
+        self.pipes = self._pipes_for(self.hw_decoder_load)
         self._its = None
-        self._restored = checkpoints
         self._ran_on: Optional[int] = None  # the epoch every lane ran on into (NOTE [running on])
 
-    def _pipes_for(self, load: float, checkpoints: Optional[List[bytes]] = None) -> list:
-        """One pipeline per lane, with the hardware decoder's share ``load``."""
+    def _pipes_for(self, load: float) -> list:
+        """One pipeline per lane, with the hardware decoder's share ``load``; the source
+        fills the rows of draws by their graph's layout."""
         opts = self.options.replace(hw_decoder_load=load)
-        return [build_pipeline(self.config, opts, self.plan_dali, self.source.lane(k),
-                               self.device_id, lane=k,
-                               checkpoint=checkpoints[k] if checkpoints else None,
-                               encoded=not self.data_source.by_path)
-                for k in range(self.options.pipelines)]
-
-    # -- resume: the pipelines' random state travels with the position ------------------------
-    def _graph_id(self) -> str:
-        """A digest of what builds the graph whose random generators the checkpoints hold:
-        the augmentation (``Recipe.dali_plan()``: ``augment`` or the translated ``transform``),
-        where it decodes and runs, and the output's dtype and layout. Stable across processes
-        (object addresses are left out of the repr)."""
-        opts = self.options
-        # "dali": the labels' copy, once an option (labels_via, removed); kept so that states
-        # saved before its removal still match
-        what = (self.plan_dali, self.gpu, decodes_on_gpu(opts, self.gpu), self.config.dtype.value,
-                self.config.channels_last, "dali")
-        text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(what))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    def state_dict(self) -> Dict[str, Any]:
-        """``LoaderBase.state_dict`` plus ``dali``: each pipeline's checkpoint (base64), taken
-        at the batch the consumer has received, so a resumed loader draws the same crops and
-        flips as the saved run would have (module NOTE [resume]). The part also holds what the
-        checkpoints belong to: the rank (each rank's pipelines have their own seeds), the
-        pipeline count, the graph (``_graph_id``) and the position."""
-        state = super().state_dict()
-        if not self.options.checkpointing:
-            return state  # the position only: fresh random draws on resume
-        if self._resume is not None or self._its is None:
-            cks = self._restored  # loaded (or fresh: None) and not yet run
-        else:
-            cks = [it.checkpoints()[0] for it in self._its]
-        if cks:
-            state["dali"] = {
-                "rank": self.config.rank, "pipelines": self.options.pipelines,
-                "graph": self._graph_id(), "epoch": state["epoch"], "batches": state["batches"],
-                "checkpoints": [base64.b64encode(c if isinstance(c, bytes) else c.encode())
-                                .decode("ascii") for c in cks]}
-        return state
-
-    def _check_extra(self, state: Dict[str, Any], epoch: int, done: int):
-        """The ``dali`` part checked whole and the pipelines built from its checkpoints, not
-        yet swapped in (``None`` when the state has no part: the same samples, fresh draws).
-
-        Raises:
-            ValueError: naming the field: ``dali`` is not such a part, or its ``rank``,
-                ``pipelines``, ``graph`` or position differ from this loader's or the state's,
-                or DALI refuses its ``checkpoints``.
-        """
-        if "dali" not in state:
-            return None
-        part = state["dali"]
-        if not self.options.checkpointing:
-            raise ValueError("load_state_dict: the state holds DALI pipeline checkpoints "
-                             "(dali), but this loader has DaliOptions(checkpointing=False); "
-                             "turn it on to resume them, or drop the state's 'dali' entry for "
-                             "fresh draws")
-        fields = ("rank", "pipelines", "graph", "epoch", "batches", "checkpoints")
-        if not isinstance(part, dict) or set(part) != set(fields):
-            raise ValueError(f"load_state_dict: dali={_show(part)} is not the DALI part of a "
-                             f"state_dict() (a dict of {', '.join(fields)}); pass the state as "
-                             "it was saved, or drop its 'dali' entry for fresh draws")
-        c, n = self.config, self.options.pipelines
-        if not _same_value(part["rank"], c.rank):
-            raise ValueError(
-                f"load_state_dict: rank differs: the state's DALI pipeline checkpoints are of "
-                f"rank dali.rank={_show(part['rank'])}, this loader is rank {c.rank}; DALI's "
-                "checkpoints are per rank: save each rank's own state_dict(), or drop the "
-                "state's 'dali' entry (or use DaliOptions(checkpointing=False)) to resume the "
-                "position with fresh draws")
-        if not _same_value(part["pipelines"], n):
-            raise ValueError(f"load_state_dict: pipelines differs: the state has checkpoints "
-                             f"for dali.pipelines={_show(part['pipelines'])}, this loader runs "
-                             f"{n}; resume with the same DaliOptions.pipelines")
-        if not _same_value(part["graph"], self._graph_id()):
-            raise ValueError(f"load_state_dict: graph differs: the state's DALI checkpoints "
-                             f"are of another augmentation graph (dali.graph="
-                             f"{_show(part['graph'])}, this loader {self._graph_id()!r}: "
-                             "augment or transform, decode_on, dtype, channels_last); "
-                             "resume with the same ones, or drop the state's "
-                             "'dali' entry for fresh draws")
-        if not (_same_value(part["epoch"], epoch) and _same_value(part["batches"], done)):
-            raise ValueError(f"load_state_dict: the DALI checkpoints were taken at dali.epoch="
-                             f"{_show(part['epoch'])}, dali.batches={_show(part['batches'])}, "
-                             f"but the state says epoch={epoch}, batches={done}; pass the state "
-                             "as it was saved")
-        cks = part["checkpoints"]
-        if not isinstance(cks, list) or len(cks) != n:
-            raise ValueError(f"load_state_dict: dali.checkpoints={_show(cks)} must be a list "
-                             f"of {n} base64 strings, one per pipeline")
-        raw = []
-        for k, ck in enumerate(cks):
-            try:
-                if not isinstance(ck, str) or not ck:
-                    raise ValueError
-                raw.append(base64.b64decode(ck, validate=True))
-            except (ValueError, binascii.Error):
-                raise ValueError(f"load_state_dict: dali.checkpoints[{k}]={_show(ck)} is not "
-                                 "a base64 string from state_dict()") from None
-        try:  # DALI reads the checkpoints when a pipeline is built: do it now, aside
-            with self._on_device():
-                pipes = self._pipes_for(self.hw_decoder_load, raw)
-                for p in pipes:
-                    p.build()
-        except Exception as e:  # noqa: BLE001 - DALI's own error, named for the user
-            said = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            raise ValueError(f"load_state_dict: DALI refused the state's dali.checkpoints "
-                             f"({said}); pass the state as it was saved, or drop its 'dali' "
-                             "entry for fresh draws") from None
-        return pipes, raw
-
-    def _apply_extra(self, extra) -> None:
-        """Swap in the pipelines ``_check_extra`` built (module NOTE [resume]); a state without
-        a DALI part keeps the pipelines, and ``state_dict`` says so until they run (fresh
-        draws: no checkpoints to give)."""
-        if extra is None:
-            self._restored = None
-            return
-        pipes, raw = extra
-        self.source.stop()  # the old pipelines' batches in flight are dropped with them
-        self._its = None
-        self.pipes = pipes
-        if self.gpu:  # the old pipelines' device memory back now (on the CPU: at the next gc)
-            gc.collect()
-        self._restored = raw
-        self._ran_on = None
-        self._in_epoch = False
-        self._broken = False
+        pipes = [build_pipeline(self.config, opts, self.plan_dali, self.source.lane(k),
+                                self.device_id, encoded=not self.data_source.by_path)
+                 for k in range(self.options.pipelines)]
+        self.source.draw(pipes[0].draw_plan, self.config.seed)
+        return pipes
 
     def _iterators(self, pipes: Optional[list] = None) -> List[DALIGenericIterator]:
         return [DALIGenericIterator(p, list(OUTPUTS), size=-1, auto_reset=False,

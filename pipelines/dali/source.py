@@ -49,6 +49,14 @@ round-robin, which restores the plan's order. All lanes share one plan, one verd
 one read-ahead pool. A lane whose batch is wholly bad moves on to its next batch (that batch is
 counted in ``dropped_batches``), so the yielded order then differs from the plan's by that gap.
 
+NOTE [draws]
+Each fed batch carries a row of random numbers per sample (``pipelines.draws`` NOTE [one
+plan]), made by the read-ahead pool with the batch: a crop window needs the decoded image's
+size, which ``_check`` reads from the header when it first checks the file. The raw generator
+outputs behind the rows cost a fixed number of numpy steps per call, so they are made for
+``_BLOCK`` samples of the plan at once. A bad sample replaced by another takes that sample's
+draws with its file, as the torch backends repeat the other sample's output.
+
 NOTE [running on]
 A lane that reaches the end of its epoch raises ``StopIteration``, and its pipeline starts the
 next epoch empty: the consumer's first batch of it waits for a whole batch's read, decode and
@@ -65,14 +73,23 @@ order they were fed), and only once: a lane already in the target stops at its e
 from __future__ import annotations
 
 import os
-from collections import deque
+import threading
+from collections import OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes
+from ..draws import DrawPlan
+from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes, decoded_size, jpeg_size
+
+
+def _frame_size(data: bytes) -> Tuple[int, int]:
+    """``(height, width)`` from a JPEG's frame header, else ``(1, 1)``: a window that fits
+    any image."""
+    wh = jpeg_size(data)
+    return (wh[1], wh[0]) if wh else (1, 1)
 
 
 def _read(path: str) -> bytes:
@@ -81,6 +98,8 @@ def _read(path: str) -> bytes:
 
 
 _UNKNOWN, _GOOD, _BAD = 0, 1, 2
+_BLOCK = 4096  # samples whose raw draws are made at once (``pipelines.draws.mt_raws``)
+_KEEP_BLOCKS = 8
 
 
 @dataclass
@@ -108,11 +127,13 @@ class Fed:
 
 
 class PlanSource:
-    """DALI batch callable: ``source(batch_info) -> (paths, meta)``.
+    """DALI batch callable: ``source(batch_info) -> (paths, meta, draws)``.
 
     ``paths`` is a list of uint8 arrays (``os.fsencode`` file paths, for ``fn.io.file.read``),
-    ``meta`` an ``N x 2`` int64 array of ``(label, dataset index)`` rows. Each file is checked with
-    ``pipelines.validate.check_image_bytes`` once, on first use (see the module note).
+    ``meta`` an ``N x 2`` int64 array of ``(label, dataset index)`` rows, ``draws`` the
+    ``N x width`` float32 rows of each sample's random numbers (NOTE [draws]). Each file is
+    checked with ``pipelines.validate.check_image_bytes`` once, on first use (see the module
+    note).
 
     Args:
         paths, labels: the listing (``pipelines.indexing.list_samples``).
@@ -159,6 +180,11 @@ class PlanSource:
         self._status = np.zeros(len(self.paths), dtype=np.int8)  # _UNKNOWN / _GOOD / _BAD
         self._size = np.zeros(len(self.paths), dtype=np.int64)    # bytes, once checked
         self._reason: Dict[int, str] = {}
+        self._hw = np.zeros((len(self.paths), 2), dtype=np.int64)  # decoded (h, w), once checked
+        self._draws = DrawPlan(())  # NOTE [draws]: set by draw() once the graph is built
+        self._seed = 0
+        self._raws: "OrderedDict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+        self._raws_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dali-read")
 
     # -- epoch control (the loader's side) ---------------------------------------------------
@@ -231,6 +257,13 @@ class PlanSource:
                 out.append(self._lane_pos[k])
         return out
 
+    def draw(self, plan: DrawPlan, seed: int) -> None:
+        """Fill the rows of draws by ``plan`` (the built graph's layout), from ``seed``."""
+        if plan != self._draws or seed != self._seed:
+            with self._raws_lock:
+                self._raws.clear()
+            self._draws, self._seed = plan, seed
+
     def mark_bad(self, index: int, reason: str) -> None:
         """Record dataset index ``index`` as bad (found outside the byte check)."""
         self._reason[index] = reason
@@ -241,6 +274,8 @@ class PlanSource:
         try:
             data = self.read(i) if self.read is not None else _read(self.paths[i])
             reason = check_image_bytes(data, self.max_pixels)
+            if reason is None:  # a header PIL cannot read: the decoder decides (NOTE [draws])
+                self._hw[i] = decoded_size(data) or _frame_size(data)
         except OSError as e:
             data, reason = b"", f"{type(e).__name__}: {e}"
         self._size[i] = len(data)
@@ -254,7 +289,28 @@ class PlanSource:
         """Files read and checked in Python so far (each at most once)."""
         return int((self._status != _UNKNOWN).sum())
 
-    def _load(self, idx: np.ndarray):
+    def _raws_of(self, epoch: int, pos: int, batches: List[np.ndarray]) -> np.ndarray:
+        """The raw generator outputs of batch ``pos``'s samples (NOTE [draws]), made for
+        ``_BLOCK`` samples' worth of batches at once and kept for a few blocks."""
+        per = max(1, _BLOCK // max(1, len(batches[0])))
+        block = pos // per
+        key = (epoch, block)
+        with self._raws_lock:
+            got = self._raws.get(key)
+            if got is None:
+                part = batches[block * per:(block + 1) * per]
+                idx = np.concatenate(part) if part else np.empty(0, np.int64)
+                starts = np.cumsum([0] + [len(b) for b in part])
+                got = (self._draws.raws(self._seed, epoch, idx), starts)
+                self._raws[key] = got
+                while len(self._raws) > _KEEP_BLOCKS:
+                    self._raws.popitem(last=False)
+            raws, starts = got
+        k = pos - block * per
+        return raws[starts[k]:starts[k + 1]]
+
+    def _load(self, epoch: int, pos: int, batches: List[np.ndarray]):
+        idx = batches[pos]
         data: Dict[int, bytes] = {}
         for i in idx[self._status[idx] == _UNKNOWN]:
             data[int(i)] = self._check(int(i))
@@ -268,6 +324,7 @@ class PlanSource:
         rows = np.array(idx, dtype=np.int64)  # a copy: idx is the plan itself
         is_bad = self._status[rows] == _BAD
         bad = []
+        take = np.arange(len(rows))  # the sample whose draws each place gets
         if is_bad.any():
             ks = np.flatnonzero(is_bad)
             bad = [(self.paths[rows[k]], self._reason[int(rows[k])]) for k in ks]
@@ -275,10 +332,15 @@ class PlanSource:
             for n, k in enumerate(ks):  # replace each bad sample by the next good one (wrapping)
                 if len(good):
                     later = good[good > k]
-                    rows[k] = rows[later[0] if len(later) else good[n % len(good)]]
-        encoded = ([data[i] for i in rows.tolist()] if self.read is not None and not is_bad.all()
-                   else None)
-        return rows, bad, not is_bad.all(), encoded
+                    take[k] = later[0] if len(later) else good[n % len(good)]
+                    rows[k] = rows[take[k]]
+        if is_bad.all():
+            return rows, bad, False, None, None
+        encoded = [data[i] for i in rows.tolist()] if self.read is not None else None
+        plan = self._draws
+        raws = self._raws_of(epoch, pos, batches)[take]
+        draws = plan.rows(raws, self._hw[rows] if plan.needs_size else None)
+        return rows, bad, True, encoded, draws
 
     # -- serving (DALI's side) ------------------------------------------------------------------
     def lane(self, k: int) -> Callable:
@@ -335,8 +397,8 @@ class PlanSource:
                 continue
             for q in range(pos, min(pos + 1 + self.readahead * self.lanes, len(batches))):
                 if (epoch, q) not in self._pending:
-                    self._pending[(epoch, q)] = self._pool.submit(self._load, batches[q])
-            rows, bad, any_good, encoded = self._pending.pop((epoch, pos)).result()
+                    self._pending[(epoch, q)] = self._pool.submit(self._load, epoch, q, batches)
+            rows, bad, any_good, encoded, draws = self._pending.pop((epoch, pos)).result()
             self._lane_pos[k] += self.lanes
             carry.positions.append(pos)
             carry.bad += bad
@@ -351,7 +413,7 @@ class PlanSource:
         else:
             paths = [np.frombuffer(os.fsencode(self.paths[i]), dtype=np.uint8) for i in rows]
         meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
-        out = (paths, meta)
+        out = (paths, meta, draws)
         self.bytes_read += int(self._size[rows].sum())
         self.samples_read += len(paths)
         self._alive.append(out)

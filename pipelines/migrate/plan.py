@@ -44,11 +44,8 @@ def spec_ops(spec) -> TvPlan:
     from ..augment import Mode
 
     if spec.mode is Mode.TRAIN:
-        from .translate import rrc_window
-
         ops = (Op("random_resized_crop", (("size", (spec.size, spec.size)), ("scale", spec.scale),
                                           ("ratio", spec.ratio),
-                                          ("window", rrc_window(spec.scale, spec.ratio)),
                                           *LINEAR)),
                Op("hflip", (("p", spec.flip_p),)))
     else:

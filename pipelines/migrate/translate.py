@@ -27,11 +27,9 @@ Tolerances (checked by tests/test_translation_table.py and tests/test_migrate.py
 * ColorJitter and RandomGrayscale compute what torchvision's uint8 kernels compute (its grey
   weights, its truncations, hue in HSV), to within a uint8 level; but DALI applies brightness,
   contrast, saturation, hue in this fixed order where torchvision draws an order per image.
-* Random parameters follow the same distributions, drawn from DALI's generator. One
-  exception: RandomResizedCrop with scale / ratio for which torchvision rarely falls back
-  (below 1e-3 for 3:4 to 4:3 images, the default ones included) uses DALI's crop generator,
-  whose fallback window has torchvision's size but a random offset instead of the centre
-  (see ``rrc_window``); all other scale / ratio values run torchvision's algorithm exactly.
+* Random parameters follow the same distributions, drawn on the host from each sample's seed
+  (``pipelines.draws`` NOTE [one plan]): a leading RandomResizedCrop's window and the flips
+  are torchvision's own numbers for that seed; the other ops' numbers are not.
 
 The supported transforms are the op registry (``pipelines.migrate.ops``), whose entries are
 registered here: one per ``Op`` kind, with the torchvision classes it translates, its
@@ -139,40 +137,6 @@ def _resample(t) -> Tuple[Tuple[Tuple[str, object], ...], Optional[Problem]]:
     if mode not in INTERP:
         return (), (f"interpolation={interpolation(t)}", "no DALI interpolation matches it")
     return (("interp", INTERP[mode]), ("antialias", aa and mode != "nearest-exact")), None
-
-
-FALLBACK_BOUND = 1e-3  # see rrc_window
-
-
-def rrc_window(scale, ratio) -> str:
-    """Who draws a ``RandomResizedCrop`` window in DALI: ``"dali"`` or ``"torchvision"``.
-
-    DALI's own generator draws areas, log aspect ratios and offsets as torchvision does, and
-    its fallback (all ten attempts fail) has torchvision's size, but at a random offset where
-    torchvision centres it. It is fused into the decoder at no cost; torchvision's algorithm
-    in DALI ops (``pipelines.dali.geometry.rrc_window``) is about 90 per-sample CPU operators
-    on the consumer's critical path, too costly for the default recipe. So DALI's generator is
-    used where torchvision falls back with probability below ``FALLBACK_BOUND`` for images of
-    aspect ratio 3:4 to 4:3 (the default scale and ratio: 1.4e-6 at 4:3; 1.7e-3 at 2:1,
-    3.7e-2 at 3:1), torchvision's algorithm everywhere else (degenerate ranges, a scale above
-    1, ...).
-    """
-    import math
-
-    (s0, s1), (r0, r1) = scale, ratio
-    if not (0 < s0 and s1 <= 1 and 0 < r0):
-        return "torchvision"
-    worst = 0.0
-    for a in (3 / 4, 1.0, 4 / 3):
-        n = 256
-        ok = 0.0
-        for k in range(n):
-            r = math.exp(math.log(r0) + (math.log(r1) - math.log(r0)) * (k + 0.5) / n)
-            fits = 1.0 / max(r / a, a / r)  # the largest area fraction that fits
-            ok += (1.0 if fits >= s0 else 0.0) if s1 == s0 else \
-                min(max((fits - s0) / (s1 - s0), 0.0), 1.0)
-        worst = max(worst, (1.0 - ok / n) ** 10)
-    return "dali" if worst < FALLBACK_BOUND else "torchvision"
 
 
 def _range(v, center: float = 1.0) -> Optional[Tuple[float, float]]:
@@ -390,7 +354,7 @@ def _random_resized_crop(t, s: State):
         return [], bad
     scale, ratio = tuple(map(float, t.scale)), tuple(map(float, t.ratio))
     return [Op("random_resized_crop", (("size", hw(t.size)), ("scale", scale), ("ratio", ratio),
-                                       ("window", rrc_window(scale, ratio)), *interp))], None
+                                       *interp))], None
 
 
 def _resize(t, s: State):

@@ -1,0 +1,247 @@
+"""The per-sample random draws of the shared plan, made on the host for ``dali``.
+
+NOTE [one plan]
+Every backend draws a sample's augmentation from one seed, ``sample_seed(seed, epoch, index)``
+(``pipelines.indexing``): the torch backends seed the CPU generator with it and run the
+torchvision transforms, which draw from that generator. ``dali`` cannot seed its operators
+per sample, so its graph has no random operator at all: every random number it uses arrives
+with the batch, as one ``float32`` row per sample made here from the same seed
+(``pipelines.dali.random`` hands the row out as columns while the graph is built, and
+records what each column is: a :class:`Step`).
+
+* A leading ``RandomResizedCrop`` window and the flips are drawn exactly as torchvision draws
+  them (:func:`rrc_window` is ``RandomResizedCrop.make_params`` on a generator of its own), in
+  the order of the transforms, so while no other random op comes before them in the recipe
+  ``dali`` crops and flips every sample as ``pinned`` and ``pageable`` do
+  (``tests/test_one_plan.py``). The window needs the decoded image's size: ``dali``'s source
+  reads it from the header when it first checks the file (``pipelines.dali.source``).
+* Every other random number (the AutoAugment family's op and magnitude, colour factors,
+  erasing boxes, warps, ``RandomApply`` / ``RandomChoice`` branches) is a uniform number from
+  the same generator, after those. ``dali`` computes the same distributions from them, but not
+  torchvision's values: its ops consume numbers in another order.
+
+The row depends on ``(seed, epoch, index)`` only: not on the pipeline count, the hardware
+decoder's share, what ran before, or the rank. So a ``dali`` loader's state is its position,
+and a resumed or rebuilt loader draws what an uninterrupted one draws.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, Tuple
+
+import numpy as np
+import torch
+
+# numpy's SeedSequence constants (numpy/random/bit_generator.pyx)
+_INIT_A, _MULT_A = 0x43B0D7E5, 0x931E8875
+_INIT_B, _MULT_B = 0x8B51F9DD, 0x58F38DED
+_MIX_L, _MIX_R = 0xCA01F9DD, 0x4973F715
+_M32 = 0xFFFFFFFF
+
+
+def sample_seeds(seed: int, epoch: int, indices) -> np.ndarray:
+    """``pipelines.indexing.sample_seed(seed, epoch, i)`` for every ``i`` of ``indices``, at
+    once (numpy's ``SeedSequence`` hash, vectorised; ``tests/test_one_plan.py`` checks it
+    against ``sample_seed``). Returns ``uint64``."""
+    idx = np.asarray(indices, dtype=np.uint64)
+    if idx.size and int(idx.max()) > _M32:
+        raise ValueError("sample_seeds: indices must be below 2**32")
+    if not 0 <= epoch <= _M32:
+        raise ValueError(f"sample_seeds: epoch={epoch!r} must be in [0, 2**32)")
+    n = idx.shape[0]
+    M = np.uint64(_M32)
+    h = _INIT_A
+
+    def hashmix(value: np.ndarray) -> np.ndarray:
+        nonlocal h
+        value = (value ^ np.uint64(h)) & M
+        h = (h * _MULT_A) & _M32
+        value = (value * np.uint64(h)) & M
+        return value ^ (value >> np.uint64(16))
+
+    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        r = (np.uint64(_MIX_L) * x - np.uint64(_MIX_R) * y) & M
+        return r ^ (r >> np.uint64(16))
+
+    entropy = [np.full(n, seed & _M32, np.uint64), np.full(n, epoch, np.uint64), idx,
+               np.zeros(n, np.uint64)]
+    pool = [hashmix(e) for e in entropy]
+    for src in range(4):
+        for dst in range(4):
+            if src != dst:
+                pool[dst] = mix(pool[dst], hashmix(pool[src]))
+    h = _INIT_B
+    words = []
+    for k in range(2):  # generate_state(1, uint64): two 32-bit words, low first
+        v = (pool[k] ^ np.uint64(h)) & M
+        h = (h * _MULT_B) & _M32
+        v = (v * np.uint64(h)) & M
+        words.append(v ^ (v >> np.uint64(16)))
+    return ((words[1] << np.uint64(32)) | words[0]) >> np.uint64(1)
+
+
+_M24 = np.uint64(0xFFFFFF)
+
+
+def mt_raws(seeds: np.ndarray, count: int) -> np.ndarray:
+    """The first ``count`` 32-bit outputs of torch's CPU generator after ``manual_seed(s)``,
+    for every ``s`` of ``seeds`` (``N x count`` uint64).
+
+    torch's generator is MT19937 seeded with ``s & 0xFFFFFFFF`` (``init_genrand``); this is
+    that recurrence and the first twist, vectorised over the seeds. It costs about 430 numpy
+    steps whatever ``N`` is, so callers pass many seeds at once (``pipelines.dali.source``
+    draws a few thousand samples per call)."""
+    if not 0 < count <= 227:
+        raise ValueError(f"mt_raws: count={count!r} must be in [1, 227]")
+    n = len(seeds)
+    last = count + 397
+    st = np.empty((last + 1, n), np.uint32)
+    st[0] = (np.asarray(seeds, np.uint64) & np.uint64(_M32)).astype(np.uint32)
+    mul = np.uint32(1812433253)
+    t = np.empty(n, np.uint32)
+    with np.errstate(over="ignore"):
+        for j in range(1, last + 1):
+            prev, cur = st[j - 1], st[j]
+            np.right_shift(prev, 30, out=t)
+            np.bitwise_xor(t, prev, out=t)
+            np.multiply(t, mul, out=cur)
+            cur += np.uint32(j)
+    s = st.astype(np.uint64)
+    y = (s[:count] & np.uint64(0x80000000)) | (s[1:count + 1] & np.uint64(0x7FFFFFFF))
+    v = s[397:397 + count] ^ (y >> np.uint64(1)) ^ ((y & np.uint64(1)) * np.uint64(0x9908B0DF))
+    v ^= v >> np.uint64(11)
+    v ^= (v << np.uint64(7)) & np.uint64(0x9D2C5680)
+    v ^= (v << np.uint64(15)) & np.uint64(0xEFC60000)
+    v ^= v >> np.uint64(18)
+    return np.ascontiguousarray((v & np.uint64(_M32)).T)
+
+
+def _unit(raw: np.ndarray) -> np.ndarray:
+    """``torch.rand`` (float32) from raw outputs: their low 24 bits over 2**24 (float64,
+    exact)."""
+    return (raw & _M24).astype(np.float64) * 2.0 ** -24
+
+
+def _uniform32(raw: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """``torch.empty(1).uniform_(lo, hi)`` from raw outputs, as ATen computes it (float32
+    bounds, the product and sum in double, then float32); float64 of the float32."""
+    lo32, hi32 = np.float32(lo), np.float32(hi)
+    return (_unit(raw) * np.float64(hi32 - lo32) + np.float64(lo32)).astype(np.float32) \
+        .astype(np.float64)
+
+
+def rrc_windows(raws: np.ndarray, off: np.ndarray, height: np.ndarray, width: np.ndarray,
+                scale: Sequence[float], ratio: Sequence[float]):
+    """torchvision's ``RandomResizedCrop`` windows ``(top, left, h, w)`` (``N x 4``) and the
+    raw outputs each consumed, from each sample's raw outputs starting at ``off``.
+
+    The algorithm of ``RandomResizedCrop.make_params`` on the numbers torch would draw: ten
+    attempts of an area ``U(scale)`` and a log aspect ratio ``U(log ratio)`` (``torch.exp``
+    itself, for its rounding), sizes rounded half to even, the first that fits wins and its
+    offsets are ``randint``; none fits: the centre crop with the aspect ratio clamped.
+    ``tests/test_one_plan.py`` checks it against torchvision."""
+    n = len(off)
+    rows = np.arange(n)[:, None]
+    att = off[:, None] + 2 * np.arange(10)[None, :]
+    H = height.astype(np.float64)[:, None]
+    W = width.astype(np.float64)[:, None]
+    target = H * W * _uniform32(raws[rows, att], scale[0], scale[1])
+    log_ratio = torch.log(torch.tensor(ratio))
+    lr = _uniform32(raws[rows, att + 1], float(log_ratio[0]), float(log_ratio[1]))
+    ar = torch.exp(torch.from_numpy(lr.astype(np.float32))).numpy().astype(np.float64)
+    w = np.rint(np.sqrt(target * ar))
+    h = np.rint(np.sqrt(target / ar))
+    fits = (w > 0) & (w <= W) & (h > 0) & (h <= H)
+    found = fits.any(axis=1)
+    k = np.argmax(fits, axis=1)
+    r = np.arange(n)
+    h_sel, w_sel = h[r, k].astype(np.int64), w[r, k].astype(np.int64)
+    hh, ww = height.astype(np.int64), width.astype(np.int64)
+    ri = raws[r, np.where(found, off + 2 * k + 2, off)]
+    rj = raws[r, np.where(found, off + 2 * k + 3, off)]
+    top = (ri % np.maximum(hh - h_sel + 1, 1).astype(np.uint64)).astype(np.int64)
+    left = (rj % np.maximum(ww - w_sel + 1, 1).astype(np.uint64)).astype(np.int64)
+    # the fallback: the whole image, its aspect ratio clamped to ratio, centred
+    in_ratio = width.astype(np.float64) / height.astype(np.float64)
+    lo_r, hi_r = min(ratio), max(ratio)
+    fh = np.where(in_ratio < lo_r, np.rint(ww / lo_r), hh).astype(np.int64)
+    fw = np.where(in_ratio > hi_r, np.rint(hh * hi_r), ww).astype(np.int64)
+    out = np.stack([np.where(found, top, (hh - fh) // 2), np.where(found, left, (ww - fw) // 2),
+                    np.where(found, h_sel, fh), np.where(found, w_sel, fw)], axis=1)
+    used = np.where(found, 2 * k + 4, 20)
+    return out, used
+
+
+@dataclass(frozen=True)
+class Step:
+    """What some columns of the row are, in the order the augmentation draws them.
+
+    ``kind``:
+        ``"window"``: 4 columns ``top, left, h, w`` of a leading ``RandomResizedCrop`` with
+            ``scale`` and ``ratio`` (:func:`rrc_window`).
+        ``"coin"``: 1 column, ``1.0`` with probability ``p`` (``torch.rand(1) < p``, as
+            torchvision's flips draw), else ``0.0``.
+        ``"uniform"``: ``count`` columns, each uniform on ``[0, 1)``.
+    """
+
+    kind: str
+    count: int = 1
+    p: float = 0.5
+    scale: Tuple[float, float] = (0.08, 1.0)
+    ratio: Tuple[float, float] = (3 / 4, 4 / 3)
+
+    @property
+    def width(self) -> int:
+        return 4 if self.kind == "window" else self.count
+
+
+@dataclass(frozen=True)
+class DrawPlan:
+    """The row layout of a graph: its :class:`Step` s in the order they draw."""
+
+    steps: Tuple[Step, ...]
+
+    @property
+    def width(self) -> int:
+        return sum(s.width for s in self.steps)
+
+    @property
+    def needs_size(self) -> bool:
+        return any(s.kind == "window" for s in self.steps)
+
+    @property
+    def raw_count(self) -> int:
+        """Raw outputs a sample may consume: 22 per window (ten attempts and the offsets),
+        one per coin or uniform number."""
+        return max(1, sum(22 if s.kind == "window" else s.count for s in self.steps))
+
+    def raws(self, seed: int, epoch: int, indices) -> np.ndarray:
+        """The raw outputs of the samples ``indices`` of ``epoch`` (:func:`mt_raws` of their
+        ``sample_seeds``); pass many at once."""
+        return mt_raws(sample_seeds(seed, epoch, indices), self.raw_count)
+
+    def rows(self, raws: np.ndarray, sizes=None) -> np.ndarray:
+        """The ``N x width`` float32 rows from the samples' :meth:`raws`; ``sizes``: ``N x 2``
+        decoded ``(height, width)``, needed when a step is a window."""
+        n = len(raws)
+        out = np.zeros((n, max(1, self.width)), np.float32)
+        if self.needs_size and sizes is None:
+            raise ValueError("DrawPlan.rows: a crop window needs the images' sizes")
+        off = np.zeros(n, np.int64)
+        r = np.arange(n)
+        c = 0
+        for st in self.steps:
+            if st.kind == "window":
+                sz = np.asarray(sizes, np.int64).reshape(n, 2)
+                win, used = rrc_windows(raws, off, sz[:, 0], sz[:, 1], st.scale, st.ratio)
+                out[:, c:c + 4] = win
+                off = off + used
+            elif st.kind == "coin":
+                out[:, c] = _unit(raws[r, off]) < st.p
+                off = off + 1
+            else:
+                cols = off[:, None] + np.arange(st.count)[None, :]
+                out[:, c:c + st.count] = _unit(raws[r[:, None], cols])
+                off = off + st.count
+            c += st.width
+        return out
