@@ -92,99 +92,166 @@ def _auto(key: str) -> str:
     return f"default: {gpu} with CUDA, {cpu} without"
 
 
+SHORT_DESCRIPTION = """\
+``python -m compare [run]``: which backend keeps my GPU busy, and by how much?
+
+Times every backend on the same files, augmentation, batch size, model, steps and warm-up, and
+writes a table, results.json, PNG plots and summary.md (the verdict first) to --out."""
+
+EPILOG = """\
+other commands (python -m compare COMMAND --help): train (a short training run), doctor
+(check this machine), diff (two results.json: faster, slower or no difference), report
+(the summary again), memory, scaling, plot, fuzz. Multi-GPU: torchrun ... -m compare.
+--help-all: every option (the lab ones too), how presets and sweeps pick the variants, and
+what is checked before timing."""
+
+# NOTE [short and full help]: ``--help`` shows the options the README and docs/benchmarking.md
+# teach, each in a line or two, so a newcomer reads one screen (issue 42). The lab options
+# (steady-state windows, cold page cache, traces, wait sites, ...) parse the same but their
+# help is ``argparse.SUPPRESS`` there; ``--help-all`` builds the parser again with every option
+# and its full help, and the module docstring as the description.
+
+
+class HelpAll(argparse.Action):
+    """``--help-all``: print the full help (every option, the long texts) and exit 0."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        build_parser(full=True).print_help()
+        parser.exit()
+
+
+def build_parser(full: bool = False) -> argparse.ArgumentParser:
+    """The parser of ``python -m compare [run]``, without the machine-dependent defaults
+    (``fill_defaults``): its ``--help`` is the short one; ``full=True``: the ``--help-all``
+    one (NOTE [short and full help])."""
+    p = cli.Parser(prog=PROG, description=__doc__ if full else SHORT_DESCRIPTION,
+                   epilog=None if full else EPILOG, formatter_class=cli.HelpFormatter,
+                   usage=None if full else
+                   "%(prog)s [run] [--data DIR] [--backends LIST] [--out DIR] [options]\n"
+                   "       %(prog)s COMMAND ...   (train, doctor, diff, report, ...)",
+                   see="--help, or --help-all for every option")
+
+    def add(*names, short=None, lab=False, **kw):
+        """An option; ``short``: its help in ``--help`` (``help``: in ``--help-all``);
+        ``lab``: left out of ``--help``."""
+        if not full:
+            kw["help"] = argparse.SUPPRESS if lab else (short or kw.get("help"))
+        p.add_argument(*names, **kw)
+
+    p.add_argument("--help-all", action=HelpAll,
+                   help="show every option, the lab ones included, and exit")
+    add("--data", metavar="DIR",
+        short="ImageFolder, file list or shards (default: generated)",
+        help="ImageFolder root, file list or tar shards (default: generate one into the "
+             "cache)")
+    add("--num-images", type=int, default=None, metavar="N",
+        help=f"size of the default generated dataset ({_auto('num_images')})")
+    add("--backends", default=None, metavar="LIST",
+        short="dali,pinned,pageable (default: all installed)",
+        help="comma list of dali,pinned,pageable (default: all available)")
+    add("--preset", choices=PRESETS,
+        short="seeds (the README's table) or large (big photos)",
+        help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned "
+             "torchvision, pinned scaled, dali; large: pageable, pinned "
+             "(torchvision's decoder), pinned scaled, dali, dali hw 1 x2 (hardware decoder, "
+             "two pipelines), dali calibrated on a "
+             "default set of 2000-4000 px photos, batch 64 with CUDA unless given "
+             "(restricted to --backends; not with --sweep)")
+    add("--sweep", metavar="SPEC",
+        short="every combination, e.g. 'num_workers=4,8 pin=on,off'",
+        help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 "
+             "pipelines=1,2'; ' | ' joins sweeps ('hw_decoder_load=0 run_on=off | "
+             "hw_decoder_load=1 pipelines=1,2': three variants). Keys: num_workers and the "
+             "fields of TorchOptions and DaliOptions; pin=on/off picks pinned/pageable. "
+             "A key runs only on the backends it applies to: the others run once, noted 'no effect on "
+             "<backend>'; a key that applies to no backend of the run is refused")
+    add("--model", default=None,
+        short=f"none, tinycnn, resnet50, ... or synthetic:<ms> ({_auto('model')})",
+        help="none, tinycnn, resnet18, resnet50, vit_b_16, vit_l_16 or synthetic:<ms> "
+             f"({_auto('model')})")
+    add("--batch-size", type=int, default=None, metavar="N", help=_auto("batch_size"))
+    add("--image-size", type=int, default=224, metavar="PX", help="output side in pixels")
+    add("--mode", choices=["train", "eval"], default="train",
+        help="train: random-resized-crop and flip; eval: resize and centre crop")
+    add("--steps", type=int, default=None, metavar="N", help=_auto("steps"))
+    add("--warmup", type=int, default=None, metavar="N", help=_auto("warmup"))
+    add("--repeats", type=int, default=3, metavar="N", help="timed repeats per variant")
+    add("--workers", type=int, default=None, metavar="N", help="default: CPU cores - 2")
+    add("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+        help=_auto("dtype"))
+    add("--device", default=None, help=_auto("device"))
+    add("--on-bad-file", choices=["error", "skip"], default="error",
+        short="stop at an undecodable file, or skip (replace and count) it",
+        help="a file that is not a decodable image: stop with its name (error) or "
+             "replace it within its batch and count it (skip)")
+    add("--out", default="runs/compare", metavar="DIR", help="output directory")
+    add("--no-ceiling", action="store_true", help="skip the model-only ceiling run")
+    add("--transform", metavar="MODULE:NAME",
+        short="your torchvision v2 Compose; DALI translates it",
+        help="your torchvision v2 Compose (e.g. compare.recipes:color_aug): the torch "
+             "backends run it as is, DALI runs its translation")
+    add("--step", metavar="MODULE:NAME",
+        short="your step(images, labels), or a factory call",
+        help="your own training step, a callable step(images, labels), or a factory "
+             "written as a call: e.g. \"compare.steps:compiled(model='resnet50')\" "
+             "(compare.userstep); --model then only names it in the report")
+    add("--mix", metavar="SPEC",
+        short="batch MixUp/CutMix, e.g. mixup=0.2,cutmix=1.0",
+        help="batch MixUp/CutMix on the device, every backend alike (pipelines.mix): "
+             "e.g. \"mixup=0.2,cutmix=1.0\" (keys mixup, cutmix, switch, prob, "
+             "smoothing); labels become soft targets")
+    add("--reference", action="store_true",
+        short="add the plain ImageFolder+PIL and DALI reader rows",
+        help="add a row for each plain recipe: with a torch backend, "
+             "torchvision.datasets.ImageFolder + PIL + the same v2 transforms, a "
+             "DataLoader with no pinning and blocking copies, to check pageable "
+             "against it; with dali, DALI's file reader recipe (compare.reference)")
+    add("--isolate", action=argparse.BooleanOptionalAction, default=None,
+        short="each repeat in a fresh process (default: on with CUDA)",
+        help="run each (variant, repeat) and each ceiling repeat in a fresh process, "
+             "in a seeded interleaved order (compare.isolate; default: on with CUDA, "
+             "off without; always off under torchrun)")
+    # the lab options: in --help-all only (NOTE [short and full help])
+    add("--order-seed", type=int, default=0, metavar="N", lab=True,
+        help="the seed of the interleaved order of --isolate (recorded)")
+    add("--long", action="store_true", lab=True,
+        help="time a window of at least 10x each loader's queue, across an epoch "
+             "boundary (the steady-state check)")
+    add("--paired-long", action="store_true", lab=True,
+        help="the steady-state check in one process: each repeat also times a "
+             "--long pair of windows on the same loader, between its default pair "
+             "and a second one, and the summary gives long / default per row, with "
+             "the drift within the process taken out "
+             "(compare.runner NOTE [paired long])")
+    add("--loader-only-last", action="store_true", lab=True,
+        help="time the loader alone after the model step, not before it, with the "
+             "DataLoader workers as training left them (compare.runner NOTE "
+             "[loader-only last]); the summary and diff say which")
+    add("--trace", action="store_true", lab=True,
+        help="after the first repeat of each variant (and of the ceiling), trace one "
+             "more training window with torch.profiler into OUT/trace: the waits, "
+             "the CUDA calls and stream activity in flight during the long ones; "
+             "its numbers are not in the results")
+    add("--wait-sites", action="store_true", lab=True,
+        help="sample the training loop's Python stack while it waits for data and "
+             "list, per row, where it waited: DALI's share_outputs, the "
+             "DataLoader's queue, a CUDA event (compare.waitsites)")
+    add("--cold", action="store_true", lab=True,
+        help="evict the dataset's files from the page cache before each timed run "
+             "(posix_fadvise, no root) and check with mincore that it took "
+             "(compare.pagecache); refused before timing where it cannot take (tmpfs), "
+             "and the report marks a row cold only where every eviction took")
+    add("--compute-stream", choices=("default", "side", "high"), default="default", lab=True,
+        help="the CUDA stream the model step runs on: the default stream (as a plain "
+             "script has it), a new stream (side) or a new one at the highest "
+             "priority (high), so the loader's GPU work yields to the step "
+             "(compare.runner.ComputeStream; recorded)")
+    return p
+
+
 def parse_args(argv):
-    p = cli.Parser(prog=PROG, description=__doc__, formatter_class=cli.HelpFormatter)
-    p.add_argument("--data", help="ImageFolder root (default: generate one into the cache)")
-    p.add_argument("--num-images", type=int, default=None,
-                   help=f"size of the default generated dataset ({_auto('num_images')})")
-    p.add_argument("--backends", default=None,
-                   help="comma list of dali,pinned,pageable (default: all available)")
-    p.add_argument("--preset", choices=PRESETS,
-                   help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned "
-                        "torchvision, pinned scaled, dali; large: pageable, pinned "
-                        "(torchvision's decoder), pinned scaled, dali, dali hw 1 x2 (hardware decoder, "
-                        "two pipelines), dali calibrated on a "
-                        "default set of 2000-4000 px photos, batch 64 with CUDA unless given "
-                        "(restricted to --backends; not with --sweep)")
-    p.add_argument("--sweep", help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 "
-                   "pipelines=1,2'; ' | ' joins sweeps ('hw_decoder_load=0 run_on=off | "
-                   "hw_decoder_load=1 pipelines=1,2': three variants). Keys: num_workers and the "
-                   "fields of TorchOptions and DaliOptions; pin=on/off picks pinned/pageable. "
-                   "A key runs only on the backends it applies to: the others run once, noted 'no effect on "
-                   "<backend>'; a key that applies to no backend of the run is refused")
-    p.add_argument("--model", default=None,
-                   help="none, tinycnn, resnet18, resnet50, vit_b_16, vit_l_16 or synthetic:<ms> "
-                        f"({_auto('model')})")
-    p.add_argument("--batch-size", type=int, default=None, help=_auto("batch_size"))
-    p.add_argument("--image-size", type=int, default=224, help="output side in pixels")
-    p.add_argument("--mode", choices=["train", "eval"], default="train",
-                   help="train: random-resized-crop and flip; eval: resize and centre crop")
-    p.add_argument("--steps", type=int, default=None, help=_auto("steps"))
-    p.add_argument("--warmup", type=int, default=None, help=_auto("warmup"))
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats per variant")
-    p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
-                   help=_auto("dtype"))
-    p.add_argument("--device", default=None, help=_auto("device"))
-    p.add_argument("--on-bad-file", choices=["error", "skip"], default="error",
-                   help="a file that is not a decodable image: stop with its name (error) or "
-                        "replace it within its batch and count it (skip)")
-    p.add_argument("--out", default="runs/compare", help="output directory")
-    p.add_argument("--no-ceiling", action="store_true", help="skip the model-only ceiling run")
-    p.add_argument("--transform", metavar="MODULE:NAME",
-                   help="your torchvision v2 Compose (e.g. compare.recipes:color_aug): the torch "
-                        "backends run it as is, DALI runs its translation")
-    p.add_argument("--step", metavar="MODULE:NAME",
-                   help="your own training step, a callable step(images, labels), or a factory "
-                        "written as a call: e.g. \"compare.steps:compiled(model='resnet50')\" "
-                        "(compare.userstep); --model then only names it in the report")
-    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                   help="run each (variant, repeat) and each ceiling repeat in a fresh process, "
-                        "in a seeded interleaved order (compare.isolate; default: on with CUDA, "
-                        "off without; always off under torchrun)")
-    p.add_argument("--order-seed", type=int, default=0,
-                   help="the seed of the interleaved order of --isolate (recorded)")
-    p.add_argument("--reference", action="store_true",
-                   help="add a row for each plain recipe: with a torch backend, "
-                        "torchvision.datasets.ImageFolder + PIL + the same v2 transforms, a "
-                        "DataLoader with no pinning and blocking copies, to check pageable "
-                        "against it; with dali, DALI's file reader recipe (compare.reference)")
-    p.add_argument("--long", action="store_true",
-                   help="time a window of at least 10x each loader's queue, across an epoch "
-                        "boundary (the steady-state check)")
-    p.add_argument("--paired-long", action="store_true",
-                   help="the steady-state check in one process: each repeat also times a "
-                        "--long pair of windows on the same loader, between its default pair "
-                        "and a second one, and the summary gives long / default per row, with "
-                        "the drift within the process taken out "
-                        "(compare.runner NOTE [paired long])")
-    p.add_argument("--loader-only-last", action="store_true",
-                   help="time the loader alone after the model step, not before it, with the "
-                        "DataLoader workers as training left them (compare.runner NOTE "
-                        "[loader-only last]); the summary and diff say which")
-    p.add_argument("--trace", action="store_true",
-                   help="after the first repeat of each variant (and of the ceiling), trace one "
-                        "more training window with torch.profiler into OUT/trace: the waits, "
-                        "the CUDA calls and stream activity in flight during the long ones; "
-                        "its numbers are not in the results")
-    p.add_argument("--wait-sites", action="store_true",
-                   help="sample the training loop's Python stack while it waits for data and "
-                        "list, per row, where it waited: DALI's share_outputs, the "
-                        "DataLoader's queue, a CUDA event (compare.waitsites)")
-    p.add_argument("--cold", action="store_true",
-                   help="evict the dataset's files from the page cache before each timed run "
-                        "(posix_fadvise, no root) and check with mincore that it took "
-                        "(compare.pagecache); refused before timing where it cannot take (tmpfs), "
-                        "and the report marks a row cold only where every eviction took")
-    p.add_argument("--compute-stream", choices=("default", "side", "high"), default="default",
-                   help="the CUDA stream the model step runs on: the default stream (as a plain "
-                        "script has it), a new stream (side) or a new one at the highest "
-                        "priority (high), so the loader's GPU work yields to the step "
-                        "(compare.runner.ComputeStream; recorded)")
-    p.add_argument("--mix", metavar="SPEC",
-                   help="batch MixUp/CutMix on the device, every backend alike (pipelines.mix): "
-                        "e.g. \"mixup=0.2,cutmix=1.0\" (keys mixup, cutmix, switch, prob, "
-                        "smoothing); labels become soft targets")
-    return fill_defaults(p.parse_args(argv))
-
-
+    """The options of ``python -m compare [run]``, machine-dependent defaults filled in."""
+    return fill_defaults(build_parser().parse_args(argv))

@@ -107,14 +107,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """``argparse`` with one-line errors (argparse prints the whole usage block first) and
-    every default in ``--help`` (``HelpFormatter``)."""
+    every default in ``--help`` (``HelpFormatter``). ``see``: the help option an error points
+    at (``--help``; ``python -m compare`` says ``--help-all``, which lists its lab options)."""
 
-    def __init__(self, *args, **kw):
+    def __init__(self, *args, see: str = "--help", **kw):
         kw.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kw)
+        self.see = see
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.see})\n")
 
 
 def fail(prog: str, err: object, code: int = 2) -> int:

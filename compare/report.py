@@ -145,6 +145,83 @@ def warnings_for(res: SuiteResult) -> List[str]:
     return w
 
 
+def verdict_lines(res: SuiteResult) -> List[str]:
+    """One to three lines that answer "which backend?", the summary's and the terminal's first.
+
+    NOTE [verdict first]
+    The fastest row by its median rate (samples/s, the table's first figure): in training, or
+    of the loader alone under ``--model none``; the loader-only img/s only where no row has a
+    training rate. The ``--reference`` rows are yardsticks,
+    not backends, and are left out. The first line gives its rate, its % of the model-only
+    ceiling and its speed-up over ``pageable``; the second the runner-up and whether the gap is
+    inside the measured spread: the larger of the two rows' ranges across repeats and of their
+    spreads within a window put on that scale (``compare.diff.within_as_range``), the noise
+    floor ``compare diff`` uses; with one repeat there is no spread to judge by. A third line
+    says what qualifies the whole run (partial results, CPU numbers)."""
+    from .diff import within_as_range
+
+    s = res.setup
+    alone = s.get("model") == "none" and not s.get("step")
+    rows = [v for v in res.variants if v.backend != "reference"]
+
+    def rate(v, metric):
+        m = v.median(metric)
+        return m if math.isfinite(m) else None
+
+    metric, unit = "samples_per_s", "samples/s"
+    where = "with no model step (--model none: the loader alone)" if alone else "in training"
+    if not any(rate(v, metric) for v in rows) and any(rate(v, "loader_only_per_s") for v in rows):
+        metric, unit, where = "loader_only_per_s", "img/s", "loader-only"
+    ranked = sorted((v for v in rows if rate(v, metric) is not None),
+                    key=lambda v: rate(v, metric), reverse=True)
+    tail = []
+    if not res.complete:
+        tail.append(f"partial results: {len(res.variants)} of "
+                    f"{len(s.get('variants') or ()) or '?'} variants finished")
+    if not res.on_gpu and res.variants:
+        tail.append("CPU numbers, which do not predict GPU ones")
+    if not ranked:
+        return ["Verdict: no backend row has a rate yet."] + (
+            [f"({'; '.join(tail)}.)"] if tail else [])
+    best = ranked[0]
+    b = rate(best, metric)
+    facts = [f"{b:.1f} {unit}"]
+    pct = res.pct_of_ceiling(best) if metric == "samples_per_s" else None
+    if pct is not None:
+        facts.append(f"{pct:.1f}% of the model-only ceiling"
+                     + (" (above what a loader can reach: see the warnings)"
+                        if pct > OVER_CEILING else ""))
+    else:
+        facts[0] += " (no model-only ceiling was timed)"
+    base = res.baseline()
+    if base is not None and base is not best and metric == "samples_per_s":
+        up = res.speedup(best)
+        if up is not None and math.isfinite(up):
+            facts.append(f"{up:.2f}x {base.label}")
+    verb = "is the fastest" if len(ranked) > 1 else "is the only backend timed"
+    lines = [f"Verdict: {res.row_label(best)} {verb} {where}: {', '.join(facts)}."]
+    if len(ranked) > 1:
+        ru = ranked[1]
+        r = rate(ru, metric)
+        gap = b - r
+        head = (f"Runner-up {res.row_label(ru)}, {r:.1f} {unit}, is {100 * gap / b:.1f}% "
+                "slower")
+        if min(len(best.values(metric)), len(ru.values(metric))) < 2:
+            lines.append(f"{head}; with one repeat there is no spread to tell noise by.")
+        else:
+            noise = max(best.spread(metric), ru.spread(metric),
+                        within_as_range(best, metric), within_as_range(ru, metric))
+            if gap <= noise:
+                lines.append(f"{head}: within noise (the gap, {gap:.1f}, is inside the "
+                             f"measured spread, {noise:.1f}).")
+            else:
+                lines.append(f"{head}: beyond noise (the gap, {gap:.1f}, is larger than the "
+                             f"measured spread, {noise:.1f}).")
+    if tail:
+        lines.append(f"({'; '.join(tail)}.)")
+    return lines
+
+
 RANK_COLUMNS = ("backend", "rank", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms",
                 "GPU idle %")
 
@@ -543,53 +620,23 @@ def trace_lines(res: SuiteResult) -> List[str]:
             if r.trace is not None]
 
 
-def markdown(res: SuiteResult) -> str:
+def research_lines(res: SuiteResult) -> List[str]:
+    """The summary's sections on how the numbers were measured (the order of the isolated
+    repeats, spreads, the host CPU probe, CPU steal, CPU by role, the cold page cache): after
+    the main table (NOTE [verdict
+    first] in ``verdict_lines``)."""
     s = res.setup
-    e = res.env
-    w = warnings_for(res)
-    world = s.get("world_size") or 1
-    job = (f"- torchrun job: {world} ranks on {s.get('nodes', 1)} node(s), "
-           f"{s.get('local_world_size', 1)} per node; DDP model step; batch and workers are per "
-           "rank; samples/s and loader img/s are the job's (sum over ranks), waits and idle % "
-           "the ranks' mean" if world > 1 else None)
-    lines = [
-        "# gpu-feed comparison",
-        "",
-        f"- GPU: {e.get('gpu', 'none')} (driver {e.get('driver', '-')}, CUDA {e.get('cuda_runtime', '-')}); "
-        f"CPU: {e.get('cpu_count')} cores ({e.get('cpu_model')})",
-        f"- torch {e.get('torch')}, torchvision {e.get('torchvision')}, DALI {e.get('dali')}",
-        f"- data: {s.get('data')} ({s.get('dataset', {}).get('num_images', '?')} images, "
-        f"mean {s.get('dataset', {}).get('mean_kib', '?')} KiB)",
-        (f"- step {s['step']}" if s.get("step") else f"- model {s.get('model')}")
-        + f", batch {s.get('batch_size')}, {s.get('steps')} timed steps"
-        + (f" (at least {FIT_QUEUES}x each loader's queue)" if s.get("fit_queue") else "")
-        + " after "
-        f"{s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
-        f"channels_last {s.get('channels_last')}, workers {s.get('workers')}",
-        f"- augmentation: {s.get('augment')}",
-        *([f"- model step on the {s['compute_stream']} stream (--compute-stream)"]
-          if s.get("compute_stream", "default") != "default" else []),
-        *([job] if job else []),
-        "",
-        "Values are medians over repeats, ± half the range. % ceiling compares with the same step "
-        "on a batch already on the device.",
-        "",
-    ]
-    if s.get("isolate"):
-        lines += [f"Each repeat ran in a fresh process, in a seeded interleaved order (seed "
-                  f"{s.get('order_seed')}: {', '.join(s.get('order') or [])}), so the ± is the "
-                  "spread across processes.", ""]
-    elif res.variants and (s.get("world_size") or 1) == 1:
-        lines += ["Every repeat of a variant ran in one process, so the ± is the spread within "
-                  "a process; it understates the difference between two runs (`--isolate` "
-                  "measures across processes).", ""]
+    lines: List[str] = []
+    if s.get("isolate") and s.get("order"):
+        lines += [f"**Order of the repeats** (seed {s.get('order_seed')}): "
+                  f"{', '.join(s['order'])}.", ""]
     within = [(v.label, v.spread("samples_per_s"), gap) for v in res.variants
               if (gap := v.within_spread()) is not None]
     if within:
         lines += ["**Spreads of samples/s**: across repeats (max - min), and within one process "
                   "(the median gap between the two halves of a repeat's window). `compare diff` "
-                  "takes the larger as its noise floor, the gap first scaled to a range over "
-                  "the repeats.", "",
+                  "and the verdict take the larger as their noise floor, the gap first scaled "
+                  "to a range over the repeats.", "",
                   "| backend | across repeats | within a window |", "|---|---|---|"]
         lines += [f"| {label} | {a:.1f} | {w:.1f} |" for label, a, w in within]
         lines += [""]
@@ -642,6 +689,52 @@ def markdown(res: SuiteResult) -> str:
                   "read before, was drained. A window that reads more than the dataset reads "
                   "its files again, from the page cache:", ""]
         lines += [f"- {x}" for x in cold_lines(res)] + [""]
+    return lines
+
+
+def markdown(res: SuiteResult) -> str:
+    s = res.setup
+    e = res.env
+    w = warnings_for(res)
+    world = s.get("world_size") or 1
+    job = (f"- torchrun job: {world} ranks on {s.get('nodes', 1)} node(s), "
+           f"{s.get('local_world_size', 1)} per node; DDP model step; batch and workers are per "
+           "rank; samples/s and loader img/s are the job's (sum over ranks), waits and idle % "
+           "the ranks' mean" if world > 1 else None)
+    lines = [
+        "# gpu-feed comparison",
+        "",
+        *[f"**Verdict:**{x[len('Verdict:'):]}" if x.startswith("Verdict:") else x
+          for x in verdict_lines(res)],
+        "",
+        f"- GPU: {e.get('gpu', 'none')} (driver {e.get('driver', '-')}, CUDA {e.get('cuda_runtime', '-')}); "
+        f"CPU: {e.get('cpu_count')} cores ({e.get('cpu_model')})",
+        f"- torch {e.get('torch')}, torchvision {e.get('torchvision')}, DALI {e.get('dali')}",
+        f"- data: {s.get('data')} ({s.get('dataset', {}).get('num_images', '?')} images, "
+        f"mean {s.get('dataset', {}).get('mean_kib', '?')} KiB)",
+        (f"- step {s['step']}" if s.get("step") else f"- model {s.get('model')}")
+        + f", batch {s.get('batch_size')}, {s.get('steps')} timed steps"
+        + (f" (at least {FIT_QUEUES}x each loader's queue)" if s.get("fit_queue") else "")
+        + " after "
+        f"{s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
+        f"channels_last {s.get('channels_last')}, workers {s.get('workers')}",
+        f"- augmentation: {s.get('augment')}",
+        *([f"- model step on the {s['compute_stream']} stream (--compute-stream)"]
+          if s.get("compute_stream", "default") != "default" else []),
+        *([job] if job else []),
+        "",
+        "Values are medians over repeats, ± half the range. % ceiling compares with the same step "
+        "on a batch already on the device.",
+        "",
+    ]
+    if s.get("isolate"):
+        lines += [f"Each repeat ran in a fresh process, in a seeded interleaved order (seed "
+                  f"{s.get('order_seed')}, listed under the table), so the ± is the spread "
+                  "across processes.", ""]
+    elif res.variants and (s.get("world_size") or 1) == 1:
+        lines += ["Every repeat of a variant ran in one process, so the ± is the spread within "
+                  "a process; it understates the difference between two runs (`--isolate` "
+                  "measures across processes).", ""]
     if not res.complete:
         planned = len(s.get("variants") or ()) or "?"
         why = f" Stopped by: {s['error']}" if s.get("error") else ""
@@ -650,6 +743,7 @@ def markdown(res: SuiteResult) -> str:
     lines += [_md(COLUMNS, rows(res))]
     if world > 1:
         lines += ["**Per rank** (medians over repeats)", "", _md(RANK_COLUMNS, rank_rows(res))]
+    lines += research_lines(res)
     lines += _block("**The step ran slower beside the loader** (busy time per sample against "
                     "the ceiling's; not data waits: the loader's own GPU work shared the device)",
                     contention_lines(res))

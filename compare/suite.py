@@ -22,7 +22,7 @@ from . import cli, ddp, owned
 from .args import PROG, parse_args
 from .env import environment
 from .models import parse_model
-from .report import markdown, plots, table, warnings_for
+from .report import markdown, plots, table, verdict_lines, warnings_for
 from .results import FIT_QUEUES, SuiteResult
 from .runner import ComputeStream, device_of, make_step, on_compute_stream, run_ceiling, run_variant
 from .variants import ORDER, Variant, parse_sweep, preset
@@ -502,6 +502,9 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         return 0
     owned.drop_stale_error_log(out)  # an earlier failed run's; never a file of another's
     pngs = plots(suite, out)
+    print()
+    for line in verdict_lines(suite):  # the answer first (compare.report NOTE [verdict first])
+        print(line)
     print()
     print(table(suite))
     for w in warnings_for(suite):

@@ -15,6 +15,8 @@ def test_compare_writes_table_json_png_and_summary(tiny_root, tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "pageable" in text and "ceiling" in text and "% ceiling" in text
+    report = text[text.rindex("Verdict: "):]  # the run's report opens with the verdict
+    assert report.index("% ceiling") > 0 and report.split(" ")[1] in ("pageable", "pinned")
     res = SuiteResult.load(out / "results.json")
     assert [v.label for v in res.variants] == ["pageable", "pinned"]
     assert all(len(v.repeats) == 2 and v.median("samples_per_s") > 0 for v in res.variants)
@@ -22,7 +24,8 @@ def test_compare_writes_table_json_png_and_summary(tiny_root, tmp_path, capsys):
     assert res.env["torch"] and res.setup["dataset"]["num_images"] == 37
     for f in ("throughput.png", "timeline.png"):
         assert (out / f).read_bytes()[:4] == b"\x89PNG"
-    assert "| pinned |" in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "| pinned |" in summary and summary.splitlines()[2].startswith("**Verdict:** ")
 
 
 def test_compute_stream_is_recorded_and_said(tiny_root, tmp_path):
