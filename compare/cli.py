@@ -15,8 +15,9 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pipelines import AugmentSpec, Backend, LoaderConfig
@@ -69,7 +70,7 @@ def load_ref(ref: str, option: str):
     return obj, kwargs, called, name
 
 
-def mix_spec(text: Optional[str]):
+def mix_spec(text: str | None):
     """``--mix "mixup=0.2,cutmix=1.0[,switch=0.5,prob=1,smoothing=0.1]"`` -> a ``MixSpec``
     (``None`` for no text); one-line errors that name ``--mix``."""
     if not text:
@@ -179,7 +180,7 @@ def augment(**kw) -> AugmentSpec:
 
 
 def parse_backends(spec: str, option: str = "--backends",
-                   note: Optional[Callable[[str], None]] = None) -> List[Backend]:
+                   note: Callable[[str], None] | None = None) -> list[Backend]:
     """``"dali,pinned"`` -> backends, each once, all installed here.
 
     Raises:
@@ -226,7 +227,7 @@ def writable_dir(path: str | os.PathLike, option: str = "--out") -> Path:
 
 def list_dataset(root: str | os.PathLike, option: str = "--data",
                  allow_empty: bool = False, on_bad_file: object = "error"
-                 ) -> Tuple[List[str], List[str]]:
+                 ) -> tuple[list[str], list[str]]:
     """``(paths, classes)`` of an ImageFolder root, a file list or tar shards; errors name
     ``option``. ``on_bad_file`` is the run's policy (``--on-bad-file``): under ``skip`` a bad
     row of a list or a bad shard is skipped (with the library's warning), as the loader will."""
@@ -261,7 +262,7 @@ def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
                          ) from None
 
 
-def check_dist_env(environ: Optional[Mapping[str, str]] = None) -> None:
+def check_dist_env(environ: Mapping[str, str] | None = None) -> None:
     """Refuse half of torchrun's pair: ``RANK`` without ``WORLD_SIZE`` or the reverse.
 
     The library's rule (``pipelines.distributed``): both or neither. With one alone every
@@ -281,7 +282,7 @@ def check_dist_env(environ: Optional[Mapping[str, str]] = None) -> None:
                      f"set both (torchrun sets RANK and WORLD_SIZE) or neither")
 
 
-def data_folder(data: str | os.PathLike) -> Optional[Path]:
+def data_folder(data: str | os.PathLike) -> Path | None:
     """The real folder ``--data`` reads when it is a folder (ImageFolder or a folder of tar
     shards), else ``None`` (a file list, a shard file or a pattern)."""
     p = Path(data)

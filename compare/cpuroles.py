@@ -51,7 +51,6 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 ROLES = ("main", "workers", "threads")
 RUNQ = "workers_runq"  # the workers' run-queue wait, in cores (NOTE [cpu roles])
@@ -61,26 +60,26 @@ MEMORY = {"VmRSS": "rss_mib", "VmPTE": "page_tables_kib"}  # /proc/self/status, 
 _PROC = Path("/proc")
 
 
-def _fields(stat: str) -> List[str]:
+def _fields(stat: str) -> list[str]:
     """A ``/proc/.../stat`` line's fields from field 3 on: the command name (field 2) is in
     parentheses and may hold spaces, so they are counted from its closing parenthesis."""
     return stat[stat.rindex(")") + 2:].split()
 
 
-def _ticks(stat: str) -> Tuple[int, int, int, int]:
+def _ticks(stat: str) -> tuple[int, int, int, int]:
     """``(utime, stime, cutime, cstime)`` of a ``/proc/.../stat`` line (fields 14-17)."""
     f = _fields(stat)
     return int(f[11]), int(f[12]), int(f[13]), int(f[14])
 
 
-def _read(path: Path) -> Optional[str]:
+def _read(path: Path) -> str | None:
     try:
         return path.read_text()
     except OSError:  # the process or thread ended between listing and reading
         return None
 
 
-def _runq_ns(pid: int) -> Optional[int]:
+def _runq_ns(pid: int) -> int | None:
     """Nanoseconds ``pid`` has waited on a run queue (``/proc/PID/schedstat``'s second field),
     ``None`` without it."""
     s = _read(_PROC / str(pid) / "schedstat")
@@ -90,15 +89,15 @@ def _runq_ns(pid: int) -> Optional[int]:
         return None
 
 
-def _faults(stat: str) -> Tuple[int, int]:
+def _faults(stat: str) -> tuple[int, int]:
     """``(minflt, cminflt)`` of a ``/proc/.../stat`` line (fields 10 and 11)."""
     f = _fields(stat)
     return int(f[7]), int(f[8])
 
 
-def _children(pid: int) -> Dict[int, Tuple[int, int, int]]:
+def _children(pid: int) -> dict[int, tuple[int, int, int]]:
     """``{child pid: (utime + stime, stime, minflt)}`` of ``pid``'s direct children."""
-    out: Dict[int, Tuple[int, int, int]] = {}
+    out: dict[int, tuple[int, int, int]] = {}
     for d in _PROC.iterdir():
         if not d.name.isdigit():
             continue
@@ -111,10 +110,10 @@ def _children(pid: int) -> Dict[int, Tuple[int, int, int]]:
     return out
 
 
-def _memory() -> Dict[str, float]:
+def _memory() -> dict[str, float]:
     """This process's ``MEMORY`` fields (``rss_mib`` in MiB, ``page_tables_kib`` in KiB);
     those the kernel does not give are left out."""
-    out: Dict[str, float] = {}
+    out: dict[str, float] = {}
     for line in (_read(_PROC / "self" / "status") or "").splitlines():
         key, _, rest = line.partition(":")
         if key in MEMORY and rest.split():
@@ -145,10 +144,10 @@ class RoleCpu:
     ``/proc`` cannot be read."""
 
     def __init__(self) -> None:
-        self._a: Optional[_Snapshot] = None
+        self._a: _Snapshot | None = None
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-    def _snap(self) -> Optional[_Snapshot]:
+    def _snap(self) -> _Snapshot | None:
         try:
             return _Snapshot(os.getpid(), threading.get_native_id())
         except (OSError, ValueError, IndexError):
@@ -157,7 +156,7 @@ class RoleCpu:
     def start(self) -> None:
         self._a = self._snap()
 
-    def stop(self) -> Optional[Dict[str, float]]:
+    def stop(self) -> dict[str, float] | None:
         a, b = self._a, self._snap()
         if a is None or b is None or b.t <= a.t:
             return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import statistics
 from dataclasses import dataclass, replace
-from typing import Any, List
+from typing import Any
 
 import torch
 
@@ -44,13 +44,13 @@ class Job:
     def nodes(self) -> int:
         return max(1, self.world // max(1, self.local_world))
 
-    def gather(self, obj: Any) -> List[Any]:
+    def gather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order, on every rank."""
         if not self.group:
             return [obj]
         import torch.distributed as dist
 
-        out: List[Any] = [None] * self.world
+        out: list[Any] = [None] * self.world
         dist.all_gather_object(out, obj)
         return out
 
@@ -121,14 +121,14 @@ def _paired(rs) -> Any:
     return out
 
 
-def merge(parts: List[VariantResult]) -> VariantResult:
+def merge(parts: list[VariantResult]) -> VariantResult:
     """One ``VariantResult`` from every rank's (module NOTE); one part is returned as it is."""
     if len(parts) == 1:
         return parts[0]
     head = parts[0]
     reps = []
     for rs in zip(*(p.repeats for p in parts)):
-        mean = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
+        mean = lambda k, rs=rs: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
         cpu = [r.cpu_util_pct for r in rs if r.cpu_util_pct is not None]
         nv = [r.nvml_util_pct for r in rs if r.nvml_util_pct is not None]
         steal = [r.cpu_steal_pct for r in rs if r.cpu_steal_pct is not None]

@@ -62,8 +62,9 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple
 
 from . import cli
 from .hostprobe import HOST_TOLERANCE, explained_by_host, host_shift, host_speed, median_ms
@@ -88,7 +89,7 @@ RESAMPLES = 10_000  # bootstrap resamples per row
 SEED = 0            # the bootstrap's seed: the same two files always give the same interval
 
 
-def _facts(r: SuiteResult) -> Dict[str, object]:
+def _facts(r: SuiteResult) -> dict[str, object]:
     """What has to match for two runs to be comparable."""
     s, e = r.setup, r.env
     stats = s.get("dataset")
@@ -108,7 +109,7 @@ HOST = ("platform", "cpu_model", "cpu_count", "cpu_affinity", "torch", "torchvis
         "pillow", "numpy", "driver", "cuda_runtime", "python")
 
 
-def host_changes(a: SuiteResult, b: SuiteResult) -> List[str]:
+def host_changes(a: SuiteResult, b: SuiteResult) -> list[str]:
     """``"key: A -> B"`` for each machine or software fact (``HOST``) that both runs recorded
     and that differs."""
     ea, eb = a.env or {}, b.env or {}
@@ -129,7 +130,7 @@ MODES = (("cold", "page cache", ("warm", "cold (--cold)")),
          ("paired_long", "long windows", ("none", "paired in each repeat (--paired-long)")))
 
 
-def mode_changes(a: SuiteResult, b: SuiteResult) -> List[str]:
+def mode_changes(a: SuiteResult, b: SuiteResult) -> list[str]:
     """A note for each way of timing (``MODES``) that differs between the two runs."""
     out = []
     for key, what, words in MODES:
@@ -148,14 +149,14 @@ def _short(x: object, n: int = 80) -> str:
     return s if len(s) <= n else s[:n - 3] + "..."
 
 
-def field_diffs(key: str, va: object, vb: object) -> List[str]:
+def field_diffs(key: str, va: object, vb: object) -> list[str]:
     """``"key.sub: A -> B"`` for each field where ``va`` and ``vb`` differ: dicts are walked
     down to the fields that differ (``data.num_images: 1000 -> 2000``, not both datasets'
     whole statistics); a field one side lacks is ``missing``."""
     if va == vb:
         return []
     if isinstance(va, dict) and isinstance(vb, dict):
-        out: List[str] = []
+        out: list[str] = []
         for k in list(va) + [k for k in vb if k not in va]:
             sub = f"{key}.{k}"
             if k not in va or k not in vb:
@@ -167,15 +168,15 @@ def field_diffs(key: str, va: object, vb: object) -> List[str]:
     return [f"{key}: {_short(va)} -> {_short(vb)}"]
 
 
-def incompatible(a: SuiteResult, b: SuiteResult) -> List[str]:
+def incompatible(a: SuiteResult, b: SuiteResult) -> list[str]:
     """``"key: A -> B"`` for each fact that differs between the two runs (a dict fact, the
     dataset's statistics, by the fields that differ: ``field_diffs``)."""
     fa, fb = _facts(a), _facts(b)
     return [d for k in fa for d in field_diffs(k, fa[k], fb[k])]
 
 
-def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: Tuple[str, ...] = (),
-               why: str = "the runs are not comparable") -> List[str]:
+def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: tuple[str, ...] = (),
+               why: str = "the runs are not comparable") -> list[str]:
     """The facts that differ between two runs (``key: A -> B``), apart from ``ignore``.
 
     Raises:
@@ -189,7 +190,7 @@ def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: Tuple[str, .
 
 
 def ratio_ci(a_values: Sequence[float], b_values: Sequence[float], level: float = LEVEL,
-             resamples: int = RESAMPLES, seed: int = SEED) -> Tuple[float, float, float]:
+             resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float, float]:
     """``(ratio, lo, hi)``: median(B) / median(A) and its percentile-bootstrap interval.
 
     Each side is resampled with replacement ``resamples`` times (a ``numpy`` Generator seeded
@@ -235,11 +236,11 @@ class Judgement(NamedTuple):
 D2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
 
 
-def _finite(xs) -> List[float]:
+def _finite(xs) -> list[float]:
     return [x for x in xs if x is not None and math.isfinite(x)]
 
 
-def _median(xs: List[float]) -> float:
+def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
@@ -261,17 +262,17 @@ def within_as_range(v, metric: str = METRIC) -> float:
     return gap * D2[min(n, 10)] / 1.349  # beyond 10 repeats: d2(10), a slight underestimate
 
 
-def _probes(r: SuiteResult) -> List[Optional[float]]:
+def _probes(r: SuiteResult) -> list[float | None]:
     return [x.cpu_probe_ms for v in r.variants for x in v.repeats]
 
 
-def run_speed(a: SuiteResult, b: SuiteResult) -> Optional[float]:
+def run_speed(a: SuiteResult, b: SuiteResult) -> float | None:
     """How much faster B's host CPU ran than A's, when the two runs' probes tell the hosts
     apart (``compare.hostprobe.host_shift``); else ``None``."""
     return host_shift(_probes(a), _probes(b))
 
 
-def judge(va, vb, speed: Optional[float] = None, metric: str = METRIC) -> Judgement:
+def judge(va, vb, speed: float | None = None, metric: str = METRIC) -> Judgement:
     """The verdict of B's ``VariantResult`` against A's (the rule in the module docstring) on
     ``metric`` (a ``Repeat`` field of ``METRICS``); ``speed``: B's host CPU speed over A's
     (``run_speed``). The minimum effect is ``ONE_PROCESS_MIN_EFFECT`` when either row ran
@@ -311,7 +312,7 @@ def judge(va, vb, speed: Optional[float] = None, metric: str = METRIC) -> Judgem
     return Judgement(ratio, lo, hi, "faster" if mb > ma else "slower", "")
 
 
-def verdict(va, vb) -> Tuple[float, str]:
+def verdict(va, vb) -> tuple[float, str]:
     """``(ratio, verdict)`` of B against A for one row (``judge`` has the interval and why)."""
     j = judge(va, vb)
     return j.ratio, j.verdict
@@ -337,7 +338,7 @@ def _plain(x: object) -> object:
     return getattr(x, "value", x)
 
 
-def _option_defaults(backend: str) -> Dict[str, object]:
+def _option_defaults(backend: str) -> dict[str, object]:
     """Every option of ``backend``'s options class at its default (``{}`` where unknown: a
     reference row, or no ``pipelines`` here)."""
     try:
@@ -352,11 +353,11 @@ def _option_defaults(backend: str) -> Dict[str, object]:
         return {}
 
 
-def row_config(run: SuiteResult, v) -> Dict[str, object]:
+def row_config(run: SuiteResult, v) -> dict[str, object]:
     """What decides row ``v``'s numbers beyond the run's setup: its backend, every loader
     option (an option not overridden at its default), its workers, and the decoder its
     repeats recorded (``pinned``'s default decoder is chosen from the data)."""
-    cfg: Dict[str, object] = {"backend": v.backend}
+    cfg: dict[str, object] = {"backend": v.backend}
     over = {k: _plain(x) for k, x in v.overrides.items()}
     cfg["num_workers"] = over.pop("num_workers", run.setup.get("workers"))
     cfg.update(over)
@@ -365,7 +366,7 @@ def row_config(run: SuiteResult, v) -> Dict[str, object]:
     return cfg
 
 
-def config_diffs(a: SuiteResult, va, b: SuiteResult, vb) -> List[str]:
+def config_diffs(a: SuiteResult, va, b: SuiteResult, vb) -> list[str]:
     """``"field: X in A, Y in B"`` for each field of the two rows' configurations
     (``row_config``) that differs; ``[]`` when they are the same configuration."""
     ca, cb = row_config(a, va), row_config(b, vb)
@@ -387,8 +388,8 @@ class Pairing(NamedTuple):
     one label whose configurations differ (``refused``: label, what differs; with ``force``
     they are in ``pairs`` too)."""
 
-    pairs: List[Tuple[str, object, object]]
-    refused: List[Tuple[str, List[str]]]
+    pairs: list[tuple[str, object, object]]
+    refused: list[tuple[str, list[str]]]
 
 
 def pair_rows(a: SuiteResult, b: SuiteResult, force: bool = False) -> Pairing:
@@ -426,7 +427,7 @@ def pair_rows(a: SuiteResult, b: SuiteResult, force: bool = False) -> Pairing:
 
 
 def table_rows(a: SuiteResult, b: SuiteResult, metric: str = METRIC,
-               force: bool = False) -> List[Row]:
+               force: bool = False) -> list[Row]:
     """A ``Row`` for the ceiling (when both runs have one, and ``metric`` is samples/s) and
     each pair of variants of the same configuration (``pair_rows``; ``force``: of the same
     label too)."""
@@ -443,7 +444,7 @@ def table_rows(a: SuiteResult, b: SuiteResult, metric: str = METRIC,
     return out
 
 
-def rows(a: SuiteResult, b: SuiteResult) -> List[Tuple[str, float, float, float, str]]:
+def rows(a: SuiteResult, b: SuiteResult) -> list[tuple[str, float, float, float, str]]:
     """``(label, A median, B median, ratio, verdict)`` for the ceiling and each shared variant
     (``table_rows`` has the interval and the reason too)."""
     return [(r.label, r.a, r.b, r.ratio, r.verdict) for r in table_rows(a, b)]
@@ -474,7 +475,7 @@ def _load(path: str, option: str) -> SuiteResult:
         raise ValueError(f"{option} {path!r} is not a compare results.json ({why})") from None
 
 
-def steal_notes(a: SuiteResult, b: SuiteResult) -> List[str]:
+def steal_notes(a: SuiteResult, b: SuiteResult) -> list[str]:
     """A note when either run's training windows lost more than ``STEAL_WARN_PCT`` of the CPU
     to other guests (compare.metrics NOTE [steal]): their CPU-bound rows moved with it."""
     spans = {name: steal_span(r) for name, r in (("A", a), ("B", b))}
@@ -492,7 +493,7 @@ def _ci(r: Row) -> str:
     return f"[{r.lo:.3f}, {r.hi:.3f}]"
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__, formatter_class=cli.HelpFormatter)
     p.add_argument("a", metavar="A", help="the earlier results.json (or its folder)")
     p.add_argument("b", metavar="B", help="the later results.json (or its folder)")

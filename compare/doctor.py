@@ -14,24 +14,23 @@ Exit status:
 from __future__ import annotations
 
 import sys
-from typing import List, Tuple
 
 from . import cli
 from .env import nvidia_driver
 
-Line = Tuple[str, str, str]  # (status, topic, message)
+Line = tuple[str, str, str]  # (status, topic, message)
 
 
 def _mib(b: float) -> str:
     return f"{b / 2**20:,.0f} MiB"
 
 
-def invalid(batch_size: int, workers: int, prefetch: int, image_size: int) -> List[Line]:
+def invalid(batch_size: int, workers: int, prefetch: int, image_size: int) -> list[Line]:
     """A ``FAIL`` line per setting that no loader accepts, in ``LoaderConfig``'s own words
     (e.g. ``--workers: num_workers=-1 must be an int >= 0``); empty when all are valid."""
     from pipelines import TorchOptions
 
-    out: List[Line] = []
+    out: list[Line] = []
     for topic, kw in (("batch size", {"batch_size": batch_size}),
                       ("workers", {"num_workers": workers})):
         try:
@@ -51,7 +50,7 @@ def invalid(batch_size: int, workers: int, prefetch: int, image_size: int) -> Li
 
 def check(batch_size: int, workers: int, prefetch: int, image_size: int,
           shm_free: int | None, cores: int, cuda: dict, dali: str | None,
-          local_ranks: int = 1) -> List[Line]:
+          local_ranks: int = 1) -> list[Line]:
     """Pure function of the facts, so it can be tested with any machine's numbers.
 
     Settings that no loader accepts (``invalid``) give ``FAIL`` lines and nothing else: the
@@ -60,12 +59,13 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
     that many ranks, each with ``workers`` workers.
     """
     from pipelines import TorchOptions
-    from pipelines.torch_backend.shm import HEADROOM as SHM_HEADROOM, fit_to_shm, shm_need
+    from pipelines.torch_backend.shm import HEADROOM as SHM_HEADROOM
+    from pipelines.torch_backend.shm import fit_to_shm, shm_need
 
     bad = invalid(batch_size, workers, prefetch, image_size)
     if bad:
         return bad
-    out: List[Line] = []
+    out: list[Line] = []
     px = 3 * image_size ** 2
     f32, u8 = batch_size * px * 4, batch_size * px
     lr = max(1, local_ranks)
@@ -126,7 +126,7 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
     return out
 
 
-def facts() -> Tuple[int, dict, str | None]:
+def facts() -> tuple[int, dict, str | None]:
     import torch
 
     from pipelines.config import usable_cores

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-from typing import Dict
 
 
 def _version(mod: str) -> str | None:
@@ -16,10 +15,10 @@ def _version(mod: str) -> str | None:
         return None
 
 
-def environment() -> Dict[str, object]:
+def environment() -> dict[str, object]:
     import torch
 
-    env: Dict[str, object] = {
+    env: dict[str, object] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),

@@ -26,8 +26,8 @@ from __future__ import annotations
 import io
 import statistics
 import time
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -69,13 +69,13 @@ def probe_ms(decodes: int = DECODES, rounds: int = ROUNDS) -> float:
     return round(best * 1e3, 4)
 
 
-def median_ms(values: Sequence[Optional[float]]) -> Optional[float]:
+def median_ms(values: Sequence[float | None]) -> float | None:
     """The median of the probes that were taken (``None`` when none was)."""
     got = [v for v in values if v is not None and v > 0]
     return statistics.median(got) if got else None
 
 
-def host_speed(a_ms: Optional[float], b_ms: Optional[float]) -> Optional[float]:
+def host_speed(a_ms: float | None, b_ms: float | None) -> float | None:
     """How much faster B's host ran than A's (``> 1``: faster) by the two probes' medians, or
     ``None`` when either run has no probe (runs before the probe was added)."""
     if not a_ms or not b_ms:
@@ -83,8 +83,8 @@ def host_speed(a_ms: Optional[float], b_ms: Optional[float]) -> Optional[float]:
     return a_ms / b_ms
 
 
-def host_shift(a_ms: Sequence[Optional[float]], b_ms: Sequence[Optional[float]]
-               ) -> Optional[float]:
+def host_shift(a_ms: Sequence[float | None], b_ms: Sequence[float | None]
+               ) -> float | None:
     """B's host speed over A's (``host_speed`` of the medians) when the probes tell the two
     hosts apart: each run has ``MIN_PROBES`` or more, and every probe of one run is slower
     than every probe of the other; else ``None`` (the probes' own spread covers the gap)."""
@@ -97,7 +97,7 @@ def host_shift(a_ms: Sequence[Optional[float]], b_ms: Sequence[Optional[float]]
     return host_speed(median_ms(a), median_ms(b))
 
 
-def explained_by_host(ratio: float, speed: Optional[float],
+def explained_by_host(ratio: float, speed: float | None,
                       tolerance: float = HOST_TOLERANCE) -> bool:
     """Whether a row's change ``ratio`` (B/A) is one the host alone can make: the hosts differ
     by more than ``tolerance``, and ``ratio`` lies between 1 and their speed ratio (a

@@ -74,8 +74,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, List, Optional, Tuple
 
 from .results import Repeat, VariantResult
 
@@ -88,11 +88,11 @@ class Unit:
     repeat: int
     ceiling: bool = False
 
-    def name(self, labels: List[str]) -> str:
+    def name(self, labels: list[str]) -> str:
         return f"{'ceiling' if self.ceiling else labels[self.index]} #{self.repeat + 1}"
 
 
-def order(variants: int, repeats: int, ceiling: bool, seed: int) -> List[Unit]:
+def order(variants: int, repeats: int, ceiling: bool, seed: int) -> list[Unit]:
     """Every unit, shuffled with ``seed`` (the same seed gives the same order)."""
     units = [Unit(i, r) for i in range(variants) for r in range(repeats)]
     units += [Unit(0, r, True) for r in range(repeats)] if ceiling else []
@@ -111,12 +111,12 @@ class Job:
     steps: int
     warmup: int
     long: bool = False
-    user_step: Optional[str] = None  # --step MODULE:FUNCTION
+    user_step: str | None = None  # --step MODULE:FUNCTION
     cold: bool = False               # --cold: evict the dataset before each timed run
     compute: str = "default"         # --compute-stream (runner.ComputeStream)
     fit: bool = False                # --steps not given: runner.window's FIT_QUEUES x the queue
     loader_only_last: bool = False   # --loader-only-last (NOTE [loader-only last] in runner)
-    trace: Optional[str] = None      # --trace: the folder of the traces (NOTE [trace])
+    trace: str | None = None      # --trace: the folder of the traces (NOTE [trace])
     wait_sites: bool = False         # --wait-sites (NOTE [wait sites] in compare.waitsites)
     paired_long: bool = False        # --paired-long (NOTE [paired long] in runner)
 
@@ -149,7 +149,7 @@ class Phases:
                 f"{self.close:.1f}")
 
 
-def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
+def timed_unit(job: Job, unit: Unit, phases: Phases | None = None):
     """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches, loader)``;
     the loader is still open (``None`` for a ceiling unit, which takes one batch and closes
     its loader before the clock starts). On an error the loader is closed, then it raises."""
@@ -167,8 +167,19 @@ def timed_unit(job: Job, unit: Unit, phases: Optional[Phases] = None):
 
 def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
     from .hostprobe import probe_ms
-    from .runner import (ceiling_repeat, endless, first_epoch, one_repeat, open_loader,
-                         queue_depth, settle_of, trace_base, wave_period, window, with_decoder)
+    from .runner import (
+        ceiling_repeat,
+        endless,
+        first_epoch,
+        one_repeat,
+        open_loader,
+        queue_depth,
+        settle_of,
+        trace_base,
+        wave_period,
+        window,
+        with_decoder,
+    )
 
     # the first repeat of each variant, and of the ceiling, is traced (NOTE [trace])
     trace = trace_base(job.trace, f"{'ceiling' if unit.ceiling else v.label} #1") \
@@ -221,7 +232,7 @@ def close_within(loader, seconds: float) -> str:
     else what went wrong (its error, or that it did not finish in time)."""
     if loader is None:
         return ""
-    err: List[str] = []
+    err: list[str] = []
 
     def close() -> None:
         try:
@@ -309,7 +320,7 @@ def _end(p) -> None:
 
 
 def spawn(job: Job, unit: Unit, name: str
-          ) -> Tuple[Repeat, Optional[float], Optional[int], str, Phases]:
+          ) -> tuple[Repeat, float | None, int | None, str, Phases]:
     """``timed_unit`` in a fresh spawned process: ``(repeat, h2d, queue, teardown error,
     phases)``; its error is raised here as ``UnitError``."""
     ctx = mp.get_context("spawn")
@@ -344,16 +355,16 @@ def spawn(job: Job, unit: Unit, name: str
     return rep, h2d, queue, teardown, phases
 
 
-def run_all(job: Job, units: List[Unit], log: Callable[[str], None] = print,
-            done: Callable[[Dict[int, VariantResult], Optional[VariantResult]], None]
-            = lambda v, c: None) -> Tuple[Dict[int, VariantResult], Optional[VariantResult]]:
+def run_all(job: Job, units: list[Unit], log: Callable[[str], None] = print,
+            done: Callable[[dict[int, VariantResult], VariantResult | None], None]
+            = lambda v, c: None) -> tuple[dict[int, VariantResult], VariantResult | None]:
     """Every unit in ``units``' order, each in its own process; ``({variant index: result},
     ceiling or None)``, repeats in repeat order. ``done`` sees the results after each unit."""
     from .runner import say_repeat
 
     labels = [v.label for v in job.variants]
-    reps: Dict[Tuple[int, bool], Dict[int, Repeat]] = {}
-    meta: Dict[int, Tuple[Optional[float], Optional[int]]] = {}
+    reps: dict[tuple[int, bool], dict[int, Repeat]] = {}
+    meta: dict[int, tuple[float | None, int | None]] = {}
 
     def results():
         out = {}

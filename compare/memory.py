@@ -13,7 +13,6 @@ import os
 import sys
 import time
 import traceback
-
 from typing import TYPE_CHECKING
 
 from . import cli, owned
@@ -52,7 +51,7 @@ def nvml_used_mib() -> float | None:
         return None
 
 
-def track(backend: str, cfg: "LoaderConfig", epochs: int) -> list[dict]:
+def track(backend: str, cfg: LoaderConfig, epochs: int) -> list[dict]:
     import torch
 
     from pipelines import create_loader

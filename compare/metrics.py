@@ -19,8 +19,9 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import NamedTuple
 
 import torch
 
@@ -33,19 +34,19 @@ class RunMeasure:
 
     samples: int
     wall_s: float
-    waits_ms: List[float]
-    compute_ms: List[float]
+    waits_ms: list[float]
+    compute_ms: list[float]
     timeline_ms: float
-    starts_ms: List[float] = field(default_factory=list)  # each step's start in the window
+    starts_ms: list[float] = field(default_factory=list)  # each step's start in the window
     # ``settle``: warm-up batches run after ``warmup`` until the workers were out of step, and
     # whether they were by the cap (None: no settling)
-    settle_batches: Optional[int] = None
-    settled: Optional[bool] = None
+    settle_batches: int | None = None
+    settled: bool | None = None
     # ``mark``: each timed step's (wait start, wait end, step launched) on the host's clock, in
     # ns since the epoch (``time.time_ns``), which is the profiler's clock (compare.trace)
-    marks_ns: List[Tuple[int, int, int]] = field(default_factory=list)
+    marks_ns: list[tuple[int, int, int]] = field(default_factory=list)
 
-    def halves(self) -> Optional[Tuple[float, float]]:
+    def halves(self) -> tuple[float, float] | None:
         """Samples/s over the window's first and second halves (``None`` under 4 steps): their
         gap is the variation within one process, at half the window (``Repeat.halves``)."""
         n, t = len(self.starts_ms), self.starts_ms
@@ -71,7 +72,7 @@ class RunMeasure:
         return percentile(self.waits_ms, q)
 
 
-def percentile(xs: List[float], q: float) -> float:
+def percentile(xs: list[float], q: float) -> float:
     """Linear-interpolated percentile, ``q`` in [0, 100]."""
     if not xs:
         return float("nan")
@@ -82,8 +83,8 @@ def percentile(xs: List[float], q: float) -> float:
 
 
 def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
-            device: torch.device, settle: Optional[Tuple[int, int]] = None,
-            agree: Optional[Callable[[bool], bool]] = None, mark: bool = False,
+            device: torch.device, settle: tuple[int, int] | None = None,
+            agree: Callable[[bool], bool] | None = None, mark: bool = False,
             sites=None) -> RunMeasure:
     """Run ``warmup`` untimed then ``steps`` timed steps of ``step(images, labels)``.
 
@@ -97,7 +98,7 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     ``waiting`` is set around each timed ``next()`` (NOTE [wait sites]).
     """
     cuda = device.type == "cuda"
-    seen: List[float] = []  # the warm-up's data waits, which settling reads
+    seen: list[float] = []  # the warm-up's data waits, which settling reads
 
     def untimed(n: int) -> None:
         for _ in range(n):
@@ -118,13 +119,13 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
         torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-    waits: List[float] = []
-    compute: List[float] = []
+    waits: list[float] = []
+    compute: list[float] = []
     events = []
-    marks: List[Tuple[int, int, int]] = []
+    marks: list[tuple[int, int, int]] = []
     n = 0
     t0 = time.perf_counter()
-    starts: List[float] = []
+    starts: list[float] = []
     for _ in range(steps):
         t = time.perf_counter()
         if not cuda:
@@ -169,10 +170,10 @@ class LoaderOnly(NamedTuple):
     loader-only rate below the training one (``compare.report.below_training_lines``)."""
 
     rate: float
-    halves: Optional[Tuple[float, float]]
+    halves: tuple[float, float] | None
 
 
-def stretch(steps: int, period: Optional[int]) -> int:
+def stretch(steps: int, period: int | None) -> int:
     """The batches in each of a loader-only window's two rate stretches (``loader_only``):
     half the window, rounded down to a whole number of ``period`` batches when it holds one.
 
@@ -193,7 +194,7 @@ def stretch(steps: int, period: Optional[int]) -> int:
 
 
 def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device,
-                period: Optional[int] = None) -> LoaderOnly:
+                period: int | None = None) -> LoaderOnly:
     """The loader alone for ``steps`` batches after ``warmup``. The clock is read after the last
     batch is synchronised; the two stretches' clocks are read on the host when their batches
     are handed over (the loader's GPU work behind them is small against a stretch). ``period``:
@@ -237,10 +238,10 @@ class CpuUtil:
 
     def __init__(self) -> None:
         self._a = None
-        self.steal_pct: Optional[float] = None
+        self.steal_pct: float | None = None
 
     @classmethod
-    def _read(cls) -> Optional[tuple[int, int, Optional[int]]]:
+    def _read(cls) -> tuple[int, int, int | None] | None:
         """``(busy, total, steal)`` jiffies of the ``cpu`` line (``steal`` ``None`` when the
         line has no such field); guest time is already in user and nice, so it is not added."""
         try:
@@ -257,7 +258,7 @@ class CpuUtil:
     def start(self) -> None:
         self._a = self._read()
 
-    def stop(self) -> Optional[float]:
+    def stop(self) -> float | None:
         """The busy share of the CPU since ``start()``, in %; sets ``steal_pct``."""
         b, a = self._read(), self._a
         if a is None or b is None or b[1] == a[1]:
@@ -271,7 +272,7 @@ class NvmlSampler:
     """Samples NVML GPU utilisation in a thread (the cross-check for the event-based idle %)."""
 
     def __init__(self, device_index: int = 0, period_s: float = 0.02):
-        self.samples: List[int] = []
+        self.samples: list[int] = []
         self.period = period_s
         self._stop = threading.Event()
         self._thread = None
@@ -307,5 +308,5 @@ class NvmlSampler:
         if self._thread is not None:
             self._thread.join()
 
-    def mean_util(self) -> Optional[float]:
+    def mean_util(self) -> float | None:
         return statistics.fmean(self.samples) if self.samples else None

@@ -49,7 +49,7 @@ import json
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -68,11 +68,11 @@ def _median(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _interleaved(fns: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, float]:
+def _interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
     """The median seconds of each of ``fns``, timed in turn, ``repeats`` rounds, the order
     reversed every other round: on a noisy host a slow spell falls on all of them alike, where
     timing one's repeats after another's gives it to whichever ran then."""
-    times: Dict[str, List[float]] = {k: [] for k in fns}
+    times: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     for r in range(repeats):
         for k in (names if r % 2 == 0 else names[::-1]):

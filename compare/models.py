@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -61,7 +61,7 @@ class _Sleep:
     def __init__(self, ms: float, device: torch.device):
         self.ms = ms
         self.device = device
-        self.cycles_per_ms: Optional[float] = None
+        self.cycles_per_ms: float | None = None
         if device.type == "cuda":
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda._sleep(1000)  # warm up
@@ -93,12 +93,12 @@ class TrainStep:
     """
 
     def __init__(self, model: str, device: torch.device, num_classes: int = 1000,
-                 amp_dtype: Optional[torch.dtype] = None, channels_last: bool = False,
-                 lr: float = 0.05, wrap: Optional[Callable[[nn.Module], nn.Module]] = None):
+                 amp_dtype: torch.dtype | None = None, channels_last: bool = False,
+                 lr: float = 0.05, wrap: Callable[[nn.Module], nn.Module] | None = None):
         self.name = parse_model(model)
         self.device = torch.device(device)
         self.amp_dtype = amp_dtype
-        self.module: Optional[nn.Module] = None
+        self.module: nn.Module | None = None
         self._fn = None
         if self.name == "none":
             self._fn = lambda x, y: None
@@ -123,7 +123,7 @@ class TrainStep:
             self.opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
             self.loss_fn = nn.CrossEntropyLoss()
 
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> Optional[torch.Tensor]:
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
         """Run one step; returns the loss tensor (not synchronised) or ``None``."""
         if self._fn is not None:
             return self._fn(images, labels)

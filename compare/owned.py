@@ -18,8 +18,8 @@ the suite wrote it (``error_log``, ``drop_stale_error_log``).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, List, Optional
 
 ERROR_MARK = "# the traceback of a failed `python -m compare` run (this line marks it as the suite's)"
 SUMMARY_TITLE = "# gpu-feed comparison"
@@ -57,7 +57,7 @@ def is_ours(path: Path) -> bool:
     return False
 
 
-def foreign(out: Path, names: Iterable[str] = SUITE_FILES) -> List[str]:
+def foreign(out: Path, names: Iterable[str] = SUITE_FILES) -> list[str]:
     """The ``names`` in ``out`` that exist and are not the suite's (``is_ours``)."""
     out = Path(out)
     return [n for n in names if (out / n).exists() or (out / n).is_symlink()
@@ -96,7 +96,7 @@ def write_error_log(out: Path, text: str) -> Path:
     return p
 
 
-def drop_stale_error_log(out: Path) -> Optional[Path]:
+def drop_stale_error_log(out: Path) -> Path | None:
     """Delete ``out/error.log`` when an earlier failed run of the suite wrote it (it would
     describe a failure this complete run no longer has); a file of anyone else stays."""
     p = Path(out) / "error.log"

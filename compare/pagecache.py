@@ -42,9 +42,9 @@ import mmap
 import os
 import stat
 import sys
-
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Union
 
 __all__ = ["TOOK_THRESHOLD", "FAILED_NAMES_KEPT", "EvictReport", "available", "evict", "resident_fraction"]
 
@@ -95,7 +95,7 @@ class EvictReport:
         return line
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mincore():
     """libc's ``mincore``, typed; raises OSError/AttributeError where there is none."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -121,7 +121,7 @@ def _mincore_count(mm: mmap.mmap, length: int) -> int:
     return bytes(vec).translate(_LOW_BIT).count(1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def available() -> bool:
     """Whether this OS has ``posix_fadvise`` and a working ``mincore`` (Linux)."""
     if not sys.platform.startswith("linux") or not hasattr(os, "posix_fadvise"):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional, Sequence
 
 from .results import SCHEMA, SuiteResult
 
@@ -39,7 +39,7 @@ def _pyplot():
     return plt
 
 
-def plots(res: SuiteResult, out: Path) -> List[Path]:
+def plots(res: SuiteResult, out: Path) -> list[Path]:
     """Write ``throughput.png`` (samples/s and idle % bars) and ``timeline.png`` (data wait per
     step) for ``res`` into the existing folder ``out``; return their paths."""
     plt = _pyplot()
@@ -133,7 +133,7 @@ def load(path: Path) -> SuiteResult:
         raise ValueError(f"not a suite results.json ({type(e).__name__}: {e})") from e
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m compare plot``; ``argv`` excludes the word ``plot``."""
     a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     src = Path(a.results)

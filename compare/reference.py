@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -39,7 +38,7 @@ def check_folder(root) -> None:
                          f"a {source_kind(root).value}")
 
 
-def dali_reference_skip(cfg: LoaderConfig) -> Optional[str]:
+def dali_reference_skip(cfg: LoaderConfig) -> str | None:
     """Why the DALI reference row cannot run ``cfg`` (``None`` when it can)."""
     if cfg.transform is not None:
         return "--transform is given (it runs AugmentSpec's train recipe only)"

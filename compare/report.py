@@ -11,15 +11,24 @@ import math
 import re
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
 
-from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .cpuroles import ROLES, RUNQ
 from .pagecache import TOOK_THRESHOLD as COLD_TOOK
-from .results import (FIT_QUEUES, OVER_CEILING, SPREAD_WARN, STEAL_WARN_PCT, SuiteResult,
-                      VariantResult, per_worker_core, role_medians, steal_span,
-                      worker_kernel)
+from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
+from .results import (
+    FIT_QUEUES,
+    OVER_CEILING,
+    SPREAD_WARN,
+    STEAL_WARN_PCT,
+    SuiteResult,
+    VariantResult,
+    per_worker_core,
+    role_medians,
+    steal_span,
+    worker_kernel,
+)
 from .waves import LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES, in_step, long_waits
 
 COLD_SHARE = 0.5  # a --cold row with less of its window read cold than this is warned about
@@ -44,7 +53,7 @@ CPU_ONLY = ("no GPU was timed: these are CPU numbers (DALI ran its CPU operators
             "not measured), and they do not predict GPU ones")
 
 
-def rows(res: SuiteResult) -> List[List[str]]:
+def rows(res: SuiteResult) -> list[list[str]]:
     out = []
     gpu = res.on_gpu
     for v in res.variants:
@@ -81,7 +90,7 @@ def cold_label(res: SuiteResult, v) -> str:
     return " (cold)" if is_cold(res, v) else " (NOT cold: the eviction did not take)"
 
 
-def warnings_for(res: SuiteResult) -> List[str]:
+def warnings_for(res: SuiteResult) -> list[str]:
     w = [] if res.on_gpu or not res.variants else [CPU_ONLY]
     for v in res.variants + ((res.ceiling,) if res.ceiling else ()):
         if v.noisy():
@@ -145,7 +154,7 @@ def warnings_for(res: SuiteResult) -> List[str]:
     return w
 
 
-def verdict_lines(res: SuiteResult) -> List[str]:
+def verdict_lines(res: SuiteResult) -> list[str]:
     """One to three lines that answer "which backend?", the summary's and the terminal's first.
 
     NOTE [verdict first]
@@ -226,7 +235,7 @@ RANK_COLUMNS = ("backend", "rank", "samples/s", "loader img/s", "wait p50 ms", "
                 "GPU idle %")
 
 
-def rank_rows(res: SuiteResult) -> List[List[str]]:
+def rank_rows(res: SuiteResult) -> list[list[str]]:
     """Each rank's medians, per variant and for the ceiling (empty outside torchrun)."""
     out = []
     for v in res.variants + ((res.ceiling,) if res.ceiling else ()):
@@ -251,7 +260,7 @@ def table(res: SuiteResult, columns=COLUMNS, body=None) -> str:
     return text
 
 
-def in_step_lines(res: SuiteResult) -> List[str]:
+def in_step_lines(res: SuiteResult) -> list[str]:
     """The ``pinned`` rows (workers that run across epochs) whose windows were mostly
     ``in_step``: their rate is a start-up transient's, even after settling (NOTE [settling] in
     compare.runner).
@@ -277,7 +286,7 @@ def in_step_lines(res: SuiteResult) -> List[str]:
 BELOW_TRAINING = 0.95  # loader-only under this share of the training rate is reported
 
 
-def below_training_lines(res: SuiteResult) -> List[str]:
+def below_training_lines(res: SuiteResult) -> list[str]:
     """The rows whose loader-only rate fell below their training rate in every repeat, by
     more than ``BELOW_TRAINING`` at the median. A loader cannot feed training faster than it
     runs alone, so one of the two windows missed the steady state: on the H200 DALI's first
@@ -307,7 +316,7 @@ def below_training_lines(res: SuiteResult) -> List[str]:
 HOST_SPREAD_WARN = 0.10  # a probe range wider than this share of its low end is reported
 
 
-def probe_span(res: SuiteResult) -> Optional[Tuple[float, float, float]]:
+def probe_span(res: SuiteResult) -> tuple[float, float, float] | None:
     """``(fastest, slowest, slowest / fastest - 1)`` of the run's host CPU probes
     (``Repeat.cpu_probe_ms``), or ``None`` without any."""
     got = [r.cpu_probe_ms for v in res.variants for r in v.repeats if r.cpu_probe_ms]
@@ -322,7 +331,7 @@ def _span(xs, fmt: str) -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
-def window_lines(res: SuiteResult) -> List[str]:
+def window_lines(res: SuiteResult) -> list[str]:
     """Per variant: the timed window in batches and seconds against the loader's queue
     (compare.isolate NOTE [steady state]), the torch backends' decoder (``pinned`` picks one
     from the data: NOTE [the default decoder] in pipelines/torch_backend/decode.py), and the
@@ -352,7 +361,7 @@ def window_lines(res: SuiteResult) -> List[str]:
     return out
 
 
-def cold_share(res: SuiteResult, v) -> Optional[Tuple[float, int, int]]:
+def cold_share(res: SuiteResult, v) -> tuple[float, int, int] | None:
     """``(share, read first, images needed)`` for variant ``v`` of a ``--cold`` run: the
     largest share of its window that can have been read from disk, the samples the loader read
     between the eviction and the window (the drained queue and the warm-up, settling
@@ -371,7 +380,7 @@ def cold_share(res: SuiteResult, v) -> Optional[Tuple[float, int, int]]:
     return min(1.0, max(0.0, share)), first, (first + steps * batch) * world
 
 
-def cold_lines(res: SuiteResult) -> List[str]:
+def cold_lines(res: SuiteResult) -> list[str]:
     """The ``cold_share`` of each variant, as the summary says it."""
     out = []
     for v in res.variants:
@@ -382,7 +391,7 @@ def cold_lines(res: SuiteResult) -> List[str]:
     return out
 
 
-def step_slowdown(res: SuiteResult, v: VariantResult) -> Optional[float]:
+def step_slowdown(res: SuiteResult, v: VariantResult) -> float | None:
     """How much longer ``v``'s model step took than the ceiling's, on a GPU: the busy share of
     its window, ``1 - idle``, over its rate, against the ceiling's time per sample. Above 0 the
     step itself ran slower beside the loader, with no wait for data to blame: the loader's own
@@ -397,7 +406,7 @@ def step_slowdown(res: SuiteResult, v: VariantResult) -> Optional[float]:
     return (1 - idle / 100) * c / r - 1
 
 
-def contention_lines(res: SuiteResult) -> List[str]:
+def contention_lines(res: SuiteResult) -> list[str]:
     """The rows whose step ran ``SLOWER_STEP`` or more slower than on resident batches."""
     out = []
     for v in res.variants:
@@ -408,13 +417,13 @@ def contention_lines(res: SuiteResult) -> List[str]:
     return out
 
 
-def long_wait_lines(res: SuiteResult) -> List[str]:
+def long_wait_lines(res: SuiteResult) -> list[str]:
     """The rows whose training windows held ``LONG_WAITS_MIN`` or more long data waits
     (``waves.long_waits``) at the median: how many, how far apart, how long, and their share of
     the window's wait. A loader that stalls now and then on a step it keeps up with on average
     shows here; one that is simply too slow waits every batch and does not. Left out under
     torchrun, whose waits are the ranks' end to end."""
-    out: List[str] = []
+    out: list[str] = []
     if (res.setup.get("world_size") or 1) > 1:
         return out
     for v in res.variants:
@@ -448,12 +457,12 @@ def hw_share(v: VariantResult) -> float:
     return max(shares, default=0.0)
 
 
-def wait_site_lines(res: SuiteResult, top: int = 3) -> List[str]:
+def wait_site_lines(res: SuiteResult, top: int = 3) -> list[str]:
     """Per row sampled with ``--wait-sites``: its ``top`` wait sites, each with its mean share
     of the samples over the repeats (``waitsites.merge``)."""
     from .waitsites import merge
 
-    out: List[str] = []
+    out: list[str] = []
     for v in res.variants:
         sites = merge(r.wait_sites for r in v.repeats)
         if sites:
@@ -465,8 +474,8 @@ def wait_site_lines(res: SuiteResult, top: int = 3) -> List[str]:
 PAIRED_AGREE = 0.05  # --paired-long: long / default within this of 1 agrees (issue 19's 5%)
 
 
-def paired_effect(pairs: Sequence[Tuple[float, float, Optional[float], bool]]
-                  ) -> Tuple[float, Optional[float], float, float]:
+def paired_effect(pairs: Sequence[tuple[float, float, float | None, bool]]
+                  ) -> tuple[float, float | None, float, float]:
     """The long window's effect on a rate, from one ``(default, long, default again or None,
     long_first)`` per repeat (compare.runner NOTE [paired long]): the effect, the drift (the
     later window's rate over the earlier's; ``None`` where it cannot be told) and the range of
@@ -491,7 +500,7 @@ def paired_effect(pairs: Sequence[Tuple[float, float, Optional[float], bool]]
     return math.sqrt(mab * mba), math.sqrt(mab / mba), lo, hi
 
 
-def _paired_per_core(pairs, least: float = 0.5) -> Optional[Tuple[float, float, float]]:
+def _paired_per_core(pairs, least: float = 0.5) -> tuple[float, float, float] | None:
     """The medians over bracketed repeats of the training rate over the workers' cores in the
     default, long and second default window (compare.cpuroles NOTE [cpu roles]): whether a
     drift was fewer cores or less made with each. ``None`` without the split or workers."""
@@ -507,7 +516,7 @@ def _paired_per_core(pairs, least: float = 0.5) -> Optional[Tuple[float, float, 
     return tuple(statistics.median(x[i] for x in rows) for i in range(3)) if rows else None
 
 
-def _paired_rss(pairs) -> Optional[Tuple[float, float]]:
+def _paired_rss(pairs) -> tuple[float, float] | None:
     """The medians over bracketed repeats of the process's resident memory at the end of the
     first and the second default training window (compare.cpuroles NOTE [cpu roles]): whether
     the process that forks a loader's workers grew. ``None`` where it was not recorded."""
@@ -521,7 +530,7 @@ def _paired_rss(pairs) -> Optional[Tuple[float, float]]:
     return statistics.median(a for a, _ in got), statistics.median(b for _, b in got)
 
 
-def _one_sided(sides: List[Tuple[str, float, float]], moved: float) -> str:
+def _one_sided(sides: list[tuple[str, float, float]], moved: float) -> str:
     """A bracketed row whose rate moved more than ``PAIRED_AGREE`` between its default
     windows: the bracket's reading assumes the move was linear (compare.runner NOTE [paired
     long]), which one long window cannot check, so the line gives long over each default window
@@ -537,7 +546,7 @@ def _one_sided(sides: List[Tuple[str, float, float]], moved: float) -> str:
             + (f" (within {100 * PAIRED_AGREE:g}% either way)" if both else ""))
 
 
-def paired_long_lines(res: SuiteResult) -> List[str]:
+def paired_long_lines(res: SuiteResult) -> list[str]:
     """Per row timed with ``--paired-long`` (compare.runner NOTE [paired long]): the long
     window's effect on the rate with the drift within each process taken out
     (``paired_effect``), the repeats' range and the drift, in training and loader-only, and
@@ -545,7 +554,7 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
     def usable(x) -> bool:
         return bool(x) and not math.isnan(x)
 
-    out: List[str] = []
+    out: list[str] = []
     for v in res.variants:
         pairs = [(r.paired_long, r) for r in v.repeats if r.paired_long]
         if not pairs:
@@ -601,7 +610,7 @@ def paired_long_lines(res: SuiteResult) -> List[str]:
 LONG_WAITS_MIN = 3  # long data waits in a window (at the median) from which a row is listed
 
 
-def _block(heading: str, items: List[str]) -> List[str]:
+def _block(heading: str, items: list[str]) -> list[str]:
     """A summary block: ``heading``, then one bullet per item; nothing without items."""
     return [heading, ""] + [f"- {x}" for x in items] + [""] if items else []
 
@@ -611,7 +620,7 @@ def _md(columns, body) -> str:
     return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
 
 
-def trace_lines(res: SuiteResult) -> List[str]:
+def trace_lines(res: SuiteResult) -> list[str]:
     """One line per traced repeat (``Repeat.trace``), the ceiling's first."""
     from .trace import describe
 
@@ -620,13 +629,13 @@ def trace_lines(res: SuiteResult) -> List[str]:
             if r.trace is not None]
 
 
-def research_lines(res: SuiteResult) -> List[str]:
+def research_lines(res: SuiteResult) -> list[str]:
     """The summary's sections on how the numbers were measured (the order of the isolated
     repeats, spreads, the host CPU probe, CPU steal, CPU by role, the cold page cache): after
     the main table (NOTE [verdict
     first] in ``verdict_lines``)."""
     s = res.setup
-    lines: List[str] = []
+    lines: list[str] = []
     if s.get("isolate") and s.get("order"):
         lines += [f"**Order of the repeats** (seed {s.get('order_seed')}): "
                   f"{', '.join(s['order'])}.", ""]
@@ -781,7 +790,7 @@ def markdown(res: SuiteResult) -> str:
 PROG = "python -m compare report"
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m compare report``: the markdown summary of a results.json, on
     stdout or into ``--out``."""
     from .plot import load

@@ -7,7 +7,7 @@ import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 SCHEMA = "gpu-feed.compare/1"
 # the default window (no --steps) holds at least this many times the loader's queue, long
@@ -38,56 +38,56 @@ class Repeat:
     wait_p50_ms: float
     wait_p95_ms: float
     idle_pct: float
-    cpu_util_pct: Optional[float] = None
-    nvml_util_pct: Optional[float] = None
-    waits_ms: Tuple[float, ...] = ()
+    cpu_util_pct: float | None = None
+    nvml_util_pct: float | None = None
+    waits_ms: tuple[float, ...] = ()
     # under torchrun: each rank's own samples/s, loader-only img/s, waits and idle % (rank
     # order); the fields above are then the job's (compare.ddp.merge)
-    ranks: Tuple[Dict[str, float], ...] = ()
-    steps: Optional[int] = None       # the timed window, in batches (training run)
-    window_s: Optional[float] = None  # the timed window, in seconds (training run)
-    pid: Optional[int] = None         # the process that ran this repeat (compare.isolate)
+    ranks: tuple[dict[str, float], ...] = ()
+    steps: int | None = None       # the timed window, in batches (training run)
+    window_s: float | None = None  # the timed window, in seconds (training run)
+    pid: int | None = None         # the process that ran this repeat (compare.isolate)
     # --cold: the share of the dataset's pages still cached after the eviction that preceded
     # the training run (compare.pagecache); None in a warm run
-    cold_resident: Optional[float] = None
+    cold_resident: float | None = None
     # samples/s over the training window's first and second halves (metrics.RunMeasure.halves)
-    halves: Optional[Tuple[float, float]] = None
+    halves: tuple[float, float] | None = None
     # img/s over the loader-only window's first and last stretches of whole worker waves
     # (metrics.LoaderOnly, NOTE [waves and halves]); plain halves in runs before 8b2e2a8
-    loader_only_halves: Optional[Tuple[float, float]] = None
+    loader_only_halves: tuple[float, float] | None = None
     # warm-up batches run after --warmup until the workers were out of step, and whether they
     # were by the cap (NOTE [settling] in compare.runner); None: the loader does not settle
-    settle_batches: Optional[int] = None
-    settled: Optional[bool] = None
+    settle_batches: int | None = None
+    settled: bool | None = None
     # the torch backends' decoder (TorchOptions.decoder, or the one pinned chose from the data)
-    decoder: Optional[str] = None
+    decoder: str | None = None
     # DALI with hw_decoder_load=None: the calibration's decisions in this repeat's process,
     # oldest first (``Decision.describe``; NOTE [calibration] in pipelines.dali.calibrate)
-    calibration: Tuple[str, ...] = ()
+    calibration: tuple[str, ...] = ()
     # the host's CPU speed in this repeat's process: ms for one core to decode a fixed JPEG
     # (compare.hostprobe NOTE [host speed]), taken before the loader; None in runs before the
     # probe, and for the repeats after the first of a variant whose repeats share a process
-    cpu_probe_ms: Optional[float] = None
+    cpu_probe_ms: float | None = None
     # the share of the CPU the hypervisor gave other guests during the training window, in %
     # (/proc/stat's steal; metrics.CpuUtil NOTE [steal]); None without it and in older runs
-    cpu_steal_pct: Optional[float] = None
+    cpu_steal_pct: float | None = None
     # --trace: the digest of one more training window traced after this repeat's windows
     # (compare.trace.digest; NOTE [trace]); None when not traced
-    trace: Optional[Dict[str, Any]] = None
+    trace: dict[str, Any] | None = None
     # the CPU each window took, in cores, by role: {"training": {...}, "loader_only": {...}},
     # each {"main", "workers", "threads"}, with the workers' run queue, kernel time and page
     # faults and the process's memory where read (compare.cpuroles NOTE [cpu roles]); the training
     # window's includes its warm-up and settling; None without /proc and in older runs
-    cpu_roles: Optional[Dict[str, Dict[str, float]]] = None
+    cpu_roles: dict[str, dict[str, float]] | None = None
     # --wait-sites: the training window's data waits by where the loop's thread waited, each
     # site's share of the samples (compare.waitsites NOTE [wait sites]); None when not sampled
-    wait_sites: Optional[Dict[str, float]] = None
+    wait_sites: dict[str, float] | None = None
     # --paired-long: the long pair of windows timed beside this repeat's in its process
     # (compare.runner NOTE [paired long]): {"steps", "samples_per_s", "loader_only_per_s",
     # "settled", "cpu_roles", "after": the second default pair's {"samples_per_s",
     # "loader_only_per_s", "cpu_roles"}} (cpu_roles as this repeat's; under torchrun rank 0's)
     # (runs before 2026-12-02's bracket: "long_first" and no "after"); None when not asked for
-    paired_long: Optional[Dict[str, Any]] = None
+    paired_long: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -96,12 +96,12 @@ class VariantResult:
 
     label: str
     backend: str
-    overrides: Dict[str, object]
-    h2d_bytes_per_sample: Optional[float]
-    repeats: Tuple[Repeat, ...]
-    queue_batches: Optional[int] = None  # batches the loader holds ahead (runner.queue_depth)
+    overrides: dict[str, object]
+    h2d_bytes_per_sample: float | None
+    repeats: tuple[Repeat, ...]
+    queue_batches: int | None = None  # batches the loader holds ahead (runner.queue_depth)
 
-    def values(self, metric: str) -> List[float]:
+    def values(self, metric: str) -> list[float]:
         return [getattr(r, metric) for r in self.repeats if getattr(r, metric) is not None]
 
     def median(self, metric: str) -> float:
@@ -112,7 +112,7 @@ class VariantResult:
         v = self.values(metric)
         return (max(v) - min(v)) if v else float("nan")
 
-    def within_spread(self, field: str = "halves") -> Optional[float]:
+    def within_spread(self, field: str = "halves") -> float | None:
         """The median gap between the two halves of a repeat's training window (samples/s;
         ``field="loader_only_halves"``: the loader-only window's two stretches): the variation
         inside one process. ``spread`` is the one across repeats (across processes under
@@ -143,10 +143,10 @@ class SuiteResult:
     variant) and in a run that stopped early; ``setup["error"]`` then says why.
     """
 
-    env: Dict[str, object]
-    setup: Dict[str, object]
-    ceiling: Optional[VariantResult]
-    variants: Tuple[VariantResult, ...] = field(default_factory=tuple)
+    env: dict[str, object]
+    setup: dict[str, object]
+    ceiling: VariantResult | None
+    variants: tuple[VariantResult, ...] = field(default_factory=tuple)
     schema: str = SCHEMA
     complete: bool = True
 
@@ -170,19 +170,19 @@ class SuiteResult:
         DALI's CPU operators."""
         return f"{v.label} (CPU operators)" if v.backend == "dali" and not self.on_gpu else v.label
 
-    def baseline(self) -> Optional[VariantResult]:
+    def baseline(self) -> VariantResult | None:
         for v in self.variants:
             if v.backend == "pageable" and not v.overrides.get("pin"):
                 return v
         return None
 
-    def pct_of_ceiling(self, v: VariantResult) -> Optional[float]:
+    def pct_of_ceiling(self, v: VariantResult) -> float | None:
         if self.ceiling is None:
             return None
         c = self.ceiling.median("samples_per_s")
         return 100.0 * v.median("samples_per_s") / c if c else None
 
-    def speedup(self, v: VariantResult) -> Optional[float]:
+    def speedup(self, v: VariantResult) -> float | None:
         b = self.baseline()
         if b is None:
             return None
@@ -198,7 +198,7 @@ class SuiteResult:
         os.replace(tmp, path)
 
     @classmethod
-    def from_dict(cls, d: Dict) -> "SuiteResult":
+    def from_dict(cls, d: dict) -> SuiteResult:
         check_doc(d)  # a ValueError naming the first malformed field
         if d.get("schema") != SCHEMA:
             raise ValueError(f"schema={d.get('schema')!r} is not {SCHEMA!r}")
@@ -221,7 +221,7 @@ class SuiteResult:
                    bool(d.get("complete", True)))
 
     @classmethod
-    def load(cls, path: str | Path) -> "SuiteResult":
+    def load(cls, path: str | Path) -> SuiteResult:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
@@ -307,7 +307,7 @@ def check_doc(d) -> None:
 STEAL_WARN_PCT = 3.0  # CPU steal in a training window above this (% of the CPU) is reported
 
 
-def role_means(splits) -> Optional[Dict[str, Dict[str, float]]]:
+def role_means(splits) -> dict[str, dict[str, float]] | None:
     """The mean of several ``Repeat.cpu_roles`` (ranks' or repeats'), role by role; ``None``
     unless every one has them."""
     if not splits or any(not s for s in splits):
@@ -316,14 +316,14 @@ def role_means(splits) -> Optional[Dict[str, Dict[str, float]]]:
                 for k in _common(s[w] for s in splits)} for w in splits[0]}
 
 
-def _common(dicts) -> List[str]:
+def _common(dicts) -> list[str]:
     """The keys every one of ``dicts`` has, in the first one's order (a window without
     workers has no ``workers_runq``: compare.cpuroles)."""
     ds = list(dicts)
     return [k for k in ds[0] if all(k in d for d in ds[1:])]
 
 
-def role_medians(v: "VariantResult") -> Optional[Dict[str, Dict[str, float]]]:
+def role_medians(v: VariantResult) -> dict[str, dict[str, float]] | None:
     """The median over ``v``'s repeats of each window's CPU by role (compare.cpuroles NOTE
     [cpu roles]), ``None`` when no repeat has them."""
     got = [r.cpu_roles for r in v.repeats if r.cpu_roles]
@@ -333,7 +333,7 @@ def role_medians(v: "VariantResult") -> Optional[Dict[str, Dict[str, float]]]:
                 for k in _common(s[w] for s in got)} for w in got[0]}
 
 
-def per_worker_core(v: "VariantResult", least: float = 0.5) -> Optional[Tuple[float, float]]:
+def per_worker_core(v: VariantResult, least: float = 0.5) -> tuple[float, float] | None:
     """The median over ``v``'s repeats of each window's rate over the cores its workers used:
     ``(training, loader-only)`` samples per worker-core second (compare.cpuroles NOTE [cpu
     roles]). Two windows whose workers had as many cores and made unequal rates did unequal
@@ -354,8 +354,8 @@ def per_worker_core(v: "VariantResult", least: float = 0.5) -> Optional[Tuple[fl
             round(statistics.median(p[1] for p in pairs), 1))
 
 
-def worker_kernel(v: "VariantResult", least: float = 0.5
-                  ) -> Optional[Dict[str, Tuple[float, float]]]:
+def worker_kernel(v: VariantResult, least: float = 0.5
+                  ) -> dict[str, tuple[float, float]] | None:
     """The median over ``v``'s repeats of each window's workers' kernel time, as a % of their
     CPU time, and their minor page faults per sample: ``{"training": (%, faults),
     "loader_only": (%, faults)}`` (compare.cpuroles NOTE [cpu roles]). ``None`` without them
@@ -378,7 +378,7 @@ def worker_kernel(v: "VariantResult", least: float = 0.5
                 round(statistics.median(f for _, f in xs), 1)) for w, xs in rows.items()}
 
 
-def steal_span(res: SuiteResult) -> Optional[Tuple[float, float]]:
+def steal_span(res: SuiteResult) -> tuple[float, float] | None:
     """``(lowest, highest)`` CPU steal of the run's training windows, in % of the CPU
     (``Repeat.cpu_steal_pct``; compare.metrics NOTE [steal]), or ``None`` without any."""
     got = [r.cpu_steal_pct for v in res.variants for r in v.repeats

@@ -20,14 +20,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 from . import cli
 
-Row = Tuple[int, int, str]
+Row = tuple[int, int, str]
 
 
-def _rows(path: Path) -> List[Row]:
+def _rows(path: Path) -> list[Row]:
     out = []
     for line in path.read_text().splitlines():
         if line.startswith("#"):  # "# resumed EPOCH BATCH" (compare.train)
@@ -37,12 +36,12 @@ def _rows(path: Path) -> List[Row]:
     return out
 
 
-def _child(args: List[str], log: Path, extra: List[str]) -> subprocess.CompletedProcess:
+def _child(args: list[str], log: Path, extra: list[str]) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "compare", "train", *args, "--log-batches", str(log), *extra]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
-def resumed_at(path: Path) -> Optional[Tuple[int, int]]:
+def resumed_at(path: Path) -> tuple[int, int] | None:
     """``(epoch, batch)`` the run logged to ``path`` said it resumed at, ``None`` when it did
     not say (it started afresh)."""
     for line in path.read_text().splitlines():
@@ -52,8 +51,8 @@ def resumed_at(path: Path) -> Optional[Tuple[int, int]]:
     return None
 
 
-def start_error(killed: List[Row], kill_at: int, said: Optional[Tuple[int, int]],
-                resumed: List[Row], per_epoch: int) -> Optional[str]:
+def start_error(killed: list[Row], kill_at: int, said: tuple[int, int] | None,
+                resumed: list[Row], per_epoch: int) -> str | None:
     """Why the resumed run did not start at the checkpoint's position, or ``None``.
 
     The killed run checkpointed after every step but its last (step ``kill_at``, logged, then
@@ -79,7 +78,7 @@ def start_error(killed: List[Row], kill_at: int, said: Optional[Tuple[int, int]]
     return None
 
 
-def join(killed: List[Row], resumed: List[Row]) -> List[Row]:
+def join(killed: list[Row], resumed: list[Row]) -> list[Row]:
     """``killed`` up to where ``resumed`` starts, then ``resumed``."""
     if not resumed:
         return killed
@@ -87,7 +86,7 @@ def join(killed: List[Row], resumed: List[Row]) -> List[Row]:
     return [r for r in killed if r[:2] < at] + resumed
 
 
-def run_test(a, args: List[str], prog: str) -> int:
+def run_test(a, args: list[str], prog: str) -> int:
     if a.epochs < 2:
         return cli.fail(prog, f"--resume-test needs --epochs >= 2 (got {a.epochs}): the kill "
                               "falls in the second epoch")

@@ -6,10 +6,10 @@ import enum
 import gc
 import itertools
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -92,7 +92,7 @@ def open_loader(v: Variant, cfg: LoaderConfig):
     return create_loader(v.backend, cfg, options=v.options_of())
 
 
-def queue_depth(loader) -> Optional[int]:
+def queue_depth(loader) -> int | None:
     """Batches ``loader`` holds ahead of the consumer once it is full: the DataLoader's
     ``workers x prefetch_factor`` (plus the CUDA prefetch of ``pinned``), or DALI's
     ``queue_depth`` per pipeline; ``None`` for a loader of another kind."""
@@ -109,7 +109,7 @@ def queue_depth(loader) -> Optional[int]:
     return None
 
 
-def window(steps: int, long: bool, queue: Optional[int], epoch_batches: int,
+def window(steps: int, long: bool, queue: int | None, epoch_batches: int,
            fit: bool = False) -> int:
     """The timed window in batches: ``steps``; with ``fit`` (``--steps`` not given) at least
     ``FIT_QUEUES`` times the queue; with ``long`` at least 10x the queue and past an epoch
@@ -151,7 +151,7 @@ SETTLE_CAP_QUEUES = 5
 # test of that explanation. The queue is drained before each window either way.
 
 
-def settle_of(loader, queue: Optional[int], agreed: bool = False) -> Optional[Tuple[int, int]]:
+def settle_of(loader, queue: int | None, agreed: bool = False) -> tuple[int, int] | None:
     """``(period, cap)`` for ``metrics.measure``'s ``settle`` (NOTE [settling]), or ``None``
     for a loader that does not settle. ``agreed``: the ranks of a process group agree on
     when to stop (else they do not settle)."""
@@ -165,7 +165,7 @@ def settle_of(loader, queue: Optional[int], agreed: bool = False) -> Optional[Tu
     return workers, SETTLE_CAP_QUEUES * max(queue or 0, workers)
 
 
-def wave_period(loader) -> Optional[int]:
+def wave_period(loader) -> int | None:
     """The batches of one wave of ``loader``'s DataLoader workers (its ``num_workers``, from 2),
     which a loader-only window's stretches hold whole (NOTE [waves and halves] in
     compare.metrics); ``None`` for a loader without such workers (DALI)."""
@@ -199,12 +199,12 @@ def first_epoch(epoch_batches: int, steps: int) -> int:
 
 def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 device: torch.device, sync: Callable[[], None] = _nothing,
-                cold: Optional[Callable[[], object]] = None,
-                queue: Optional[int] = None, first: int = 0,
-                settle: Optional[Tuple[int, int]] = None,
-                agree: Optional[Callable[[bool], bool]] = None,
-                period: Optional[int] = None, loader_only_last: bool = False,
-                trace: Optional[Path] = None, wait_sites: bool = False) -> Repeat:
+                cold: Callable[[], object] | None = None,
+                queue: int | None = None, first: int = 0,
+                settle: tuple[int, int] | None = None,
+                agree: Callable[[bool], bool] | None = None,
+                period: int | None = None, loader_only_last: bool = False,
+                trace: Path | None = None, wait_sites: bool = False) -> Repeat:
     """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
     least one), then loader-only, then the model step, both ``steps`` batches after
     ``warmup`` (``loader_only_last``: the model step first, NOTE [loader-only last]). The
@@ -306,7 +306,7 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
 # ``Repeat.paired_long`` (``compare.report.paired_effect`` reads both kinds), each with its CPU
 # by role, so that a drift can be told apart: fewer cores, or less made with each.
 def paired_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: int,
-                  first: int = 0, trace: Optional[Path] = None,
+                  first: int = 0, trace: Path | None = None,
                   wait_sites: bool = False, **kw) -> Repeat:
     """Three ``time_repeat`` runs on one loader: ``steps``, ``long_steps`` and ``steps``
     batches (NOTE [paired long]); the first run's ``Repeat`` with the other two's rates in
@@ -323,7 +323,7 @@ def paired_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: int,
                   "loader_only_per_s": again.loader_only_per_s, "cpu_roles": again.cpu_roles}})
 
 
-def one_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: Optional[int],
+def one_repeat(it: Iterator, step: Callable, *, steps: int, long_steps: int | None,
                **kw) -> Repeat:
     """``time_repeat``, or ``paired_repeat`` with a long window of ``long_steps`` batches when
     it is given (``--paired-long``; NOTE [paired long])."""
@@ -341,7 +341,7 @@ def traced_window(base: Path, run: Callable[[], object]) -> dict:
     return tr.digest(summary, f"{base.parent.name}/{base.name}.summary.json")
 
 
-def trace_base(folder: Optional[Path], unit: str) -> Optional[Path]:
+def trace_base(folder: Path | None, unit: str) -> Path | None:
     """Where ``unit``'s trace files go in ``folder`` (``None``: no trace); under torchrun each
     rank has its own."""
     if folder is None:
@@ -375,13 +375,13 @@ def say_repeat(log: Callable[[str], None], label: str, r: Repeat, where: str,
 
 def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, warmup: int,
                 repeats: int, log: Callable[[str], None] = print,
-                capture: Optional[list] = None,
+                capture: list | None = None,
                 sync: Callable[[], None] = _nothing, long: bool = False,
-                cold: Optional[Callable[[], object]] = None,
-                agree: Optional[Callable[[bool], bool]] = None,
+                cold: Callable[[], object] | None = None,
+                agree: Callable[[bool], bool] | None = None,
                 fit: bool = False, loader_only_last: bool = False, wait_sites: bool = False,
                 paired_long: bool = False,
-                trace: Optional[Path] = None) -> VariantResult:
+                trace: Path | None = None) -> VariantResult:
     """Loader-only and model runs of one variant, ``repeats`` times each, in this process.
 
     Args:
@@ -404,7 +404,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
     """
     cfg = v.config_of(base)
     device = device_of(cfg)
-    reps: List[Repeat] = []
+    reps: list[Repeat] = []
     probe = probe_ms()  # before the loader's workers start (compare.hostprobe)
     with open_loader(v, cfg) as loader:
         queue = queue_depth(loader)
@@ -438,7 +438,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
 
 def ceiling_repeat(batch, step: Callable, *, steps: int, warmup: int,
                    device: torch.device, sync: Callable[[], None] = _nothing,
-                   trace: Optional[Path] = None) -> Repeat:
+                   trace: Path | None = None) -> Repeat:
     """One repeat of the same step on one batch already on the device (``trace``: as in
     ``time_repeat``)."""
     sync()
@@ -455,7 +455,7 @@ def ceiling_repeat(batch, step: Callable, *, steps: int, warmup: int,
 def run_ceiling(batch, step: Callable, *, steps: int, warmup: int, repeats: int,
                 device: torch.device, log: Callable[[str], None] = print,
                 sync: Callable[[], None] = _nothing,
-                trace: Optional[Path] = None) -> VariantResult:
+                trace: Path | None = None) -> VariantResult:
     """The same step on one batch already on the device: the model-only ceiling (``trace``:
     as in ``run_variant``)."""
     reps = []
@@ -470,7 +470,7 @@ def run_ceiling(batch, step: Callable, *, steps: int, warmup: int, repeats: int,
 
 
 def make_step(model: str, cfg: LoaderConfig, classes: int,
-              wrap: Optional[Callable] = None) -> TrainStep:
+              wrap: Callable | None = None) -> TrainStep:
     """The model step for ``cfg``'s device (``cuda:LOCAL_RANK`` under torchrun), with a
     ``classes``-wide head (at least 2); ``wrap`` is ``compare.ddp.wrap`` in a job."""
     cuda = cfg.wants_cuda and torch.cuda.is_available()

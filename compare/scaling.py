@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 from . import cli
 from .diff import _load, comparable
@@ -28,14 +27,14 @@ def world(r: SuiteResult) -> int:
     return int(r.setup.get("world_size") or 1)
 
 
-def _ratio(a: VariantResult, b: VariantResult, scale: float) -> Tuple[float, float, float]:
+def _ratio(a: VariantResult, b: VariantResult, scale: float) -> tuple[float, float, float]:
     """``(median ratio, low, high)`` of ``b / a / scale`` from medians and extremes."""
     va, vb = a.values(METRIC), b.values(METRIC)
     med = b.median(METRIC) / a.median(METRIC) / scale
     return med, min(vb) / max(va) / scale, max(vb) / min(va) / scale
 
 
-def rows(one: SuiteResult, many: SuiteResult) -> List[List[str]]:
+def rows(one: SuiteResult, many: SuiteResult) -> list[list[str]]:
     w1, w2 = world(one), world(many)
     pairs = [("ceiling", one.ceiling, many.ceiling)] if one.ceiling and many.ceiling else []
     by = {v.label: v for v in many.variants}
@@ -50,7 +49,7 @@ def rows(one: SuiteResult, many: SuiteResult) -> List[List[str]]:
     return out
 
 
-def render(one: SuiteResult, many: SuiteResult, body: List[List[str]]) -> str:
+def render(one: SuiteResult, many: SuiteResult, body: list[list[str]]) -> str:
     head = (f"ONE: {world(one)} rank(s), MANY: {world(many)} ranks "
             f"({many.setup.get('nodes', 1)} node(s)); model {many.setup.get('model')}, batch "
             f"{many.setup.get('batch_size')} per rank, workers {one.setup.get('workers')} -> "
@@ -62,7 +61,7 @@ def render(one: SuiteResult, many: SuiteResult, body: List[List[str]]) -> str:
                      + [line(r) for r in body])
 
 
-def markdown(one: SuiteResult, many: SuiteResult, body: List[List[str]], a: str, b: str) -> str:
+def markdown(one: SuiteResult, many: SuiteResult, body: list[list[str]], a: str, b: str) -> str:
     return "\n".join([
         "# gpu-feed scaling", "", f"- ONE: `{a}` ({world(one)} rank(s))",
         f"- MANY: `{b}` ({world(many)} ranks, {many.setup.get('nodes', 1)} node(s))",
@@ -75,7 +74,7 @@ def markdown(one: SuiteResult, many: SuiteResult, body: List[List[str]], a: str,
         *("| " + " | ".join(r) + " |" for r in body), ""])
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = cli.Parser(prog=PROG, description=__doc__, formatter_class=cli.HelpFormatter)
     p.add_argument("one", metavar="ONE", help="results.json (or its folder) with fewer ranks")
     p.add_argument("many", metavar="MANY", help="results.json (or its folder) with more ranks")

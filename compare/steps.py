@@ -12,7 +12,7 @@ beside the GPU kernel and not beside the host sleep waits for the step's GPU wor
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def compiled(model: str = "resnet50", num_classes: int = 1000, compile: bool = True,

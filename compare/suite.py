@@ -8,10 +8,9 @@ import argparse
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional
-
 
 from pipelines import Backend, LoaderConfig, available_backends
 from pipelines.indexing import num_batches
@@ -26,7 +25,6 @@ from .report import markdown, plots, table, verdict_lines, warnings_for
 from .results import FIT_QUEUES, SuiteResult
 from .runner import ComputeStream, device_of, make_step, on_compute_stream, run_ceiling, run_variant
 from .variants import ORDER, Variant, parse_sweep, preset
-
 
 
 def default_cache() -> Path:
@@ -100,16 +98,16 @@ def load_transform(ref: str):
 class Plan:
     """Everything the run needs, checked: the variants with their configs, and ``--out``."""
 
-    variants: List[Variant]
-    configs: List[LoaderConfig]
+    variants: list[Variant]
+    configs: list[LoaderConfig]
     base: LoaderConfig
     out: Path
     gen: object = None  # the default dataset's GenConfig, when --data is not given
     classes: int = 0  # classes in --data (0 until the default dataset is listed)
-    notes: List[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
-def _variants(a, note: Callable[[str], None]) -> List[Variant]:
+def _variants(a, note: Callable[[str], None]) -> list[Variant]:
     out = _backend_variants(a, note)
     if getattr(a, "reference", False):
         from .reference import DALI_LABEL, LABEL
@@ -121,7 +119,7 @@ def _variants(a, note: Callable[[str], None]) -> List[Variant]:
     return out
 
 
-def _backend_variants(a, note: Callable[[str], None]) -> List[Variant]:
+def _backend_variants(a, note: Callable[[str], None]) -> list[Variant]:
     chosen = a.backends is not None
     backs = cli.parse_backends(a.backends, note=note) if chosen else available_backends()
     if getattr(a, "paired_long", False) and getattr(a, "long", False):
@@ -221,7 +219,7 @@ def plan(a, note: Callable[[str], None]) -> Plan:
     return Plan(variants, configs, base, out, gen, classes)
 
 
-def plan_variants(variants: List[Variant], base: LoaderConfig) -> List[LoaderConfig]:
+def plan_variants(variants: list[Variant], base: LoaderConfig) -> list[LoaderConfig]:
     """Each variant's config, with its options checked too; an error names the command-line
     item that set the value and the variant."""
     configs = []
@@ -237,13 +235,13 @@ def plan_variants(variants: List[Variant], base: LoaderConfig) -> List[LoaderCon
     return configs
 
 
-def check_dataset(n: int, variants: List[Variant], configs: List[LoaderConfig]) -> None:
+def check_dataset(n: int, variants: list[Variant], configs: list[LoaderConfig]) -> None:
     """Every variant gets at least one batch per epoch from ``n`` images (``check_nonempty``)."""
     for v, cfg in zip(variants, configs):
         cli.check_batches(n, cfg, {**cli.FLAGS, **v.sources}, _where(v))
 
 
-def short_epochs(n: int, variants: List[Variant], configs: List[LoaderConfig]) -> List[str]:
+def short_epochs(n: int, variants: list[Variant], configs: list[LoaderConfig]) -> list[str]:
     """A line for each torch row whose epoch of ``n`` images has fewer batches than it has
     workers: at every epoch start at most that many workers decode, so the row times epoch
     starts rather than decoding."""
@@ -263,10 +261,11 @@ def short_epochs(n: int, variants: List[Variant], configs: List[LoaderConfig]) -
     return out
 
 
-def prepare(p: Plan, a, log, job: ddp.Job = ddp.Job(), build_step: bool = True):
+def prepare(p: Plan, a, log, job: ddp.Job | None = None, build_step: bool = True):
     """Make (or reuse) the default dataset and check it as ``--data`` is; build the model step
     (in DDP under torchrun: rank 0 makes the dataset while the others wait), unless
     ``build_step`` is False (isolated runs build it in each unit's process): then ``None``."""
+    job = job or ddp.Job()
     root, classes = p.base.root, p.classes
     user_step = None
     if build_step and getattr(a, "step", None):  # before the default dataset is made
@@ -314,7 +313,7 @@ def run(argv=None) -> int:
 def _run(a, job: ddp.Job) -> int:
     quiet = lambda s: None  # noqa: E731
     log = (lambda s: print(s, flush=True)) if job.main else quiet  # noqa: E731
-    notes: List[str] = []
+    notes: list[str] = []
     say = cli.note(PROG) if job.main else quiet
 
     def note(msg: str) -> None:
@@ -349,7 +348,7 @@ def isolated(a, job: ddp.Job, note: Callable[[str], None]) -> bool:
     return bool(want)
 
 
-def _manifest(root: Path, read_manifest) -> Optional[dict]:
+def _manifest(root: Path, read_manifest) -> dict | None:
     """data_gen's manifest of ``root``; for a pattern of shards, the manifest of their folder
     when the pattern names every shard it lists (its statistics describe them all)."""
     if root.is_dir() or source_kind(root) is not SourceKind.SHARDS:
@@ -362,10 +361,11 @@ def _manifest(root: Path, read_manifest) -> Optional[dict]:
     return man if man and listed == here else None
 
 
-def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
+def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> int:
     """Run the planned variants, rewriting the results after each one (rank 0 writes)."""
     from data_gen.generate import read_manifest
 
+    job = job or ddp.Job()
     base, out = p.base, p.out
     man = _manifest(root, read_manifest)
     setup = {
@@ -391,9 +391,9 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
     env = environment()
     results: list = []
     captured: list = []
-    ceiling: Optional[object] = None
+    ceiling: object | None = None
 
-    def save(complete: bool, error: Optional[str] = None) -> SuiteResult:
+    def save(complete: bool, error: str | None = None) -> SuiteResult:
         suite = SuiteResult(env, {**setup, **({"error": error} if error else {})}, ceiling,
                             tuple(results), complete=complete)
         if not job.main:
@@ -402,7 +402,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job = ddp.Job()) -> int:
         (out / "summary.md").write_text(markdown(suite))
         return suite
 
-    def late(code: int, why: str, tb: Optional[str] = None) -> int:
+    def late(code: int, why: str, tb: str | None = None) -> int:
         if not job.main:
             return cli.fail(PROG, f"rank {job.rank}: {why}", code)
         where = "; no variant finished, nothing written"

@@ -50,8 +50,9 @@ import re
 import statistics
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -87,14 +88,14 @@ def _config():
         return None
 
 
-def thread_names(ids=()) -> Dict[int, str]:
+def thread_names(ids=()) -> dict[int, str]:
     """``{thread id: name}`` of this process's threads, from ``/proc`` (empty elsewhere): by
     the kernel's thread id, and for each of ``ids`` that is none, as CUPTI gives the threads
     of CUDA calls (the low 32 bits of the thread's ``pthread_t``), the thread whose stack
     mapping holds it (glibc keeps a thread's ``pthread_t`` in its stack's mapping; the stack
     pointer of a waiting thread is in ``/proc/self/task/TID/syscall``)."""
-    out: Dict[int, str] = {}
-    stacks: List[Tuple[int, int, str]] = []
+    out: dict[int, str] = {}
+    stacks: list[tuple[int, int, str]] = []
     try:
         tids = os.listdir("/proc/self/task")
         maps = [tuple(int(x, 16) for x in line.split()[0].split("-"))
@@ -120,7 +121,7 @@ def thread_names(ids=()) -> Dict[int, str]:
     return out
 
 
-def with_marks(trace: Dict[str, Any], marks_ns) -> Dict[str, Any]:
+def with_marks(trace: dict[str, Any], marks_ns) -> dict[str, Any]:
     """``trace`` with a ``MARK_WAIT`` and a ``MARK_STEP`` range for each ``(wait start, wait
     end, step launched)`` of ``marks_ns`` (ns since the epoch; the trace's times are µs after
     its ``baseTimeNanoseconds``)."""
@@ -134,7 +135,7 @@ def with_marks(trace: Dict[str, Any], marks_ns) -> Dict[str, Any]:
     return {**trace, "traceEvents": list(trace.get("traceEvents", [])) + extra}
 
 
-def record(run: Callable[[], T], base: Path) -> Tuple[T, Dict[str, Any]]:
+def record(run: Callable[[], T], base: Path) -> tuple[T, dict[str, Any]]:
     """``run()`` (a ``measure`` with ``mark``) under the profiler; writes ``base`` +
     ``.trace.json.gz`` (the trace with the marks, without CPU operators) and ``.summary.json``
     (``analyse``), and returns ``(run's result, the summary)``. The trace is extra to the run's
@@ -165,7 +166,7 @@ def record(run: Callable[[], T], base: Path) -> Tuple[T, Dict[str, Any]]:
     return got, summary
 
 
-def _written(prof, got, base: Path) -> Dict[str, Any]:
+def _written(prof, got, base: Path) -> dict[str, Any]:
     """Export ``prof``'s trace with ``got``'s marks, analyse it, write both files."""
     base.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".json", dir=base.parent)
@@ -186,12 +187,12 @@ def _written(prof, got, base: Path) -> Dict[str, Any]:
     return summary
 
 
-def _spans(events: List[dict], name: str) -> List[Tuple[float, float]]:
+def _spans(events: list[dict], name: str) -> list[tuple[float, float]]:
     return sorted(_span(e) for e in events
                   if e.get("name") == name and e.get("cat") == "user_annotation")
 
 
-def _span(e: dict) -> Tuple[float, float]:
+def _span(e: dict) -> tuple[float, float]:
     s = float(e["ts"])
     return s, s + float(e.get("dur", 0.0))
 
@@ -200,8 +201,8 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
-def _by_name(calls: List[dict], names: Dict[int, str]) -> List[Dict[str, Any]]:
-    table: Dict[str, Dict[str, Any]] = {}
+def _by_name(calls: list[dict], names: dict[int, str]) -> list[dict[str, Any]]:
+    table: dict[str, dict[str, Any]] = {}
     for e in calls:
         row = table.setdefault(e["name"], {"name": e["name"], "count": 0, "total_ms": 0.0,
                                            "max_ms": 0.0, "threads": set()})
@@ -215,7 +216,7 @@ def _by_name(calls: List[dict], names: Dict[int, str]) -> List[Dict[str, Any]]:
              "threads": sorted(r["threads"])} for r in rows]
 
 
-def _thread(e: dict, names: Dict[int, str]) -> str:
+def _thread(e: dict, names: dict[int, str]) -> str:
     tid = e.get("tid")
     try:
         tid = int(tid)
@@ -229,7 +230,7 @@ def _stream(e: dict) -> str:
     return f"{args.get('device', e.get('pid'))}:{args.get('stream', e.get('tid'))}"
 
 
-def analyse(trace: Dict[str, Any], names: Optional[Dict[int, str]] = None) -> Dict[str, Any]:
+def analyse(trace: dict[str, Any], names: dict[int, str] | None = None) -> dict[str, Any]:
     """What a Chrome trace of a marked window shows (NOTE [trace]). ``names``: thread names by
     id (``thread_names``), added to the trace's own.
 
@@ -254,7 +255,7 @@ def analyse(trace: Dict[str, Any], names: Optional[Dict[int, str]] = None) -> Di
     calls = [e for e in inside if e.get("cat") in HOST_CATS]
     gpu = [e for e in inside if e.get("cat") in GPU_CATS]
     syncs = [e for e in inside if e.get("cat") == SYNC_CAT]
-    streams: Dict[str, Dict[str, float]] = {}
+    streams: dict[str, dict[str, float]] = {}
     for e in gpu:
         row = streams.setdefault(_stream(e), {"events": 0, "busy_ms": 0.0})
         row["events"] += 1
@@ -288,20 +289,20 @@ def analyse(trace: Dict[str, Any], names: Optional[Dict[int, str]] = None) -> Di
     }
 
 
-def _stall(a: float, b: float, calls: List[dict], gpu: List[dict], compute: Optional[str],
-           names: Dict[int, str]) -> Dict[str, Any]:
+def _stall(a: float, b: float, calls: list[dict], gpu: list[dict], compute: str | None,
+           names: dict[int, str]) -> dict[str, Any]:
     """What ran during the wait ``[a, b]``: the host calls in flight (longest overlap first),
     each stream's busy time, and the longest time no stream but ``compute`` (the busiest: the
     step's) ran anything. A loader whose GPU work went quiet for most of the stall waited
     upstream of the GPU (its CPU work, or a host call that waited for the device)."""
-    flight: Dict[Tuple[str, str], float] = {}
+    flight: dict[tuple[str, str], float] = {}
     for e in calls:
         ov = _overlap(*_span(e), a, b)
         if ov > 0:
             key = (e["name"], _thread(e, names))
             flight[key] = flight.get(key, 0.0) + ov
-    busy: Dict[str, float] = {}
-    others: List[Tuple[float, float]] = []
+    busy: dict[str, float] = {}
+    others: list[tuple[float, float]] = []
     for e in gpu:
         s, t = _span(e)
         ov = _overlap(s, t, a, b)
@@ -320,13 +321,13 @@ def _stall(a: float, b: float, calls: List[dict], gpu: List[dict], compute: Opti
             "others_quiet_ms": round(quiet / 1e3, 3)}
 
 
-def digest(summary: Dict[str, Any], file: str) -> Dict[str, Any]:
+def digest(summary: dict[str, Any], file: str) -> dict[str, Any]:
     """The few facts of ``summary`` a repeat's results keep (``Repeat.trace``): the summary's
     file, the stalls and the host calls most in flight during them, summed over the stalls;
     or the summary's ``error``."""
     if "error" in summary:
         return {"file": None, "error": summary["error"]}
-    total: Dict[Tuple[str, str], float] = {}
+    total: dict[tuple[str, str], float] = {}
     for s in summary["stalls"]:
         for c in s["in_flight"]:
             key = (c["name"], c["thread"])
@@ -340,7 +341,7 @@ def digest(summary: Dict[str, Any], file: str) -> Dict[str, Any]:
             "in_stalls": [[n, th, round(v, 3)] for (n, th), v in top]}
 
 
-def describe(d: Dict[str, Any]) -> str:
+def describe(d: dict[str, Any]) -> str:
     """One line for a repeat's trace digest (``summary.md``)."""
     if d.get("error"):
         return f"no trace: {d['error']}"

@@ -28,7 +28,6 @@ import time
 from . import cli
 from .progress import bar
 
-
 PROG = "python -m compare train"
 
 

@@ -10,7 +10,7 @@ the ceiling. ``compare.steps`` has an example.
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from . import cli
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 import itertools
 import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Sequence, Tuple
 
 from pipelines import Backend, LoaderConfig
 from pipelines.config import Decoder
@@ -15,7 +15,6 @@ from pipelines.options import Options
 
 from .cli import PRESETS
 
-
 # What a variant may change: how data is loaded, never the data, augmentation, batch or model.
 # ``num_workers`` (a LoaderConfig field every backend honours) and every field of the backend's
 # options class (``pipelines.factory.options_for``), read from the class, so a new option is sweepable
@@ -23,7 +22,7 @@ from .cli import PRESETS
 CONFIG_KEYS = ("num_workers",)
 
 
-def _option_types(b: Backend) -> Dict[str, object]:
+def _option_types(b: Backend) -> dict[str, object]:
     return options_for(b).option_types()
 
 
@@ -46,8 +45,8 @@ class Variant:
 
     label: str
     backend: Backend
-    overrides: Dict[str, object] = field(default_factory=dict)
-    sources: Dict[str, str] = field(default_factory=dict, compare=False)
+    overrides: dict[str, object] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
     reference: bool = False  # --reference: a plain recipe of ``backend`` (compare.reference)
 
     @property
@@ -75,7 +74,7 @@ class Variant:
 ORDER = (Backend.PAGEABLE, Backend.PINNED, Backend.DALI)
 
 
-def preset(name: str, backends: Sequence[Backend]) -> List[Variant]:
+def preset(name: str, backends: Sequence[Backend]) -> list[Variant]:
     """The variants of ``--preset name``, restricted to ``backends``:
 
     * ``seeds``: the seeds' table, with every torch row on the PIL decoder so that only pinning
@@ -130,9 +129,9 @@ PIN = {"on": Backend.PINNED, "off": Backend.PAGEABLE}
 WORDS = {"on": True, "off": False, "true": True, "false": False}
 
 
-def sweep_keys() -> Dict[str, object]:
+def sweep_keys() -> dict[str, object]:
     """Every sweep key and its type: ``num_workers``, then each backend's option fields."""
-    keys: Dict[str, object] = {"num_workers": int}
+    keys: dict[str, object] = {"num_workers": int}
     for b in ORDER:
         for k, t in _option_types(b).items():
             keys.setdefault(k, t)
@@ -168,9 +167,9 @@ def _sweep_value(key: str, hint, raw: str):
         raise ValueError(f"--sweep {key}={raw} must be {kind}") from None
 
 
-def _axes(spec: str, note: Callable[[str], None]) -> Dict[str, List[Tuple[str, object]]]:
+def _axes(spec: str, note: Callable[[str], None]) -> dict[str, list[tuple[str, object]]]:
     """``"num_workers=0,4 pin=on"`` -> ``{key: [(raw, value), ...]}``, duplicates merged."""
-    axes: Dict[str, List[Tuple[str, object]]] = {}
+    axes: dict[str, list[tuple[str, object]]] = {}
     types = {**sweep_keys(), "pin": str}
     keys = sorted(types)
     gone = {n: why for b in ORDER for n, why in options_for(b).removed.items()}
@@ -197,7 +196,7 @@ def _axes(spec: str, note: Callable[[str], None]) -> Dict[str, List[Tuple[str, o
 
 
 def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
-                note: Callable[[str], None] = lambda s: None) -> List[Variant]:
+                note: Callable[[str], None] = lambda s: None) -> list[Variant]:
     """``"num_workers=0,4,8 pin=on,off"`` -> one variant per combination (see the NOTE above).
 
     Keys: ``num_workers`` (every backend) and the fields of each backend's options class
@@ -224,7 +223,7 @@ def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
             backend honours).
     """
     if "|" in spec:
-        out: List[Variant] = []
+        out: list[Variant] = []
         for group in spec.split("|"):
             if not group.strip():
                 raise ValueError(f"--sweep {spec!r} has an empty sweep between its '|'")

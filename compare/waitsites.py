@@ -24,7 +24,6 @@ import sys
 import sysconfig
 import threading
 from collections import Counter
-from typing import Dict, Optional
 
 INTERVAL_S = 0.002  # between samples
 DEPTH = 4           # frames a site holds, innermost first
@@ -60,13 +59,13 @@ class WaitSites:
         interval: seconds between samples.
     """
 
-    def __init__(self, thread_id: Optional[int] = None, interval: float = INTERVAL_S):
+    def __init__(self, thread_id: int | None = None, interval: float = INTERVAL_S):
         self.thread_id = threading.get_ident() if thread_id is None else thread_id
         self.interval = interval
         self.waiting = False
         self.counts: Counter = Counter()
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -76,12 +75,12 @@ class WaitSites:
             if frame is not None and self.waiting:
                 self.counts[site_of(frame)] += 1
 
-    def start(self) -> "WaitSites":
+    def start(self) -> WaitSites:
         self._thread = threading.Thread(target=self._run, name="wait-sites", daemon=True)
         self._thread.start()
         return self
 
-    def stop(self, top: int = TOP) -> Optional[Dict[str, float]]:
+    def stop(self, top: int = TOP) -> dict[str, float] | None:
         """The ``top`` sites and their shares of the samples; ``None`` when none was taken
         (the loop never waited as long as one interval)."""
         self._stop.set()
@@ -93,7 +92,7 @@ class WaitSites:
         return {s: round(c / total, 3) for s, c in self.counts.most_common(top)}
 
 
-def merge(sites) -> Dict[str, float]:
+def merge(sites) -> dict[str, float]:
     """The mean share of each site over several windows' ``stop()`` results (``None`` ones
     skipped), largest first."""
     got = [s for s in sites if s]

@@ -3,13 +3,11 @@ compare.runner). Pure functions of a window's data waits, without torch, so that
 can use them where torch is not imported."""
 from __future__ import annotations
 
-from typing import List
-
 # A data wait is *long* above max(LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES x the median wait).
 LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES = 20.0, 4.0
 
 
-def long_waits(waits_ms) -> List[int]:
+def long_waits(waits_ms) -> list[int]:
     """The indices of the long waits of a window (``LONG_WAIT_*``): the waits that stand out
     from its typical one, so that a loader-bound window, where every batch waits about as
     long, has none."""

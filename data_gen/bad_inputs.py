@@ -14,7 +14,6 @@ import io
 import json
 import struct
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import numpy as np
 from PIL import Image
@@ -39,7 +38,7 @@ def halves(w: int = 96, h: int = 48) -> Image.Image:
     return Image.fromarray(a)
 
 
-def _sof_offset(data: bytes) -> Optional[int]:
+def _sof_offset(data: bytes) -> int | None:
     """Offset of the first SOF (frame header) segment, or ``None`` if none comes before the scan."""
     i = 2
     while i + 4 <= len(data):
@@ -69,7 +68,7 @@ def _bomb(width: int = 30000, height: int = 30000) -> bytes:
     return bytes(data)
 
 
-def problem_files(good: bytes) -> Dict[str, tuple]:
+def problem_files(good: bytes) -> dict[str, tuple]:
     """``name -> (bytes, expect, kind)``."""
     photo = Image.open(io.BytesIO(good)).convert("RGB")
     png = io.BytesIO()
@@ -91,7 +90,7 @@ def problem_files(good: bytes) -> Dict[str, tuple]:
     }
 
 
-def make_bad_inputs(out: str | Path, good: int = 12, seed: int = 0, force: bool = False) -> Dict:
+def make_bad_inputs(out: str | Path, good: int = 12, seed: int = 0, force: bool = False) -> dict:
     """Write the corpus into ``out``; returns (and writes) its ``bad_manifest.json``.
 
     Args:
@@ -108,9 +107,9 @@ def make_bad_inputs(out: str | Path, good: int = 12, seed: int = 0, force: bool 
     """
     cfg = GenConfig(out=str(out), num_images=good, classes=2, seed=seed, width_range=(64, 160),
                     workers=1, force=force)
-    manifest: Dict = {}
+    manifest: dict = {}
 
-    def corpus(folder: Path, images: List[Dict]) -> Dict[str, bytes]:
+    def corpus(folder: Path, images: list[dict]) -> dict[str, bytes]:
         first = (folder / min(f["path"] for f in images if f["label"] == 0)).read_bytes()
         files, blobs = {}, {}
         for name, (data, expect, kind) in problem_files(first).items():

@@ -10,16 +10,25 @@ import os
 import signal
 import sys
 import tarfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .sources import load_sources
-from .outdir import (GENERATOR_TAG, MANIFEST, Kind, Replace, Target, manifest_paths,
-                     read_manifest, survey, unlink_and_prune)
+from .outdir import (
+    GENERATOR_TAG,
+    MANIFEST,
+    Kind,
+    Replace,
+    Target,
+    manifest_paths,
+    read_manifest,
+    survey,
+    unlink_and_prune,
+)
 from .partial import Partial, plain_os_errors
+from .sources import load_sources
 from .synth import make_jpeg
 
 __all__ = ["GENERATOR_TAG", "MANIFEST", "GenConfig", "Kind", "ensure_dataset", "generate",
@@ -58,12 +67,12 @@ class GenConfig:
     num_images: int = 1000
     classes: int = 10
     seed: int = 0
-    width_range: Tuple[int, int] = (300, 800)
-    quality_range: Tuple[int, int] = (75, 95)
+    width_range: tuple[int, int] = (300, 800)
+    quality_range: tuple[int, int] = (75, 95)
     mix_formats: bool = False
     layout: str = "folder"
     shard_size: int = 1000
-    workers: Optional[int] = None
+    workers: int | None = None
     force: bool = False
 
     def __post_init__(self) -> None:
@@ -90,7 +99,7 @@ class GenConfig:
             raise ValueError(f"quality_range={self.quality_range} (--quality-range) must satisfy "
                              "1 <= lo <= hi <= 100")
 
-    def recipe(self) -> Dict:
+    def recipe(self) -> dict:
         """The arguments that decide the bytes (not out, workers or force; shard_size only for
         the wds layout)."""
         d = asdict(self)
@@ -113,7 +122,7 @@ def _int(cfg: GenConfig, name: str, lo: int) -> None:
     object.__setattr__(cfg, name, int(v))
 
 
-def _pair(cfg: GenConfig, name: str) -> Tuple[int, int]:
+def _pair(cfg: GenConfig, name: str) -> tuple[int, int]:
     """Check ``cfg.<name>`` is two ints; store it as a tuple."""
     v = getattr(cfg, name)
     try:
@@ -148,7 +157,7 @@ def class_name(label: int) -> str:
     return f"class_{label:04d}"
 
 
-def _label_list(folder: Path, images: List[Dict]) -> Dict[str, bytes]:
+def _label_list(folder: Path, images: list[dict]) -> dict[str, bytes]:
     """``labels.csv`` of a ``layout="list"`` dataset: every image and its class name."""
     rows = "".join(f"{r['path']},{class_name(r['label'])}\n"
                    for r in sorted(images, key=lambda r: r["path"]))
@@ -199,8 +208,8 @@ def _member(name: str, size: int) -> tarfile.TarInfo:
     return ti
 
 
-def _write_shards(cfg: GenConfig, partial: Partial, images: List[Dict],
-                  progress: bool) -> Tuple[List[Dict], List[Dict]]:
+def _write_shards(cfg: GenConfig, partial: Partial, images: list[dict],
+                  progress: bool) -> tuple[list[dict], list[dict]]:
     """Pack the rendered images into tar shards in ``partial.data``, then delete the images.
 
     The shards are not journalled: a resumed run packs them again from the journalled images.
@@ -214,8 +223,8 @@ def _write_shards(cfg: GenConfig, partial: Partial, images: List[Dict],
     by_path = {r["path"]: r for r in images}
     order = shard_order(cfg).tolist()
     starts = range(0, len(order), cfg.shard_size)
-    shards: List[Dict] = []
-    samples: List[Dict] = []
+    shards: list[dict] = []
+    samples: list[dict] = []
     bar = None
     if progress:
         from tqdm import tqdm
@@ -273,7 +282,7 @@ def _init_pool_worker() -> None:
     _init_worker()
 
 
-def _one(args) -> Dict:
+def _one(args) -> dict:
     i, cfg, folder = args
     label = i % cfg.classes
     rng = np.random.default_rng((cfg.seed, i))
@@ -291,7 +300,7 @@ def _one(args) -> Dict:
     }
 
 
-def _render(cfg: GenConfig, partial: Partial, progress: bool) -> List[Dict]:
+def _render(cfg: GenConfig, partial: Partial, progress: bool) -> list[dict]:
     """Make the images the partial folder does not hold yet; returns every image's record."""
     paths = [image_path(cfg, i) for i in range(cfg.num_images)]
     files = [partial.done[p] for p in paths if p in partial.done]
@@ -308,7 +317,7 @@ def _render(cfg: GenConfig, partial: Partial, progress: bool) -> List[Dict]:
         bar = tqdm(total=len(paths), initial=len(files), unit="img", desc="data_gen",
                    dynamic_ncols=True)
 
-    def finished(rec: Dict) -> None:
+    def finished(rec: dict) -> None:
         partial.record(rec)  # the worker has closed the file
         files.append(rec)
         bar and bar.update(1)
@@ -330,7 +339,7 @@ def _render(cfg: GenConfig, partial: Partial, progress: bool) -> List[Dict]:
     return sorted(files, key=lambda r: r["path"])
 
 
-def summarize(files: List[Dict]) -> Dict:
+def summarize(files: list[dict]) -> dict:
     b = np.array([f["bytes"] for f in files], dtype=np.float64)
     w = np.array([f["width"] for f in files])
     h = np.array([f["height"] for f in files])
@@ -364,12 +373,12 @@ def progress_shown() -> bool:
 
 def generate(
     cfg: GenConfig,
-    progress: Optional[bool] = None,
+    progress: bool | None = None,
     *,
     kind: Kind = Kind.DATASET,
-    extra: Optional[Callable[[Path, List[Dict]], Dict[str, bytes]]] = None,
-    target: Optional[Target] = None,
-) -> Dict:
+    extra: Callable[[Path, list[dict]], dict[str, bytes]] | None = None,
+    target: Target | None = None,
+) -> dict:
     """Generate the dataset described by ``cfg`` and write its manifest.
 
     The files are made in a partial folder next to ``cfg.out`` and renamed into place when all
@@ -433,7 +442,7 @@ def generate(
     return manifest
 
 
-def ensure_dataset(cfg: GenConfig, progress: Optional[bool] = None,
+def ensure_dataset(cfg: GenConfig, progress: bool | None = None,
                    elsewhere: str = "choose another folder") -> Path:
     """Generate ``cfg`` unless ``cfg.out`` already holds exactly that recipe (a cache).
 

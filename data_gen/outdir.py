@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path, PurePosixPath
-from typing import Dict, List, Optional, Set, Tuple
 
 MANIFEST = "manifest.json"
 GENERATOR_TAG = "gpu-feed data_gen v1"
@@ -57,19 +56,19 @@ class Target:
     remedy: str = "choose another directory or pass --force"
 
     @classmethod
-    def cli(cls, option: str, out: str | os.PathLike, force: bool) -> "Target":
+    def cli(cls, option: str, out: str | os.PathLike, force: bool) -> Target:
         """The target of a command-line option such as ``--out``."""
         return cls(Path(out).resolve(), f"{option} {str(out)!r}",
                    Replace.FORCE if force else Replace.SAME_KIND)
 
 
-def read_manifest(out: str | os.PathLike) -> Optional[Dict]:
+def read_manifest(out: str | os.PathLike) -> dict | None:
     """The manifest of a ``data_gen`` directory, or ``None`` when there is none."""
     m = read_json(Path(out) / MANIFEST)
     return m if isinstance(m, dict) and m.get("generator") == GENERATOR_TAG else None
 
 
-def manifest_paths(root: Path, manifest: Dict, label: str) -> List[str]:
+def manifest_paths(root: Path, manifest: dict, label: str) -> list[str]:
     """The manifest's file paths, each checked to stay inside ``root`` (resolved).
 
     Raises:
@@ -90,7 +89,7 @@ def manifest_paths(root: Path, manifest: Dict, label: str) -> List[str]:
     return paths
 
 
-def inside(root: Path, p) -> Optional[str]:
+def inside(root: Path, p) -> str | None:
     """``p`` as a clean relative POSIX path, when it names something strictly inside ``root``."""
     if not isinstance(p, str) or not p:
         return None
@@ -104,7 +103,7 @@ def inside(root: Path, p) -> Optional[str]:
     return pp.as_posix() if full != root and full.is_relative_to(root) else None
 
 
-def files_under(root: Path) -> Set[str]:
+def files_under(root: Path) -> set[str]:
     """Relative POSIX paths of everything under ``root`` that is not a directory (no symlinks
     followed; a symlink to a directory counts as a file)."""
     def fail(e: OSError) -> None:
@@ -122,8 +121,8 @@ def files_under(root: Path) -> Set[str]:
 class Existing:
     """What ``out`` holds now."""
 
-    ours: Tuple[str, ...]     # files an earlier data_gen run wrote there (its manifest lists them)
-    foreign: Tuple[str, ...]  # files it did not write
+    ours: tuple[str, ...]     # files an earlier data_gen run wrote there (its manifest lists them)
+    foreign: tuple[str, ...]  # files it did not write
 
 
 def survey(target: Target, kind: Kind) -> Existing:

@@ -24,11 +24,10 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Dict, Iterator, Optional
 
-from .outdir import (GENERATOR_TAG, MANIFEST, Existing, Target, inside, read_json,
-                     unlink_and_prune)
+from .outdir import GENERATOR_TAG, MANIFEST, Existing, Target, inside, read_json, unlink_and_prune
 
 try:
     import fcntl
@@ -60,14 +59,14 @@ class Partial:
     refuses a folder at that name without our marker. See NOTE [atomic output].
     """
 
-    def __init__(self, target: Target, ident: Dict):
+    def __init__(self, target: Target, ident: dict):
         out = target.path
         self.target = target
         self.root = out.parent / f".{out.name}.data_gen-partial"
         self.data = self.root / "data"
-        self.done: Dict[str, Dict] = {}
+        self.done: dict[str, dict] = {}
         self._ident = json.loads(json.dumps(ident))
-        self._lock: Optional[int] = None
+        self._lock: int | None = None
         self._journal = None
         try:
             torn = self._open()
@@ -137,19 +136,19 @@ class Partial:
         self.data.mkdir(exist_ok=True)
         return bool(text) and not text.endswith("\n")
 
-    def record(self, rec: Dict) -> None:
+    def record(self, rec: dict) -> None:
         """Journal a finished file (call after it is written and closed)."""
         self._journal.write(json.dumps(rec) + "\n")
         self._journal.flush()
 
-    def write(self, rel: str, data: bytes) -> Dict:
+    def write(self, rel: str, data: bytes) -> dict:
         """Write one more file into ``data/`` (not journalled: it is rewritten on a resume)."""
         p = self.data / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
         return {"path": rel, "bytes": len(data), "sha256": _sha256(data)}
 
-    def commit(self, manifest: Dict, existing: Existing) -> None:
+    def commit(self, manifest: dict, existing: Existing) -> None:
         """Put ``data/`` (every file of ``manifest``) in place of the earlier output of ``out``.
 
         Args:

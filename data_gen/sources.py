@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Tuple
 
 import numpy as np
 
@@ -11,16 +10,16 @@ COLOR_PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field",
                 "immunohistochemistry", "retina")
 GRAY_PHOTOS = ("camera", "coins", "moon", "brick", "grass", "gravel")
 
-Source = Tuple[str, np.ndarray]
+Source = tuple[str, np.ndarray]
 
 
-def load_photos() -> List[Source]:
+def load_photos() -> list[Source]:
     """Return ``(name, HxWx3 uint8)`` for every bundled photo that loads offline."""
     try:
         import skimage.data as d
     except ImportError:
         return []
-    out: List[Source] = []
+    out: list[Source] = []
     for name in COLOR_PHOTOS + GRAY_PHOTOS:
         try:
             a = np.asarray(getattr(d, name)())
@@ -34,7 +33,7 @@ def load_photos() -> List[Source]:
     return out
 
 
-def procedural(n: int = 8, size: int = 768, seed: int = 1234) -> List[Source]:
+def procedural(n: int = 8, size: int = 768, seed: int = 1234) -> list[Source]:
     """Fallback sources: smooth colour fields with edges and texture (not photographs)."""
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
@@ -54,7 +53,7 @@ def procedural(n: int = 8, size: int = 768, seed: int = 1234) -> List[Source]:
     return out
 
 
-def load_sources(verbose: bool = True) -> List[Source]:
+def load_sources(verbose: bool = True) -> list[Source]:
     """Photos when available, else procedural images with a notice on stderr."""
     photos = load_photos()
     if photos:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import List, Tuple
 
 import numpy as np
 from PIL import Image
@@ -27,10 +26,10 @@ class Encoded:
 
 def make_jpeg(
     rng: np.random.Generator,
-    sources: List[Source],
+    sources: list[Source],
     label: int,
-    width_range: Tuple[int, int],
-    quality_range: Tuple[int, int],
+    width_range: tuple[int, int],
+    quality_range: tuple[int, int],
 ) -> Encoded:
     """Render and encode one image. Deterministic given the generator's state."""
     # the class prefers one source and a tint, so a model can learn something from the labels

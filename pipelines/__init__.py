@@ -17,8 +17,7 @@ from .augment import AugmentSpec
 from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig
 from .factory import Backend, available_backends, create_loader, dali_available
 from .listing import DatasetRootError
-from .migrate import (InvalidTransformError, TransformError, UnsupportedTransformError,
-                      from_torchvision)
+from .migrate import InvalidTransformError, TransformError, UnsupportedTransformError, from_torchvision
 from .mix import MixSpec
 from .options import DaliOptions, TorchOptions
 from .types import Batch, BatchLoader

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Tuple
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -47,12 +46,12 @@ class AugmentSpec:
 
     mode: Mode = Mode.TRAIN
     size: int = 224
-    scale: Tuple[float, float] = (0.08, 1.0)
-    ratio: Tuple[float, float] = (3 / 4, 4 / 3)
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip_p: float = 0.5
     resize_size: int | None = None
-    mean: Tuple[float, float, float] = IMAGENET_MEAN
-    std: Tuple[float, float, float] = IMAGENET_STD
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
 
     def __post_init__(self) -> None:
         try:
@@ -85,12 +84,12 @@ class AugmentSpec:
             raise ValueError(f"std={self.std!r} must be positive")
 
     @property
-    def mean_255(self) -> Tuple[float, float, float]:
+    def mean_255(self) -> tuple[float, float, float]:
         """Mean on the 0..255 scale (what uint8 images are normalised with)."""
         return tuple(m * 255.0 for m in self.mean)  # type: ignore[return-value]
 
     @property
-    def std_255(self) -> Tuple[float, float, float]:
+    def std_255(self) -> tuple[float, float, float]:
         """Std on the 0..255 scale."""
         return tuple(s * 255.0 for s in self.std)  # type: ignore[return-value]
 

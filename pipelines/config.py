@@ -296,13 +296,13 @@ class LoaderConfig:
         """Whether rank, world size and the last-batch policy are all set."""
         return None not in (self.rank, self.world_size, self.last_batch)
 
-    def resolved(self) -> "LoaderConfig":
+    def resolved(self) -> LoaderConfig:
         """This config with rank, world size, ``last_batch`` and the CUDA device resolved as a
         loader built now would resolve them (``pipelines.distributed``)."""
         from .distributed import resolve
 
         return resolve(self)[0]
 
-    def replace(self, **changes) -> "LoaderConfig":
+    def replace(self, **changes) -> LoaderConfig:
         """A copy with ``changes`` applied (and validated again)."""
         return replace(self, **changes)

@@ -39,8 +39,9 @@ or come from torchrun's environment before ``init_process_group``, always does).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple, TypeVar
+from typing import TypeVar
 
 import torch
 
@@ -48,7 +49,7 @@ SOURCES = ("config", "torch.distributed", "environment", "single process")
 T = TypeVar("T")
 
 
-def env_int(name: str, lo: int = 0) -> Optional[int]:
+def env_int(name: str, lo: int = 0) -> int | None:
     """``int(os.environ[name])``, ``None`` when unset, or a ``ValueError`` naming the variable."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -67,7 +68,7 @@ def local_world_size() -> int:
     return env_int("LOCAL_WORLD_SIZE", 1) or 1
 
 
-def _dist() -> Optional[Tuple[int, int]]:
+def _dist() -> tuple[int, int] | None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -88,7 +89,7 @@ class Placement:
 
     rank: int
     world_size: int
-    local_rank: Optional[int]
+    local_rank: int | None
     local_world_size: int
     source: str
 
@@ -96,7 +97,7 @@ class Placement:
         return f"rank {self.rank} of {self.world_size} (from {self.source})"
 
 
-def placement(rank: Optional[int] = None, world_size: Optional[int] = None) -> Placement:
+def placement(rank: int | None = None, world_size: int | None = None) -> Placement:
     """Resolve the placement (module NOTE); ``rank``/``world_size`` given win."""
     lr, lw = env_int("LOCAL_RANK"), local_world_size()
     if rank is not None and world_size is not None:
@@ -117,8 +118,8 @@ def placement(rank: Optional[int] = None, world_size: Optional[int] = None) -> P
                      lr, lw, src)
 
 
-def _check_pair(env_rank: Optional[int], env_world: Optional[int], rank: Optional[int],
-                world_size: Optional[int]) -> None:
+def _check_pair(env_rank: int | None, env_world: int | None, rank: int | None,
+                world_size: int | None) -> None:
     """Refuse half of torchrun's pair (module NOTE): ``RANK`` without ``WORLD_SIZE`` or the
     reverse, unless the config gives the missing one."""
     for name, have, given in (("WORLD_SIZE", env_world, world_size), ("RANK", env_rank, rank)):
@@ -164,7 +165,7 @@ def local_device(device: str, p: Placement) -> str:
                      f"this process sees {n} CUDA devices; pass device='cuda:N'")
 
 
-def resolve(config) -> Tuple[object, Placement]:
+def resolve(config) -> tuple[object, Placement]:
     """``(config with rank, world_size, last_batch and device resolved, its Placement)``."""
     from .config import LastBatchPolicy
 

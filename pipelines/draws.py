@@ -26,8 +26,8 @@ and a resumed or rebuilt loader draws what an uninterrupted one draws.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Tuple
 
 import numpy as np
 import torch
@@ -187,8 +187,8 @@ class Step:
     kind: str
     count: int = 1
     p: float = 0.5
-    scale: Tuple[float, float] = (0.08, 1.0)
-    ratio: Tuple[float, float] = (3 / 4, 4 / 3)
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
 
     @property
     def width(self) -> int:
@@ -199,7 +199,7 @@ class Step:
 class DrawPlan:
     """The row layout of a graph: its :class:`Step` s in the order they draw."""
 
-    steps: Tuple[Step, ...]
+    steps: tuple[Step, ...]
 
     @property
     def width(self) -> int:

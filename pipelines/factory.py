@@ -4,8 +4,6 @@ from __future__ import annotations
 import enum
 import importlib.util
 
-from typing import Dict, Optional, Type
-
 from .config import LoaderConfig
 from .options import DaliOptions, Options, TorchOptions
 from .types import BatchLoader
@@ -26,7 +24,7 @@ class Backend(str, enum.Enum):
     PAGEABLE = "pageable"
 
     @classmethod
-    def parse(cls, name: "str | Backend") -> "Backend":
+    def parse(cls, name: str | Backend) -> Backend:
         try:
             return cls(name.value if isinstance(name, Backend) else str(name).lower())
         except ValueError:
@@ -49,17 +47,17 @@ def available_backends() -> list[Backend]:
 
 
 # The options class of each backend: ``create_loader`` and ``compare --sweep`` read it.
-OPTIONS: Dict["Backend", Type[Options]] = {
+OPTIONS: dict[Backend, type[Options]] = {
     Backend.DALI: DaliOptions, Backend.PINNED: TorchOptions, Backend.PAGEABLE: TorchOptions,
 }
 
 
-def options_for(backend: "str | Backend") -> Type[Options]:
+def options_for(backend: str | Backend) -> type[Options]:
     """The options class ``backend`` takes (``DaliOptions`` or ``TorchOptions``)."""
     return OPTIONS[Backend.parse(backend)]
 
 
-def preload(backend: "str | Backend") -> None:
+def preload(backend: str | Backend) -> None:
     """Import ``backend``'s modules now (e.g. before forking worker processes, so each starts
     warm). ``create_loader`` imports them on first use anyway."""
     backend = Backend.parse(backend)
@@ -73,8 +71,8 @@ def preload(backend: "str | Backend") -> None:
         from .torch_backend import pageable, pinned  # noqa: F401
 
 
-def create_loader(backend: "str | Backend", config: LoaderConfig,
-                  options: Optional[Options] = None) -> BatchLoader:
+def create_loader(backend: str | Backend, config: LoaderConfig,
+                  options: Options | None = None) -> BatchLoader:
     """Build the loader for ``backend``.
 
     Heavy dependencies are imported only inside their branch: ``nvidia.dali`` is never imported

@@ -28,7 +28,6 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -60,7 +59,7 @@ def is_file_list(root) -> bool:
     return p.suffix.lower() in LIST_SUFFIXES and p.is_file()
 
 
-def _rows(path: Path) -> List[Tuple[int, str, str]]:
+def _rows(path: Path) -> list[tuple[int, str, str]]:
     """``(line, path, label)`` rows of the list (module NOTE)."""
     suffix = path.suffix.lower()
     try:
@@ -90,13 +89,13 @@ def _rows(path: Path) -> List[Tuple[int, str, str]]:
     for n, row in enumerate(reader, 2):
         if not row or not any(c.strip() for c in row):
             continue
-        get = lambda i: row[i].strip() if i < len(row) else ""  # noqa: E731
+        get = lambda i, row=row: row[i].strip() if i < len(row) else ""  # noqa: E731
         out.append((n, get(pi), get(li)))
     return out
 
 
 def list_file(path, skip_bad: bool = False
-              ) -> Tuple[List[str], np.ndarray, List[str], List[str]]:
+              ) -> tuple[list[str], np.ndarray, list[str], list[str]]:
     """List a file-list dataset (module NOTE).
 
     Returns:
@@ -111,8 +110,8 @@ def list_file(path, skip_bad: bool = False
     path = Path(path)
     rows = _rows(path)
     base = path.parent
-    good: List[Tuple[int, str, str]] = []
-    dropped: List[str] = []
+    good: list[tuple[int, str, str]] = []
+    dropped: list[str] = []
 
     def bad(n: int, why: str) -> None:
         msg = f"{path}:{n}: {why}"
@@ -166,7 +165,7 @@ def list_file(path, skip_bad: bool = False
     return [p for _, p, _ in good], labels, classes, dropped
 
 
-def as_int(s: str) -> Optional[int]:
+def as_int(s: str) -> int | None:
     """``s`` as an integer label: an integer, or an integer-valued float (``"3.0"``, as pandas
     writes an int column that held a NaN); ``None`` when it is neither (a class name)."""
     try:

@@ -25,13 +25,11 @@ and the policies are unchanged), and its samples are shuffled within bounded win
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
 
 import numpy as np
 
 from .config import LastBatchPolicy, int_option
 from .listing import DatasetRootError, list_samples  # noqa: F401  (re-exported)
-
 
 
 def as_epoch(epoch) -> int:
@@ -95,7 +93,7 @@ def window_shuffle(shard: np.ndarray, window: int, rng: np.random.Generator) -> 
     return out
 
 
-def _cut(shard: np.ndarray, batch_size: int, policy: LastBatchPolicy) -> List[np.ndarray]:
+def _cut(shard: np.ndarray, batch_size: int, policy: LastBatchPolicy) -> list[np.ndarray]:
     n = len(shard)
     full = n // batch_size
     batches = [shard[i * batch_size : (i + 1) * batch_size] for i in range(full)]
@@ -117,9 +115,9 @@ def epoch_batches(
     policy: LastBatchPolicy,
     rank: int = 0,
     world_size: int = 1,
-    groups: Optional[np.ndarray] = None,
+    groups: np.ndarray | None = None,
     window: int = 8192,
-) -> List[np.ndarray]:
+) -> list[np.ndarray]:
     """The batches (arrays of dataset indices) that rank ``rank`` reads in ``epoch``; with
     ``groups`` (tar shards, module doc) a grouped order, contiguous slices and a ``window``
     shuffle."""
@@ -167,7 +165,7 @@ def _resolved(config):
     return config if config.is_resolved else config.resolved()
 
 
-def unequal_steps(n: int, config) -> Optional[Tuple[int, int]]:
+def unequal_steps(n: int, config) -> tuple[int, int] | None:
     """``(most, fewest)`` batches per epoch across ranks when they differ, else ``None``."""
     c = _resolved(config)
     if c.world_size == 1:
@@ -177,8 +175,8 @@ def unequal_steps(n: int, config) -> Optional[Tuple[int, int]]:
     return (max(counts), min(counts)) if len(counts) > 1 else None
 
 
-def config_batches(n: int, config, epoch: int, groups: Optional[np.ndarray] = None
-                   ) -> List[np.ndarray]:
+def config_batches(n: int, config, epoch: int, groups: np.ndarray | None = None
+                   ) -> list[np.ndarray]:
     """``epoch_batches`` with the order, shard and policy of a ``LoaderConfig`` (``groups``:
     the samples per tar shard, or ``None``)."""
     c = _resolved(config)

@@ -37,17 +37,17 @@ import re
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 VERSION = 2  # 2: paths relative to the root (module NOTE)
 RACY_S = 2.0  # folders modified this recently are not trusted to show a later change
-Listing = Tuple[List[str], np.ndarray, List[str]]
+Listing = tuple[list[str], np.ndarray, list[str]]
 
 
-def cache_dir() -> Optional[Path]:
+def cache_dir() -> Path | None:
     """The listings folder, or ``None`` when the cache is off."""
     env = os.environ.get("GPU_FEED_LISTING_CACHE")
     if env is not None and env.strip().lower() in ("off", "0", "no", "false"):
@@ -64,12 +64,12 @@ def cache_base() -> Path:
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "gpu-feed"))
 
 
-def _key(root: str, extensions: Tuple[str, ...], allow_empty: bool) -> str:
+def _key(root: str, extensions: tuple[str, ...], allow_empty: bool) -> str:
     raw = f"{VERSION}\0{os.path.realpath(root)}\0{','.join(extensions)}\0{allow_empty}"
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
-def _mtimes(dirs: Iterable[str]) -> Optional[np.ndarray]:
+def _mtimes(dirs: Iterable[str]) -> np.ndarray | None:
     out = []
     for d in dirs:
         try:
@@ -83,7 +83,7 @@ def _join(items: Iterable[str]) -> np.ndarray:
     return np.frombuffer("\0".join(items).encode("utf-8", "surrogateescape"), dtype=np.uint8)
 
 
-def _split(blob: np.ndarray) -> List[str]:
+def _split(blob: np.ndarray) -> list[str]:
     if not isinstance(blob, np.ndarray) or blob.dtype != np.uint8 or blob.ndim != 1:
         raise ValueError("not a string blob")
     text = blob.tobytes().decode("utf-8", "surrogateescape")
@@ -137,7 +137,7 @@ def write_npz(file: Path, **arrays) -> None:
         os.close(dfd)
 
 
-def _load(file: Path, prefix: str) -> Optional[Tuple[Listing, List[str]]]:
+def _load(file: Path, prefix: str) -> tuple[Listing, list[str]] | None:
     """The entry's listing, its paths joined onto ``prefix``, and its warnings; ``None`` when
     the entry is missing, stale or damaged in any way (module NOTE: never an error)."""
     try:  # opened here: np.load leaks its own handle when the zip is damaged
@@ -164,7 +164,7 @@ def _load(file: Path, prefix: str) -> Optional[Tuple[Listing, List[str]]]:
     return (paths, labels.copy(), classes), [_respell(n, old[0], prefix) for n in notes]
 
 
-def _save(file: Path, prefix: str, listing: Listing, dirs: List[str], notes: List[str]) -> None:
+def _save(file: Path, prefix: str, listing: Listing, dirs: list[str], notes: list[str]) -> None:
     mt = _mtimes(dirs)
     if mt is None or int(mt.max(initial=0)) > time.time_ns() - int(RACY_S * 1e9):
         return  # vanished, or too fresh to trust (module NOTE)
@@ -180,8 +180,8 @@ def _save(file: Path, prefix: str, listing: Listing, dirs: List[str], notes: Lis
         pass  # a read-only cache: the next call walks again (module NOTE)
 
 
-def cached_listing(root, extensions: Tuple[str, ...], allow_empty: bool,
-                   walk: Callable[[], Tuple[Listing, List[str]]]) -> Listing:
+def cached_listing(root, extensions: tuple[str, ...], allow_empty: bool,
+                   walk: Callable[[], tuple[Listing, list[str]]]) -> Listing:
     """The listing of ``root``: from the cache when every folder it saw is unchanged, else
     from ``walk()`` (which returns the listing and the folders it entered), then cached. The
     paths are those ``walk()`` gives for ``root`` as spelled here, whichever spelling made the

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import List, Tuple
 
 import numpy as np
 
@@ -50,20 +49,20 @@ class _Walker:
     """Depth-first, sorted, pre-order walk of the class folders (files of a folder first, then
     its sub-folders, like ``os.walk``), with the link rules of the module note."""
 
-    def __init__(self, root: Path, classes: List[str], extensions: Tuple[str, ...]):
+    def __init__(self, root: Path, classes: list[str], extensions: tuple[str, ...]):
         self.root = root
         self.extensions = extensions
         self.trees = [os.path.realpath(root / c) for c in classes]
         self.visited: set = set()
-        self.not_followed: List[str] = []
-        self.followed: List[str] = []
-        self.skipped: List[str] = []  # files with other extensions
+        self.not_followed: list[str] = []
+        self.followed: list[str] = []
+        self.skipped: list[str] = []  # files with other extensions
 
     def _in_classes(self, real: str) -> bool:
         return any(_within(real, t) for t in self.trees)
 
-    def files(self, top: str) -> List[str]:
-        out: List[str] = []
+    def files(self, top: str) -> list[str]:
+        out: list[str] = []
         stack = [(top, os.path.realpath(top))]
         if stack[0][1] in self.visited:
             self.not_followed.append(f"{top} (class folder reaches {stack[0][1]} a second time)")
@@ -130,7 +129,7 @@ class _Walker:
                       + "; ".join(notes[:10]) + more, RuntimeWarning, stacklevel=4)
 
 
-def check_extensions(extensions) -> Tuple[str, ...]:
+def check_extensions(extensions) -> tuple[str, ...]:
     """``extensions`` as a tuple of lower-case ``.ext`` strings, or a ``ValueError`` naming
     the option."""
     if isinstance(extensions, str) or not all(
@@ -141,15 +140,15 @@ def check_extensions(extensions) -> Tuple[str, ...]:
 
 
 def list_samples(root: str | os.PathLike, allow_empty: bool = False,
-                 extensions: Tuple[str, ...] = IMAGE_EXTENSIONS
-                 ) -> Tuple[List[str], np.ndarray, List[str]]:
+                 extensions: tuple[str, ...] = IMAGE_EXTENSIONS
+                 ) -> tuple[list[str], np.ndarray, list[str]]:
     """List an ImageFolder root (see the module note); ``walk_folder`` without its folders."""
     return walk_folder(root, allow_empty, extensions)[0]
 
 
 def walk_folder(root: str | os.PathLike, allow_empty: bool = False,
-                extensions: Tuple[str, ...] = IMAGE_EXTENSIONS
-                ) -> Tuple[Tuple[List[str], np.ndarray, List[str]], List[str]]:
+                extensions: tuple[str, ...] = IMAGE_EXTENSIONS
+                ) -> tuple[tuple[list[str], np.ndarray, list[str]], list[str]]:
     """List an ImageFolder root (see the module note), and name every folder entered (the
     listing cache, ``pipelines.listcache``, checks their modification times).
 
@@ -184,8 +183,8 @@ def walk_folder(root: str | os.PathLike, allow_empty: bool = False,
         )
     extensions = check_extensions(extensions)
     walker = _Walker(root, classes, extensions)
-    paths: List[str] = []
-    labels: List[int] = []
+    paths: list[str] = []
+    labels: list[int] = []
     empty = []
     for ci, c in enumerate(classes):
         found = walker.files(os.path.join(root, c))

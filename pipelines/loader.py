@@ -57,7 +57,8 @@ import os
 import reprlib
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,6 @@ from .sources import open_source
 from .stats import BadFileStats
 from .types import Batch
 from .validate import BadFileError
-
 
 STATE_VERSION = 1
 MAX_EPOCH = 2**63  # epochs are int64 wherever they travel
@@ -125,8 +125,8 @@ def _ended(by: str) -> RuntimeError:
 # wait forever in their shutdown for threads that do not exist in the fork (the worker then
 # never delivers, and the parent waits on it). So each live loader is kept alive in a forked
 # child for the child's life, and marked closed there.
-_LIVE: "weakref.WeakSet[LoaderBase]" = weakref.WeakSet()
-_FORKED: List["LoaderBase"] = []
+_LIVE: weakref.WeakSet[LoaderBase] = weakref.WeakSet()
+_FORKED: list[LoaderBase] = []
 
 
 def _after_fork_in_child() -> None:
@@ -146,7 +146,7 @@ class EpochHook:
     ``dataloader.sampler.set_epoch(epoch)``; this forwards it to ``loader.set_epoch``, so the
     epoch advances with no call in the user's code. It holds the loader weakly (no cycle)."""
 
-    def __init__(self, loader: "LoaderBase"):
+    def __init__(self, loader: LoaderBase):
         self._loader = weakref.ref(loader)
 
     def set_epoch(self, epoch: int) -> None:
@@ -201,32 +201,32 @@ class LoaderBase:
             raise ValueError(f"mix: num_classes={self.mix.num_classes} but the dataset has "
                              f"{len(self.classes)} classes; leave num_classes=None to use them")
         self.stats = BadFileStats()
-        self.last_indices: Optional[np.ndarray] = None
+        self.last_indices: np.ndarray | None = None
         self.epoch = 0
         self.sampler = EpochHook(self)  # Lightning's per-epoch set_epoch call lands here
-        self._pos: Tuple[int, int] = (0, 0)  # (epoch, batches the consumer has received)
-        self.last_batch_indices: Optional[np.ndarray] = None  # with debug_indices
-        self._resume: Optional[Tuple[int, int]] = None  # from load_state_dict (NOTE [resume])
-        self._listing_hash: Optional[str] = None
+        self._pos: tuple[int, int] = (0, 0)  # (epoch, batches the consumer has received)
+        self.last_batch_indices: np.ndarray | None = None  # with debug_indices
+        self._resume: tuple[int, int] | None = None  # from load_state_dict (NOTE [resume])
+        self._listing_hash: str | None = None
         self._token = 0  # bumped by iter() and load_state_dict() (NOTE [one iterator])
         self._ended_by = ""  # which of them bumped it last
-        self._live: Optional[Iterator] = None  # the live iterator's _produce
+        self._live: Iterator | None = None  # the live iterator's _produce
         self._closed = False
         _LIVE.add(self)  # NOTE [forked copies]
 
     # -- what the backend supplies ------------------------------------------------------------
-    def _produce(self, epoch: int, start: int) -> Iterator[Tuple[Batch, object]]:  # pragma: no cover
+    def _produce(self, epoch: int, start: int) -> Iterator[tuple[Batch, object]]:  # pragma: no cover
         raise NotImplementedError
 
     def _release(self) -> None:  # pragma: no cover
         raise NotImplementedError
 
-    def h2d_bytes_per_sample(self) -> Optional[float]:  # pragma: no cover
+    def h2d_bytes_per_sample(self) -> float | None:  # pragma: no cover
         """Bytes one sample moves from host to device (0 on the CPU, ``None`` if unknown)."""
         raise NotImplementedError
 
     # -- the plan -----------------------------------------------------------------------------
-    def plan(self, epoch: int) -> List[np.ndarray]:
+    def plan(self, epoch: int) -> list[np.ndarray]:
         """The dataset indices of each batch this rank reads in ``epoch``."""
         return self.plan_of(epoch)
 
@@ -240,7 +240,7 @@ class LoaderBase:
             self._resume = None
 
     # -- resume (NOTE [resume]) ---------------------------------------------------------------
-    def _plan_id(self) -> Dict[str, Any]:
+    def _plan_id(self) -> dict[str, Any]:
         c = self.config
         if self._listing_hash is None:  # paths relative to the root: a moved dataset matches
             root = str(c.root)
@@ -258,11 +258,11 @@ class LoaderBase:
         return ids
 
     @property
-    def position(self) -> Tuple[int, int]:
+    def position(self) -> tuple[int, int]:
         """``(epoch, batches of it the consumer has received)``, as ``state_dict`` saves it."""
         return self._pos
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """Where the consumer is: the epoch, the batches of it received, and the plan's
         identity. Plain ints, bools and strings (``torch.save`` and JSON both hold it)."""
         epoch, done = self._resume if self._resume is not None else self._pos
@@ -270,7 +270,7 @@ class LoaderBase:
             epoch, done = self.epoch, 0
         return {"version": STATE_VERSION, "epoch": epoch, "batches": done, **self._plan_id()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at ``state``: ``epoch`` is set and the next ``iter()`` of that epoch starts
         at the first batch the saved consumer had not received. The whole state is checked
         first; a refused state changes nothing. A live iterator ends (NOTE [one iterator]).
@@ -285,7 +285,7 @@ class LoaderBase:
         self.epoch = epoch
         self._resume = (epoch, done)
 
-    def _checked(self, state: Any) -> Tuple[int, int]:
+    def _checked(self, state: Any) -> tuple[int, int]:
         """``(epoch, batches)`` of ``state`` once every field the base owns is checked, or a
         ``ValueError`` naming the first bad one; nothing is changed."""
         if not isinstance(state, dict):
@@ -319,7 +319,7 @@ class LoaderBase:
     #: parts a state may hold besides the base's: ``dali``, the pipeline checkpoints that
     #: states of earlier versions carried, is accepted and ignored (a state is the position
     #: only: pipelines.draws NOTE [one plan])
-    _extra_keys: Tuple[str, ...] = ("dali",)
+    _extra_keys: tuple[str, ...] = ("dali",)
 
     # -- the epoch (NOTE [one iterator]) ------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
@@ -347,7 +347,7 @@ class LoaderBase:
         self._resume = None
         self._pos = (epoch, start)
         self.stats.start_epoch(epoch)
-        seen: Optional[list] = [] if self.config.debug_indices else None
+        seen: list | None = [] if self.config.debug_indices else None
         c = self.config
         self._live = produce = self._produce(epoch, start)
         try:
@@ -371,7 +371,7 @@ class LoaderBase:
         if seen is not None:
             self.last_indices = np.concatenate(seen) if seen else np.empty(0, np.int64)
 
-    def _report(self, files: Sequence[Tuple[str, str]], dropped: int = 0) -> None:
+    def _report(self, files: Sequence[tuple[str, str]], dropped: int = 0) -> None:
         """Raise (``error``) or count (``skip``) the bad files of the batch being handed out
         (and ``dropped`` batches that had no good sample)."""
         if not files:

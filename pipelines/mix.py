@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ class MixSpec:
     switch_prob: float = 0.5
     prob: float = 1.0
     label_smoothing: float = 0.0
-    num_classes: Optional[int] = None
+    num_classes: int | None = None
 
     def __post_init__(self) -> None:
         for k in ("mixup_alpha", "cutmix_alpha"):
@@ -73,7 +73,7 @@ class MixSpec:
             raise ValueError(f"num_classes={self.num_classes!r} must be an int >= 2")
 
 
-def as_mix_spec(mix: Any) -> Optional[MixSpec]:
+def as_mix_spec(mix: Any) -> MixSpec | None:
     """``LoaderConfig.mix`` as a ``MixSpec``: ``None``, a ``MixSpec``, or torchvision v2's
     ``MixUp`` / ``CutMix`` / ``RandomChoice([MixUp, CutMix])`` with their parameters.
 
@@ -128,7 +128,7 @@ def soft_targets(labels: torch.Tensor, num_classes: int, smoothing: float) -> to
 
 
 def cutmix_box(h: int, w: int, lam: float, rng: np.random.Generator
-               ) -> Tuple[int, int, int, int]:
+               ) -> tuple[int, int, int, int]:
     """``(y1, y2, x1, x2)`` of CutMix's box for ``lam`` (module NOTE [the rule])."""
     r_x, r_y = int(rng.integers(0, w)), int(rng.integers(0, h))
     r = 0.5 * math.sqrt(1.0 - lam)
@@ -137,7 +137,7 @@ def cutmix_box(h: int, w: int, lam: float, rng: np.random.Generator
 
 
 def mix_batch(images: torch.Tensor, labels: torch.Tensor, spec: MixSpec, num_classes: int,
-              rng: np.random.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
+              rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mixed images, soft targets)`` of one ``N x C x H x W`` batch (module NOTEs); the
     images keep their dtype, device and memory format."""
     y = soft_targets(labels, num_classes, spec.label_smoothing)

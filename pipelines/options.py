@@ -18,19 +18,19 @@ import dataclasses
 import enum
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Optional, Tuple
+from typing import Any, ClassVar
 
-from .config import CpuBinding, Decoder, DecodeOn, enum_option, int_option
+from .config import CpuBinding, DecodeOn, Decoder, enum_option, int_option
 
 
 def option(default: Any, *, lo: float | None = None, hi: float | None = None,
-           only: Tuple[str, ...] | None = None) -> Any:
+           only: tuple[str, ...] | None = None) -> Any:
     """A validated options field: ``lo``/``hi`` bound numbers (inclusive), ``only`` names the
     backends that honour it (default: every backend of the class)."""
     return field(default=default, metadata={"lo": lo, "hi": hi, "only": only})
 
 
-def _check(name: str, hint: Any, value: Any, meta: Dict[str, Any]) -> Any:
+def _check(name: str, hint: Any, value: Any, meta: dict[str, Any]) -> Any:
     """``value`` converted to ``hint`` and checked against ``meta``, or a ``ValueError`` naming
     ``name``."""
     args = typing.get_args(hint)
@@ -61,9 +61,9 @@ class Options:
     """Base of the frozen options classes: validates every field from its annotation and
     ``option()`` metadata; errors are ``ValueError`` naming the field."""
 
-    backends: ClassVar[Tuple[str, ...]] = ()
+    backends: ClassVar[tuple[str, ...]] = ()
     # options that were removed: {name: why}; passing one raises a TypeError that says so
-    removed: ClassVar[Dict[str, str]] = {}
+    removed: ClassVar[dict[str, str]] = {}
 
     def __new__(cls, *args: Any, **kwargs: Any):
         gone = [k for k in kwargs if k in cls.removed]
@@ -80,23 +80,23 @@ class Options:
             object.__setattr__(self, f.name, v)
 
     @classmethod
-    def option_types(cls) -> Dict[str, Any]:
+    def option_types(cls) -> dict[str, Any]:
         """``{name: type}`` of every option (what ``compare --sweep`` accepts)."""
         hints = typing.get_type_hints(cls)
         return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
     @classmethod
-    def honoured_by(cls, name: str) -> Tuple[str, ...]:
+    def honoured_by(cls, name: str) -> tuple[str, ...]:
         """The backends (by name) on which option ``name`` has an effect."""
         f = {f.name: f for f in dataclasses.fields(cls)}[name]
         return tuple(f.metadata.get("only") or cls.backends)
 
-    def changed(self) -> Dict[str, Any]:
+    def changed(self) -> dict[str, Any]:
         """The options that differ from their defaults."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if getattr(self, f.name) != f.default}
 
-    def for_backend(self, backend: str) -> "Options":
+    def for_backend(self, backend: str) -> Options:
         """``self``, after checking that ``backend`` honours every option changed here.
 
         Raises:
@@ -108,7 +108,7 @@ class Options:
                                  f"{', '.join(self.honoured_by(k))}); leave it at its default")
         return self
 
-    def replace(self, **changes) -> "Options":
+    def replace(self, **changes) -> Options:
         """A copy with ``changes`` applied (and validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -141,8 +141,8 @@ class TorchOptions(Options):
             affinity). Evidence for the default: docs/results/h200x2/README.md.
     """
 
-    backends: ClassVar[Tuple[str, ...]] = ("pinned", "pageable")
-    removed: ClassVar[Dict[str, str]] = {
+    backends: ClassVar[tuple[str, ...]] = ("pinned", "pageable")
+    removed: ClassVar[dict[str, str]] = {
         "pin_mode": "a reusable pinned ring was no faster than DataLoader's pin thread "
                     "(docs/backends.md)",
     }
@@ -150,10 +150,10 @@ class TorchOptions(Options):
     prefetch_factor: int = option(2, lo=1)
     queue_depth: int = option(2, lo=1, only=("pinned",))
     streams: int = option(1, lo=0, only=("pinned",))
-    persistent_workers: Optional[bool] = option(None)
-    epoch_stream: Optional[bool] = option(None)
+    persistent_workers: bool | None = option(None)
+    epoch_stream: bool | None = option(None)
     cpu_binding: CpuBinding = option(CpuBinding.NONE, only=("pinned",))
-    decoder: Optional[Decoder] = option(None)
+    decoder: Decoder | None = option(None)
 
 
 @dataclass(frozen=True)
@@ -210,8 +210,8 @@ class DaliOptions(Options):
             default. No effect on CPU operators.
     """
 
-    backends: ClassVar[Tuple[str, ...]] = ("dali",)
-    removed: ClassVar[Dict[str, str]] = {
+    backends: ClassVar[tuple[str, ...]] = ("dali",)
+    removed: ClassVar[dict[str, str]] = {
         k: f"{what} did not remove the hardware decoder's training stalls "
            "(docs/investigations/dali-hardware-decoder.md)"
         for k, what in (("handoff", "taking batches on the loader's own stream"),
@@ -221,14 +221,14 @@ class DaliOptions(Options):
                           "(pipelines.draws NOTE [one plan])"}
 
     queue_depth: int = option(2, lo=1)
-    reader_threads: Optional[int] = option(None, lo=1)
-    hw_decoder_load: Optional[float] = option(0.0, lo=0.0, hi=1.0)
-    pipelines: Optional[int] = option(None, lo=1)
+    reader_threads: int | None = option(None, lo=1)
+    hw_decoder_load: float | None = option(0.0, lo=0.0, hi=1.0)
+    pipelines: int | None = option(None, lo=1)
     use_mmap: bool = option(False)
     device_memory_padding: int = option(211025920, lo=0)
     host_memory_padding: int = option(140544512, lo=0)
-    preallocate_width_hint: Optional[int] = option(0, lo=0)
-    preallocate_height_hint: Optional[int] = option(0, lo=0)
+    preallocate_width_hint: int | None = option(0, lo=0)
+    preallocate_height_hint: int | None = option(0, lo=0)
     run_on: bool = option(True)
     decode_on: DecodeOn = option(DecodeOn.GPU)
 

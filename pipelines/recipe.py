@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -21,7 +21,7 @@ from .augment import AugmentSpec
 from .migrate.run import Steps, split_compose
 
 
-def _nbytes(s) -> Optional[int]:
+def _nbytes(s) -> int | None:
     if s.size is None or s.dtype is None or s.channels is None:
         return None
     h, w = s.size
@@ -46,7 +46,7 @@ class Recipe:
     user: Any = None
 
     @classmethod
-    def of(cls, spec: AugmentSpec, transform=None, dtype=None) -> "Recipe":
+    def of(cls, spec: AugmentSpec, transform=None, dtype=None) -> Recipe:
         """The recipe for ``LoaderConfig(augment=spec, transform=transform)``; with ``dtype``
         (``LoaderConfig.dtype``), a transform ending in another float dtype is refused
         (``pipelines.migrate.check_output_dtype``)."""
@@ -57,7 +57,7 @@ class Recipe:
         return cls(spec, transform)
 
     @cached_property
-    def _split(self) -> Tuple[Steps, Optional[Steps]]:
+    def _split(self) -> tuple[Steps, Steps | None]:
         if self.user is not None:
             return split_compose(self.user)
         return Steps(self.spec.to_torchvision(normalize=False).transforms), None
@@ -71,7 +71,7 @@ class Recipe:
         return self._split[0]
 
     @property
-    def tail(self) -> Optional[Steps]:
+    def tail(self) -> Steps | None:
         return self._split[1]
 
     @cached_property
@@ -85,12 +85,12 @@ class Recipe:
                 steps[k - 1].after if k else State())
 
     @property
-    def out_size(self) -> Optional[Tuple[int, int]]:
+    def out_size(self) -> tuple[int, int] | None:
         if self.user is None:
             return (self.spec.size, self.spec.size)
         return self._ends[0].size
 
-    def sample_bytes(self, *, in_workers: str) -> Optional[int]:
+    def sample_bytes(self, *, in_workers: str) -> int | None:
         """Bytes of one sample as the workers return it: ``in_workers="full"`` (the whole
         recipe) or ``"head"`` (``pinned``'s uint8 part); ``None`` when it depends on the image."""
         if self.user is None:

@@ -12,7 +12,7 @@ translate is the migration table in the README (``pipelines.migrate``).
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 from torchvision.transforms import v2
@@ -30,7 +30,7 @@ def _interp(name: str) -> v2.InterpolationMode:
                          f"{[m.value for m in v2.InterpolationMode]}") from None
 
 
-def torchvision_ref(crop_size: int = 224, *, auto_augment: Optional[str] = None,
+def torchvision_ref(crop_size: int = 224, *, auto_augment: str | None = None,
                     random_erase: float = 0.0, hflip_prob: float = 0.5,
                     interpolation: str = "bilinear", ra_magnitude: int = 9,
                     augmix_severity: int = 3, mean: Sequence[float] = IMAGENET_MEAN,

@@ -74,9 +74,9 @@ import re
 import tarfile
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -123,7 +123,7 @@ def is_shard_root(root) -> bool:
     return False
 
 
-def braces(pattern: str) -> List[str]:
+def braces(pattern: str) -> list[str]:
     """Expand ``{a,b}`` and ``{000..031}`` (zero padding kept) as WebDataset's URLs do."""
     m = _BRACE.search(pattern)
     if m is None:
@@ -141,7 +141,7 @@ def braces(pattern: str) -> List[str]:
     return out
 
 
-def shard_paths(root) -> List[str]:
+def shard_paths(root) -> list[str]:
     """The shards of ``root``, sorted; ``ShardError`` when none match."""
     s = os.fspath(root)
     if os.path.isdir(s):
@@ -174,16 +174,16 @@ class ShardIndex:
         damage: why the shard is truncated or corrupt, ``""`` when it is whole.
     """
 
-    keys: List[str]
-    exts: List[str]
+    keys: list[str]
+    exts: list[str]
     offsets: np.ndarray
     sizes: np.ndarray
     labels: np.ndarray
-    problems: List[Tuple[str, str]]
+    problems: list[tuple[str, str]]
     damage: str
 
 
-def _split_name(name: str) -> Tuple[str, str]:
+def _split_name(name: str) -> tuple[str, str]:
     d, base = os.path.split(name)
     if "." not in base:
         return name, ""
@@ -217,13 +217,13 @@ def index_shard(path: str) -> ShardIndex:
     extension of ``INDEXED`` (the loader's ``extensions`` choose among them later, so one cached
     index serves every choice)."""
     image_exts = INDEXED
-    keys: List[str] = []
-    exts: List[str] = []
-    offsets: List[int] = []
-    sizes: List[int] = []
-    labels: List[int] = []
-    problems: List[Tuple[str, str]] = []
-    why: Dict[int, str] = {}
+    keys: list[str] = []
+    exts: list[str] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    labels: list[int] = []
+    problems: list[tuple[str, str]] = []
+    why: dict[int, str] = {}
     damage = ""
     end = 0
     try:
@@ -291,7 +291,7 @@ def _tail_damage(path: str, end: int, size: int) -> str:
 
 
 # -- the index cache -----------------------------------------------------------------------------
-def _cache_file(path: str) -> Optional[Path]:
+def _cache_file(path: str) -> Path | None:
     folder = cache_dir()
     if folder is None:
         return None
@@ -299,7 +299,7 @@ def _cache_file(path: str) -> Optional[Path]:
     return folder / "shards" / f"{hashlib.sha256(raw).hexdigest()[:32]}.npz"
 
 
-def _split(blob: np.ndarray, n: int) -> List[str]:
+def _split(blob: np.ndarray, n: int) -> list[str]:
     """``listcache._split`` for a list of exactly ``n`` strings that may all be empty (an
     index's ``exts`` of image-less samples); ``ValueError`` when the blob holds another count."""
     if not isinstance(blob, np.ndarray) or blob.dtype != np.uint8 or blob.ndim != 1:
@@ -311,7 +311,7 @@ def _split(blob: np.ndarray, n: int) -> List[str]:
     return out
 
 
-def _load_index(file: Path, stamp: np.ndarray) -> Optional[ShardIndex]:
+def _load_index(file: Path, stamp: np.ndarray) -> ShardIndex | None:
     """The cached index in ``file`` when it is of this shard state (``stamp``) and whole;
     ``None`` when it is missing, stale or damaged in any way (NOTE [index]: never an error)."""
     try:  # opened here: np.load leaks its own handle when the zip is damaged
@@ -370,10 +370,10 @@ class ShardSet:
         groups: samples per shard (the plan's ``groups``).
     """
 
-    shards: Tuple[str, ...]
-    names: List[str]
+    shards: tuple[str, ...]
+    names: list[str]
     labels: np.ndarray
-    classes: List[str]
+    classes: list[str]
     shard_of: np.ndarray
     offsets: np.ndarray
     sizes: np.ndarray
@@ -389,12 +389,12 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
     """
     exts = {e[1:] for e in extensions}
     shards = shard_paths(root)
-    names: List[str] = []
-    cols: Dict[str, List[np.ndarray]] = {"labels": [], "shard_of": [], "offsets": [], "sizes": []}
+    names: list[str] = []
+    cols: dict[str, list[np.ndarray]] = {"labels": [], "shard_of": [], "offsets": [], "sizes": []}
     groups = np.zeros(len(shards), np.int64)
-    dropped: List[str] = []
-    other: Dict[str, int] = {}
-    usable: List[Tuple[int, str, ShardIndex, np.ndarray]] = []
+    dropped: list[str] = []
+    other: dict[str, int] = {}
+    usable: list[tuple[int, str, ShardIndex, np.ndarray]] = []
     for s, path in enumerate(shards):
         try:
             idx = cached_index(path)
@@ -470,7 +470,7 @@ class ShardReader:
                  sizes: np.ndarray):
         self.shards = tuple(shards)
         self.shard_of, self.offsets, self.sizes = shard_of, offsets, sizes
-        self._fds: Dict[int, int] = {}
+        self._fds: dict[int, int] = {}
         self._pid = os.getpid()
 
     def __getstate__(self):

@@ -21,8 +21,8 @@ import enum
 import io
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
@@ -31,7 +31,6 @@ from .filelist import is_file_list, list_file
 from .listcache import cached_listing
 from .listing import IMAGE_EXTENSIONS, DatasetRootError, check_extensions, walk_folder
 from .shards import ShardReader, is_shard_root, list_shards
-
 
 SIZE_SAMPLE = 16  # files whose headers stand for a dataset's image sizes
 # scheme "://" (or ":/": ``Path`` folds the two slashes, and LoaderConfig stores a Path); one
@@ -67,7 +66,7 @@ def check_local_root(root) -> None:
         "pass its local path")
 
 
-def header_sizes(source: "Source", k: int = SIZE_SAMPLE) -> List[Tuple[int, int]]:
+def header_sizes(source: Source, k: int = SIZE_SAMPLE) -> list[tuple[int, int]]:
     """``(width, height)`` of ``k`` images spread evenly over ``source``, from their headers
     (PIL reads no pixels). Files PIL cannot open are left out: the loader reports them later."""
     count = len(source.names)
@@ -114,11 +113,11 @@ class Source:
     """
 
     kind: SourceKind
-    names: List[str]
+    names: list[str]
     labels: np.ndarray
-    classes: List[str]
+    classes: list[str]
     read: Callable[[int], bytes]
-    groups: Optional[np.ndarray] = None
+    groups: np.ndarray | None = None
 
     @property
     def by_path(self) -> bool:
@@ -137,7 +136,7 @@ def source_kind(root) -> SourceKind:
 
 
 def open_source(root: str | os.PathLike, *, allow_empty: bool = False,
-                extensions: Tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False
+                extensions: tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False
                 ) -> Source:
     """The ``Source`` of ``root`` (arguments as ``list_dataset``'s)."""
     check_local_root(root)
@@ -151,8 +150,8 @@ def open_source(root: str | os.PathLike, *, allow_empty: bool = False,
 
 
 def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
-                 extensions: Tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False
-                 ) -> Tuple[List[str], np.ndarray, List[str]]:
+                 extensions: tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False
+                 ) -> tuple[list[str], np.ndarray, list[str]]:
     """``(names, labels, classes)`` of a folder, a file list or tar shards.
 
     Args:
@@ -174,7 +173,7 @@ def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
 
 
 def _list_files(root, allow_empty: bool, extensions, skip_bad: bool
-                ) -> Tuple[List[str], np.ndarray, List[str]]:
+                ) -> tuple[list[str], np.ndarray, list[str]]:
     if root is not None and not isinstance(root, bool) and is_file_list(root):
         paths, labels, classes, _ = list_file(root, skip_bad=skip_bad)
         return paths, labels, classes

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Iterable, List, Tuple
+from collections.abc import Iterable
 
 
 class BadFileStats:
@@ -13,8 +13,8 @@ class BadFileStats:
     """
 
     def __init__(self) -> None:
-        self.bad: List[Tuple[str, str]] = []
-        self.epoch_bad: List[Tuple[str, str]] = []
+        self.bad: list[tuple[str, str]] = []
+        self.epoch_bad: list[tuple[str, str]] = []
         self.dropped_batches = 0
         self.epoch = 0
 
@@ -26,7 +26,7 @@ class BadFileStats:
         self.epoch = epoch
         self.epoch_bad = []
 
-    def add(self, bad: Iterable[Tuple[str, str]], dropped_batch: bool = False) -> None:
+    def add(self, bad: Iterable[tuple[str, str]], dropped_batch: bool = False) -> None:
         bad = [tuple(b) for b in bad]
         self.bad += bad
         self.epoch_bad += bad

@@ -1,7 +1,8 @@
 """The one contract every backend honours: a ``Batch`` and the ``BatchLoader`` protocol."""
 from __future__ import annotations
 
-from typing import Any, Iterator, List, NamedTuple, Optional, Protocol, runtime_checkable
+from collections.abc import Iterator
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
@@ -45,10 +46,10 @@ class BatchLoader(Protocol):
             files = [loader.paths[i] for i in loader.last_batch_indices]
     """
 
-    classes: List[str]
+    classes: list[str]
     stats: Any
-    last_indices: Optional[Any]
-    last_batch_indices: Optional[Any]
+    last_indices: Any | None
+    last_batch_indices: Any | None
 
     def __iter__(self) -> Iterator[Batch]: ...
 
@@ -58,8 +59,8 @@ class BatchLoader(Protocol):
 
     def close(self) -> None: ...
 
-    def h2d_bytes_per_sample(self) -> Optional[float]: ...
+    def h2d_bytes_per_sample(self) -> float | None: ...
 
-    def __enter__(self) -> "BatchLoader": ...
+    def __enter__(self) -> BatchLoader: ...
 
     def __exit__(self, *exc: object) -> None: ...

@@ -17,7 +17,6 @@ data is listed in the README's "Bad files" section, measured by ``python -m comp
 from __future__ import annotations
 
 import struct
-from typing import Optional, Tuple
 
 JPEG_SOI = b"\xff\xd8\xff"
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
@@ -65,7 +64,7 @@ def _segments(data: bytes):
         i += 2 + seglen
 
 
-def _frame(data: bytes) -> Tuple[Optional[int], Optional[int]]:
+def _frame(data: bytes) -> tuple[int | None, int | None]:
     """``(SOF offset, SOS offset)`` from one walk; the SOF is ``None`` when the scan comes first
     or the frame header is cut short, the SOS ``None`` when there is no scan."""
     sof = None
@@ -79,12 +78,12 @@ def _frame(data: bytes) -> Tuple[Optional[int], Optional[int]]:
     return sof, None
 
 
-def sof_offset(data: bytes) -> Optional[int]:
+def sof_offset(data: bytes) -> int | None:
     """Offset of the first SOF marker segment, or ``None`` if there is none before the scan."""
     return _frame(data)[0]
 
 
-def jpeg_size(data: bytes) -> Optional[Tuple[int, int]]:
+def jpeg_size(data: bytes) -> tuple[int, int] | None:
     """``(width, height)`` from the first SOF segment, or ``None`` if none is found."""
     i = sof_offset(data)
     if i is None:
@@ -107,7 +106,7 @@ _DEFLATE_MAX_RATIO = 1100
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 
 
-def _png_problem(data: bytes) -> Optional[str]:
+def _png_problem(data: bytes) -> str | None:
     """Why a PNG's chunks cannot hold the image its header claims, or ``None``."""
     w, h = struct.unpack(">II", data[16:24])
     depth, ctype = data[24], data[25]
@@ -129,7 +128,7 @@ def _png_problem(data: bytes) -> Optional[str]:
     return None
 
 
-def _webp(data: bytes) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
+def _webp(data: bytes) -> tuple[tuple[int, int] | None, str | None]:
     """``((w, h), None)`` of a WebP, or ``(None, why)``."""
     if len(data) < 30:
         return None, "truncated WebP header"
@@ -149,7 +148,7 @@ def _webp(data: bytes) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
     return None, f"WebP with an unknown first chunk {chunk!r}"
 
 
-def _bmp(data: bytes) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
+def _bmp(data: bytes) -> tuple[tuple[int, int] | None, str | None]:
     """``((w, h), None)`` of a BMP, or ``(None, why)``."""
     if len(data) < 26:
         return None, "truncated BMP header"
@@ -160,7 +159,7 @@ def _bmp(data: bytes) -> Tuple[Optional[Tuple[int, int]], Optional[str]]:
     return (abs(w), abs(h)), None  # a negative height is a top-down bitmap
 
 
-def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Optional[str]:
+def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> str | None:
     """Return why ``data`` is not a usable image, or ``None`` when it looks fine."""
     if len(data) == 0:
         return "empty file (0 bytes)"
@@ -210,7 +209,7 @@ def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Opti
     return None
 
 
-def decoded_size(data: bytes) -> Optional[Tuple[int, int]]:
+def decoded_size(data: bytes) -> tuple[int, int] | None:
     """``(height, width)`` of the image ``data`` decodes to, its EXIF orientation applied (as
     every backend's decoder applies it), from the header; ``None`` if PIL cannot read it."""
     import io

@@ -11,8 +11,13 @@ import torch
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms import v2
 
-from pipelines import (InvalidTransformError, LoaderConfig, UnsupportedTransformError, create_loader,
-                       from_torchvision)
+from pipelines import (
+    InvalidTransformError,
+    LoaderConfig,
+    UnsupportedTransformError,
+    create_loader,
+    from_torchvision,
+)
 from tests.utils import ks, one_image_copies
 
 pytestmark = pytest.mark.dali

@@ -6,12 +6,20 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from utils import make
 
 from pipelines import AugmentSpec, LoaderConfig
-from pipelines.dali.calibrate import (CANDIDATES, DRIFT, JUMP, MARGIN, MIN_WINDOW, WINDOW,
-                                      CalibrationCache, Calibrator, cache_key)
-
-from utils import make
+from pipelines.dali.calibrate import (
+    CANDIDATES,
+    DRIFT,
+    JUMP,
+    MARGIN,
+    MIN_WINDOW,
+    WINDOW,
+    CalibrationCache,
+    Calibrator,
+    cache_key,
+)
 
 
 class Clock:
@@ -122,7 +130,7 @@ def test_short_epochs_get_a_window_that_fits_and_a_window_ending_an_epoch_counts
         clock = Clock({0.0: 0.020, 1.0: 0.015}, lag)
         c = clock.calib = Calibrator(settle=settle, timer=clock, window=window_for(epoch, settle))
         switches = []
-        for e in range(6):
+        for _e in range(6):
             c.restart()  # the loader restarts the calibrator at every epoch start
             switches += clock.run(epoch)
         assert switches == [1.0] and c.decisions[0].load == 1.0, lag

@@ -1,14 +1,14 @@
 """The metric code, checked against fakes with known timings."""
 import json
-from dataclasses import replace
 import time
+from dataclasses import replace
 
 import pytest
 import torch
 
 from compare.metrics import loader_only, measure, percentile, stretch
-from compare.results import Repeat, SuiteResult, VariantResult
 from compare.report import markdown, table, warnings_for
+from compare.results import Repeat, SuiteResult, VariantResult
 from compare.runner import wave_period
 from compare.variants import Variant, parse_sweep, preset
 from pipelines import Backend, LoaderConfig
@@ -409,7 +409,7 @@ def test_the_large_preset_defaults_to_batch_64_with_cuda(tmp_path, monkeypatch):
     generate(GenConfig(out=str(root), num_images=64, classes=2, seed=0, width_range=(32, 48)),
              progress=False)
     for cuda, want in ((False, 32), (True, LARGE_BATCH)):
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
         a = parse_args(["--preset", "large", "--data", str(root), "--device", "cpu",
                         "--out", str(tmp_path)])
         assert plan(a, lambda m: None).base.batch_size == want

@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from utils import make
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
-
-from utils import make
 
 pytestmark = pytest.mark.dali
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 from PIL import Image
 from torchvision.transforms import v2
+from utils import make
 
 from data_gen.generate import GenConfig, generate
 from pipelines import AugmentSpec, LoaderConfig
-from pipelines.torch_backend.decode import _params, first_crop, reduction, scaled_crop
 from pipelines.migrate.run import as_steps
-from utils import make
+from pipelines.torch_backend.decode import _params, first_crop, reduction, scaled_crop
 
 # mean |scaled - full| per image, in normalised units (about 9 of 255 levels). 0.1 held while
 # the decode fell short of its reduction (test_the_scaled_decode_reduces_...); at the full
@@ -71,9 +71,9 @@ def library(request, monkeypatch):
 
 def _reductions(monkeypatch, library):
     """Record each reduced decode as ``(k, (width, height), (reduced width, height))``."""
-    from pipelines.torch_backend import decode
-
     from PIL import JpegImagePlugin
+
+    from pipelines.torch_backend import decode
 
     seen, chosen = [], []
     real_reduction = decode.reduction

@@ -3,8 +3,7 @@ import sys
 
 import pytest
 
-from pipelines import Backend, LoaderConfig, create_loader
-from pipelines import factory
+from pipelines import Backend, LoaderConfig, create_loader, factory
 
 
 def test_unknown_backend_lists_valid_names():

@@ -12,14 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from utils import jpeg
 
 from compare import fuzz
 from compare.fuzz import mutations
 from pipelines import dali_available
 from pipelines.listing import list_samples
 from pipelines.validate import jpeg_size
-
-from utils import jpeg
 
 
 def _png(w: int = 48, h: int = 40, seed: int = 0) -> bytes:

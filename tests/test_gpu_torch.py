@@ -1,9 +1,9 @@
 """GPU tests for the torch backends (run on the H200 through the device tool)."""
 import pytest
 import torch
+from utils import make
 
 from pipelines import AugmentSpec, LoaderConfig
-from utils import make
 
 pytestmark = pytest.mark.cuda
 

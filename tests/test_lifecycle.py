@@ -5,10 +5,10 @@ import warnings
 
 import psutil
 import pytest
+from utils import make
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
 from pipelines.torch_backend import shm
-from utils import make
 
 
 def _cfg(root, **kw):

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from pipelines.sources import list_dataset
 from pipelines import listcache
+from pipelines.sources import list_dataset
 
 
 @pytest.fixture

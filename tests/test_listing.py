@@ -3,11 +3,10 @@ import os
 import warnings
 
 import pytest
+from utils import jpeg
 
 from pipelines import DatasetRootError, LoaderConfig, create_loader
 from pipelines.listing import list_samples
-
-from utils import jpeg
 
 
 def _tree(root, layout):

@@ -260,7 +260,7 @@ def test_torch_backends_run_the_users_compose_as_is(tiny_root, backend):
     with create_loader(backend, cfg) as ld:
         x, _ = next(iter(ld))
     assert x.shape == (37, 3, 24, 24) and x.dtype == torch.float32
-    from torchvision.io import decode_image, ImageReadMode
+    from torchvision.io import ImageReadMode, decode_image
 
     first = sorted(tiny_root.glob("class_*/*.jpg"))[0]
     ref = compose(decode_image(str(first), mode=ImageReadMode.RGB))
@@ -268,8 +268,8 @@ def test_torch_backends_run_the_users_compose_as_is(tiny_root, backend):
 
 
 def test_compare_cli_rejects_untranslatable_transform_for_dali(tiny_root, tmp_path, capsys, monkeypatch):
-    import types
     import sys
+    import types
 
     from compare.__main__ import main
 

@@ -11,8 +11,16 @@ import torch
 from torchvision.transforms import v2
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
-from pipelines.migrate import SUPPORTED, Op, UnsupportedTransformError, from_torchvision, spec_ops
-from pipelines.migrate import flow, ops, translate
+from pipelines.migrate import (
+    SUPPORTED,
+    Op,
+    UnsupportedTransformError,
+    flow,
+    from_torchvision,
+    ops,
+    spec_ops,
+    translate,
+)
 
 F32 = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
 NORM = v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])

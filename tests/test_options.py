@@ -4,8 +4,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from pipelines import (AugmentSpec, Backend, DaliOptions, LoaderConfig, TorchOptions,
-                       create_loader, dali_available, factory)
+from pipelines import (
+    AugmentSpec,
+    Backend,
+    DaliOptions,
+    LoaderConfig,
+    TorchOptions,
+    create_loader,
+    dali_available,
+    factory,
+)
 from pipelines.factory import options_for
 from pipelines.options import option
 
@@ -97,8 +105,8 @@ def test_a_new_option_is_one_field(tiny_root, monkeypatch, tmp_path):
     with create_loader("pinned", cfg, options=_WithKnob(new_knob=5)) as ld:
         assert ld.options.new_knob == 5
     # sweepable in compare, with its range checked before the first timed batch
-    from compare.variants import parse_sweep
     from compare.suite import plan_variants
+    from compare.variants import parse_sweep
 
     vs = parse_sweep("new_knob=1,2", [Backend.PINNED])
     assert [v.label for v in vs] == ["pinned new_knob=1", "pinned new_knob=2"]

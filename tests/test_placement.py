@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from pipelines import LastBatchPolicy, LoaderConfig, create_loader
-from pipelines.config import default_workers
 from pipelines import distributed as D
+from pipelines.config import default_workers
 from pipelines.torch_backend.shm import rank_share
 
 

@@ -4,11 +4,10 @@ import os
 import warnings
 
 import pytest
+from utils import broken_huffman, copy_root, make, plan_position
 
 from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
 from pipelines.listing import list_samples
-
-from utils import broken_huffman, copy_root, make, plan_position
 
 BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -179,8 +178,9 @@ def test_corrupt_png_named_jpg_is_a_bad_file_not_a_crashed_worker(tmp_path, tiny
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_valid_jpegs_with_trailing_data_or_fill_bytes_decode_on_every_backend(
         tmp_path, backend, device):
-    from pipelines.validate import sof_offset
     from utils import jpeg
+
+    from pipelines.validate import sof_offset
 
     root = tmp_path / "r"
     (root / "c").mkdir(parents=True)

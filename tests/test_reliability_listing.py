@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader, listcache
-from pipelines.sources import list_dataset, source_kind
 from pipelines import shards as shards_mod
 from pipelines import sources as sources_mod
 from pipelines.filelist import index_limit, list_file
 from pipelines.listing import IMAGE_EXTENSIONS, DatasetRootError, walk_folder
 from pipelines.shards import ShardError, list_shards
+from pipelines.sources import list_dataset, source_kind
 from tests.utils import jpeg
 
 BACKENDS = ["dali", "pinned", "pageable"]

@@ -18,8 +18,13 @@ import torchvision.transforms as T
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms import v2
 
-from pipelines import (InvalidTransformError, LoaderConfig, UnsupportedTransformError,
-                       create_loader, from_torchvision)
+from pipelines import (
+    InvalidTransformError,
+    LoaderConfig,
+    UnsupportedTransformError,
+    create_loader,
+    from_torchvision,
+)
 from pipelines.migrate import check_output_dtype, check_transform
 
 pytestmark = pytest.mark.dali
@@ -172,7 +177,7 @@ INVALID = [
 def test_what_torchvision_refuses_is_invalid_when_the_config_is_built(tiny_root, t, msg):
     x = torch.randint(0, 256, (3, H, W), dtype=torch.uint8)
     torch.manual_seed(0)
-    with pytest.raises(Exception):  # torchvision itself refuses it (some only when drawn)
+    with pytest.raises(Exception):  # noqa: B017 - torchvision's own refusal, of any type
         for _ in range(300):
             t(x)
     c = v2.Compose([v2.CenterCrop((H, W)), t])

@@ -5,12 +5,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from utils import broken_huffman
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
 from pipelines.indexing import config_batches
 from pipelines.torch_backend import shm
-
-from utils import broken_huffman
 
 BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]
 

@@ -12,10 +12,10 @@ import pytest
 
 from data_gen.generate import GenConfig, generate
 from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
-from pipelines.sources import list_dataset
-from pipelines.indexing import contiguous_shard, epoch_batches, grouped_order, shard_indices
 from pipelines.config import LastBatchPolicy
+from pipelines.indexing import contiguous_shard, epoch_batches, grouped_order, shard_indices
 from pipelines.shards import ShardError, braces, index_shard, list_shards
+from pipelines.sources import list_dataset
 
 BACKENDS = ["dali", "pinned", "pageable"]
 N, SHARD = 37, 8  # 5 shards: 8, 8, 8, 8, 5
@@ -196,7 +196,7 @@ def test_resume_mid_epoch_on_shards(backend, wds):
         ld.set_epoch(1)
         full = []
         it = iter(ld)
-        for k, (x, y) in enumerate(it):
+        for k, (_x, _y) in enumerate(it):
             full.append(ld.last_batch_indices.tolist())
             if k == 3:
                 state = ld.state_dict()

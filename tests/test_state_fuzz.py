@@ -19,7 +19,7 @@ window, augmentation, rank, dataset, and the other backends).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import numpy as np
 import pytest
@@ -58,7 +58,7 @@ def _open(backend, cfg):
     return make(backend, cfg) if backend != "dali" else make(backend, cfg.replace(num_workers=1))
 
 
-def _read(loader) -> List[Tuple[torch.Tensor, torch.Tensor, List[int]]]:
+def _read(loader) -> list[tuple[torch.Tensor, torch.Tensor, list[int]]]:
     return [(x.clone(), y.clone(), loader.last_batch_indices.tolist()) for x, y in loader]
 
 
@@ -71,8 +71,8 @@ class Harness:
         self.cfg = _cfg(shards)
         # the uninterrupted run: states taken on the way, batches kept
         self.ref = _open(backend, self.cfg)
-        self.ref_batches: Dict[int, list] = {}
-        self.bases: List[Dict[str, Any]] = []
+        self.ref_batches: dict[int, list] = {}
+        self.bases: list[dict[str, Any]] = []
         for epoch, k in ((0, 1), (1, 2)):
             self.ref.set_epoch(epoch)
             it, got = iter(self.ref), []
@@ -84,7 +84,7 @@ class Harness:
         self.loader = _open(backend, self.cfg)
         self.others = self._other_states(shards, folder)
 
-    def _other_states(self, shards, folder) -> List[Tuple[str, Dict[str, Any], Tuple[str, ...]]]:
+    def _other_states(self, shards, folder) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
         """``(what, state, names a refusal may give)`` from loaders of other configs."""
         b = self.backend
         out = []
@@ -127,7 +127,7 @@ class Harness:
             assert len(pixels) == len(got)
             assert all(torch.equal(a, x) for a, (x, _, _) in zip(pixels, got)), self.backend
 
-    def reset(self, base: Dict[str, Any]) -> None:
+    def reset(self, base: dict[str, Any]) -> None:
         self.loader.load_state_dict(base)
         assert self.loader.state_dict() == base
 
@@ -136,7 +136,7 @@ class Harness:
         self.ref.close()
 
 
-def _mutations(base: Dict[str, Any], backend: str):
+def _mutations(base: dict[str, Any], backend: str):
     """``(label, state or MISSING-free mutated state, names a refusal may give)``."""
     out = []
 

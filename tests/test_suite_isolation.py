@@ -414,7 +414,7 @@ def test_the_loader_only_window_starts_after_the_queue_made_while_the_step_was_p
     from compare.runner import time_repeat
 
     period, depth, stop = 0.02, 8, threading.Event()
-    made: "q.Queue" = q.Queue(maxsize=depth)
+    made: q.Queue = q.Queue(maxsize=depth)
     batch = torch.zeros(4, 3, 2, 2), torch.zeros(4, dtype=torch.long)
 
     def produce():

@@ -4,9 +4,9 @@ import warnings
 
 import pytest
 import torch
+from utils import make
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
-from utils import make
 
 
 def _cfg(root, **kw):

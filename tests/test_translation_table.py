@@ -29,8 +29,8 @@ bfloat16 intermediates add their rounding (0.3 / 2.0 levels).
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -41,10 +41,15 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from pipelines import (InvalidTransformError, LoaderConfig, TransformError,
-                       UnsupportedTransformError, create_loader)
-from pipelines.listing import list_samples
+from pipelines import (
+    InvalidTransformError,
+    LoaderConfig,
+    TransformError,
+    UnsupportedTransformError,
+    create_loader,
+)
 from pipelines.indexing import sample_seed
+from pipelines.listing import list_samples
 from pipelines.migrate.params import resize_refusal
 
 I = v2.InterpolationMode

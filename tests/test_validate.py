@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from utils import jpeg
 
 from pipelines.validate import check_image_bytes, jpeg_size, sof_offset
-
-from utils import jpeg
 
 
 def _decoders_read(data: bytes):

@@ -17,7 +17,6 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Dict
 
 from .driver import Driver
 from .epoch import exc_text, live_in_group
@@ -29,7 +28,7 @@ POLICIES = ("skip", "error")
 def worker(spec_path: str) -> int:
     """The child: run one backend under one policy, write the result JSON (``spec["result"]``)."""
     spec = json.loads(Path(spec_path).read_text())
-    res: Dict = {"files": [], "decoded": [], "bad": {}, "crash": {}, "failures": []}
+    res: dict = {"files": [], "decoded": [], "bad": {}, "crash": {}, "failures": []}
     t0 = time.perf_counter()
     try:
         # import the backend before forking, so each epoch's process starts warm
@@ -68,7 +67,7 @@ def kill_live() -> None:
 
 
 def run_backend(backend: str, root: str | os.PathLike, policy: str, timeout: float = 600.0,
-                epoch_timeout: float = 30.0, max_crashes: int = 100) -> Dict:
+                epoch_timeout: float = 30.0, max_crashes: int = 100) -> dict:
     """Run one backend under one policy in a child process (NOTE [fuzz invariants]).
 
     Args:

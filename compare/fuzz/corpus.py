@@ -8,7 +8,6 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -20,7 +19,7 @@ MARK = ".fuzz-corpus"  # the file that marks a folder as a corpus (replaced, nev
 
 
 def _seed_files(tmp: Path, seed: int, n_jpeg: int = 24, n_png: int = 12
-                ) -> List[Tuple[str, str, bytes]]:
+                ) -> list[tuple[str, str, bytes]]:
     """``(name, kind, bytes)`` of the seeds: data_gen JPEGs and PIL PNG re-encodings of some."""
     from PIL import Image
 
@@ -41,7 +40,7 @@ def _seed_files(tmp: Path, seed: int, n_jpeg: int = 24, n_png: int = 12
     return seeds
 
 
-def make_corpus(out_dir: str | os.PathLike, cases: int, seed: int) -> List[Dict]:
+def make_corpus(out_dir: str | os.PathLike, cases: int, seed: int) -> list[dict]:
     """Write ``cases`` mutated files and a few untouched ones in ImageFolder layout.
 
     Seeds are small data_gen JPEGs (``width_range=(48, 128)``) and PNG re-encodings of some of
@@ -84,7 +83,7 @@ def make_corpus(out_dir: str | os.PathLike, cases: int, seed: int) -> List[Dict]
     return sorted(records, key=lambda r: r["file"])
 
 
-def _case(seeds: List[Tuple[str, str, bytes]], seed: int, i: int) -> Tuple[bytes, Dict]:
+def _case(seeds: list[tuple[str, str, bytes]], seed: int, i: int) -> tuple[bytes, dict]:
     rng = np.random.default_rng((seed, i))
     name, kind, data = seeds[int(rng.integers(0, len(seeds)))]
     new, desc, mkind = mutate_kind(data, rng)
@@ -92,7 +91,7 @@ def _case(seeds: List[Tuple[str, str, bytes]], seed: int, i: int) -> Tuple[bytes
                  "seed_file": name, "kind": mkind, "mutation": desc}
 
 
-def case_bytes(seed: int, case: int) -> Tuple[bytes, Dict]:
+def case_bytes(seed: int, case: int) -> tuple[bytes, dict]:
     """The bytes and record of one case of ``make_corpus(..., seed)``: a reproducer.
 
     Example:

@@ -11,7 +11,6 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from .epoch import BATCH_SIZE, fork_epoch
 
@@ -44,10 +43,10 @@ class Driver:
         self.backend, self.root, self.tmp = backend, root, tmp
         self.paths = list_samples(root)[0]
         self.epoch_timeout, self.max_crashes = epoch_timeout, max_crashes
-        self.decoded: List[int] = []
-        self.bad: Dict[int, str] = {}
-        self.crash: Dict[int, str] = {}
-        self.failures: List[Dict] = []
+        self.decoded: list[int] = []
+        self.bad: dict[int, str] = {}
+        self.crash: dict[int, str] = {}
+        self.failures: list[dict] = []
         self.epochs = 0
         self.policy = ""
         self.complete = False  # the search covered every file
@@ -55,12 +54,12 @@ class Driver:
     def rel(self, k: int) -> str:
         return os.path.relpath(self.paths[k], self.root)
 
-    def fail(self, text: str, k: Optional[int] = None) -> None:
+    def fail(self, text: str, k: int | None = None) -> None:
         self.failures.append({"error": text,
                               "file": None if k is None else self.rel(k)})
 
     # -- one epoch ----------------------------------------------------------------------------
-    def epoch(self, keep: List[int], policy: str) -> Dict:
+    def epoch(self, keep: list[int], policy: str) -> dict:
         """One epoch over ``paths[keep]`` (a root of hard links unless ``keep`` is all)."""
         from pipelines.listing import list_samples
 
@@ -91,10 +90,10 @@ class Driver:
         return res
 
     # -- crashes ------------------------------------------------------------------------------
-    def _crashes(self, keep: List[int]) -> bool:
+    def _crashes(self, keep: list[int]) -> bool:
         return bool(keep) and self.epoch(keep, "skip")["error"] is not None
 
-    def isolate(self, cands: List[int]) -> Optional[int]:
+    def isolate(self, cands: list[int]) -> int | None:
         """The file of ``cands`` that alone makes a ``skip`` epoch fail, by bisection: first in
         the window that can have been in flight, then in all of ``cands``."""
         for s in (cands[:WINDOW], cands) if len(cands) > WINDOW else (cands,):
@@ -107,7 +106,7 @@ class Driver:
                 return s[0]
         return None
 
-    def _on_crash(self, err: Dict, cands: List[int]) -> Optional[int]:
+    def _on_crash(self, err: dict, cands: list[int]) -> int | None:
         """Pin a crash to a file (recorded), or record why not and return ``None``."""
         text = err["text"] + (f"\n{err['traceback']}" if err.get("traceback") else "")
         if len(self.crash) >= self.max_crashes:
@@ -159,13 +158,13 @@ class Driver:
         self._check_skip(r, keep)
         self.complete = True
 
-    def _check_skip(self, r: Dict, keep: List[int]) -> None:
+    def _check_skip(self, r: dict, keep: list[int]) -> None:
         if r.get("indices") is None:
             self.fail("loader.last_indices is None after an epoch with debug_indices=True")
             return
         yielded = {keep[i] for i in r["indices"]}
         where = {p: keep[j] for j, p in enumerate(r["listing"])}
-        named: Dict[int, str] = {}
+        named: dict[int, str] = {}
         for p, reason in r["bad"]:
             k = where.get(p)
             if k is None:

@@ -16,7 +16,6 @@ import signal
 import threading
 import time
 import traceback
-from typing import Dict, List
 
 BATCH_SIZE = 8
 
@@ -38,7 +37,7 @@ def exc_text(e: BaseException) -> str:
     return text
 
 
-def _leaks() -> List[str]:
+def _leaks() -> list[str]:
     """Child processes and ``dali-read`` threads still alive (waits up to 5 s for them to go)."""
     try:
         import psutil
@@ -61,7 +60,7 @@ def _leaks() -> List[str]:
         time.sleep(0.05)
 
 
-def live_in_group(pgid: int) -> List[str]:
+def live_in_group(pgid: int) -> list[str]:
     """Live processes of process group ``pgid``."""
     try:
         os.killpg(pgid, 0)  # the common case, cheaply: the group is empty
@@ -95,7 +94,7 @@ def _epoch_body(backend: str, root: str, policy: str, wfd: int) -> None:
         pipe.write(json.dumps(obj) + "\n")
         pipe.flush()
 
-    out: Dict = {"yielded": 0, "batches": 0, "error": None}
+    out: dict = {"yielded": 0, "batches": 0, "error": None}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -116,7 +115,7 @@ def _epoch_body(backend: str, root: str, policy: str, wfd: int) -> None:
     send({"done": out})
 
 
-def fork_epoch(backend: str, root: str, policy: str, timeout: float) -> Dict:
+def fork_epoch(backend: str, root: str, policy: str, timeout: float) -> dict:
     """One epoch of ``backend`` over ``root`` under ``policy``, in a forked process group.
 
     Returns:
@@ -139,7 +138,7 @@ def fork_epoch(backend: str, root: str, policy: str, timeout: float) -> Dict:
         finally:
             os._exit(code)
     os.close(w)
-    progress: Dict = {"yielded": 0, "batches": 0}
+    progress: dict = {"yielded": 0, "batches": 0}
     done, buf, eof = None, b"", False
     deadline = time.monotonic() + timeout
     with os.fdopen(r, "rb", buffering=0) as f:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -18,7 +18,7 @@ _JPEG_NAMES = {0xC0: "SOF0", 0xC1: "SOF1", 0xC2: "SOF2", 0xC4: "DHT", 0xDA: "SOS
 _SOFS = (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
 
 
-def _jpeg_segments(data: bytes) -> List[Tuple[int, int, int]]:
+def _jpeg_segments(data: bytes) -> list[tuple[int, int, int]]:
     """``(offset, marker, length with the marker)`` of each segment of a valid JPEG up to and
     including the SOS header. A walker of its own: the fuzzer does not share the validator's."""
     out, i = [], 2
@@ -35,7 +35,7 @@ def _jpeg_segments(data: bytes) -> List[Tuple[int, int, int]]:
     return out
 
 
-def _png_chunks(data: bytes) -> List[Tuple[int, bytes, int]]:
+def _png_chunks(data: bytes) -> list[tuple[int, bytes, int]]:
     """``(offset, type, length with header and CRC)`` of each chunk of a valid PNG."""
     out, i = [], 8
     while i + 8 <= len(data):
@@ -60,7 +60,7 @@ def _header_end(data: bytes) -> int:
     return segs[-1][0] + segs[-1][2] if segs else len(data)
 
 
-def _flip(data: bytes, rng, lo: int, hi: int) -> Tuple[bytes, List[int]]:
+def _flip(data: bytes, rng, lo: int, hi: int) -> tuple[bytes, list[int]]:
     b = bytearray(data)
     k = int(rng.integers(1, 9))
     bits = rng.choice((hi - lo) * 8, size=min(k, (hi - lo) * 8), replace=False)
@@ -70,12 +70,12 @@ def _flip(data: bytes, rng, lo: int, hi: int) -> Tuple[bytes, List[int]]:
     return bytes(b), offs
 
 
-def _offs(prefix: str, offs: List[int]) -> str:
+def _offs(prefix: str, offs: list[int]) -> str:
     return f"{prefix}@{offs[0]}" if len(offs) == 1 else \
         f"{prefix} x{len(offs)}@{','.join(map(str, offs))}"
 
 
-def _m_bitflip(data: bytes, rng) -> Tuple[bytes, str]:
+def _m_bitflip(data: bytes, rng) -> tuple[bytes, str]:
     out, offs = _flip(data, rng, 0, len(data))
     return out, _offs("bitflip", offs)
 
@@ -91,18 +91,18 @@ def _segment_name(data: bytes, off: int) -> str:
                  if o <= off < o + n), "?")
 
 
-def _m_header_bitflip(data: bytes, rng) -> Tuple[bytes, str]:
+def _m_header_bitflip(data: bytes, rng) -> tuple[bytes, str]:
     out, offs = _flip(data, rng, 0, _header_end(data))
     names = ",".join(dict.fromkeys(_segment_name(data, o) for o in offs))
     return out, _offs("header bitflip", offs) + f" ({names})"
 
 
-def _m_truncate(data: bytes, rng) -> Tuple[bytes, str]:
+def _m_truncate(data: bytes, rng) -> tuple[bytes, str]:
     cut = int(rng.integers(1, len(data)))
     return data[:cut], f"truncate@{cut / len(data):.2f} ({cut} of {len(data)} bytes)"
 
 
-def _m_insert(data: bytes, rng) -> Tuple[bytes, str]:
+def _m_insert(data: bytes, rng) -> tuple[bytes, str]:
     n = int(rng.choice([1, 2, 4, int(rng.integers(1, 65))]))
     pos = int(rng.integers(0, len(data) + 1))
     fill = str(rng.choice(["random", "FF", "00"]))
@@ -111,14 +111,14 @@ def _m_insert(data: bytes, rng) -> Tuple[bytes, str]:
     return data[:pos] + new + data[pos:], f"insert {n} bytes@{pos} ({fill})"
 
 
-def _m_delete(data: bytes, rng) -> Tuple[bytes, str]:
+def _m_delete(data: bytes, rng) -> tuple[bytes, str]:
     n = int(rng.choice([1, 2, 4, int(rng.integers(1, 65))]))
     n = min(n, len(data) - 1)
     pos = int(rng.integers(0, len(data) - n + 1))
     return data[:pos] + data[pos + n:], f"delete {n} bytes@{pos}"
 
 
-def _m_duplicate(data: bytes, rng) -> Tuple[bytes, str]:
+def _m_duplicate(data: bytes, rng) -> tuple[bytes, str]:
     if _is_png(data):
         o, t, n = _png_chunks(data)[int(rng.integers(0, len(_png_chunks(data))))]
         return data[:o + n] + data[o:o + n] + data[o + n:], f"duplicate chunk {t.decode('latin-1')}"
@@ -133,7 +133,7 @@ def _new_dim(rng, old: int, big: Sequence[int]) -> int:
     return int(rng.choice(choices))
 
 
-def _m_dimension(data: bytes, rng) -> Tuple[bytes, str]:
+def _m_dimension(data: bytes, rng) -> tuple[bytes, str]:
     axis = str(rng.choice(["width", "height"]))
     b = bytearray(data)
     if _is_png(data):  # IHDR: width at 16, height at 20, CRC at 29
@@ -153,7 +153,7 @@ def _m_dimension(data: bytes, rng) -> Tuple[bytes, str]:
     return bytes(b), f"{axis} {new} ({_JPEG_NAMES.get(m, 'SOF')})"
 
 
-def _m_trailing(data: bytes, rng) -> Tuple[bytes, str]:
+def _m_trailing(data: bytes, rng) -> tuple[bytes, str]:
     what = str(rng.choice(["random", "zeros", "FF", "copy"]))
     if what == "copy":
         return data + data, f"trailing copy of the image ({len(data)} bytes)"
@@ -165,7 +165,7 @@ def _m_trailing(data: bytes, rng) -> Tuple[bytes, str]:
 
 
 # kind -> (mutator, weight)
-MUTATIONS: Dict[str, Tuple[Callable, float]] = {
+MUTATIONS: dict[str, tuple[Callable, float]] = {
     "bitflip": (_m_bitflip, 0.2),
     "header bitflip": (_m_header_bitflip, 0.2),
     "truncate": (_m_truncate, 0.12),
@@ -177,8 +177,8 @@ MUTATIONS: Dict[str, Tuple[Callable, float]] = {
 }
 
 
-def mutate_kind(data: bytes, rng: np.random.Generator, kind: Optional[str] = None
-                ) -> Tuple[bytes, str, str]:
+def mutate_kind(data: bytes, rng: np.random.Generator, kind: str | None = None
+                ) -> tuple[bytes, str, str]:
     """:func:`mutate`, also returning the mutation kind (a key of ``MUTATIONS``).
 
     Args:
@@ -199,7 +199,7 @@ def mutate_kind(data: bytes, rng: np.random.Generator, kind: Optional[str] = Non
     return out, desc, kind
 
 
-def mutate(data: bytes, rng: np.random.Generator) -> Tuple[bytes, str]:
+def mutate(data: bytes, rng: np.random.Generator) -> tuple[bytes, str]:
     """Apply one mutation to a valid JPEG or PNG.
 
     Kinds (``MUTATIONS``): 1-8 bit flips anywhere or only in the headers before the scan,

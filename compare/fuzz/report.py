@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Dict, List, Tuple
 
 
 def _clean(reason: str) -> str:
@@ -21,7 +20,7 @@ def _norm(reason: str) -> str:
     return re.sub(r"N(, N)+", "N", r.replace("pid(s)", "pid"))[:200]
 
 
-def _verdicts(run: Dict) -> Dict[str, Tuple[str, str]]:
+def _verdicts(run: dict) -> dict[str, tuple[str, str]]:
     """``file -> (verdict, reason)`` of one run: ``decoded``, ``bad`` or ``crash``."""
     files = run.get("files", [])
     v = {files[k]: ("decoded", "") for k in run["decoded"]}
@@ -30,7 +29,7 @@ def _verdicts(run: Dict) -> Dict[str, Tuple[str, str]]:
     return v
 
 
-def evaluate(records: List[Dict], runs: List[Dict]) -> Dict:
+def evaluate(records: list[dict], runs: list[dict]) -> dict:
     """Per-file verdicts, the agreement rate, the disagreements and the invariant failures.
 
     A file's verdict for a backend is its ``skip`` verdict (its ``error`` verdict where the skip
@@ -85,10 +84,10 @@ def evaluate(records: List[Dict], runs: List[Dict]) -> Dict:
             "invariant_failures": failures}
 
 
-def _classes(disagreements: List[Dict]) -> List[Tuple[str, List[Dict]]]:
-    groups: Dict[str, List[Dict]] = {}
+def _classes(disagreements: list[dict]) -> list[tuple[str, list[dict]]]:
+    groups: dict[str, list[dict]] = {}
     for d in disagreements:
-        by: Dict[str, List[str]] = {}
+        by: dict[str, list[str]] = {}
         for b, p in d["verdicts"].items():
             by.setdefault(p["verdict"], []).append(b)
         key = " vs ".join(f"{','.join(bs)}={v}" for v, bs in sorted(by.items()))
@@ -96,7 +95,7 @@ def _classes(disagreements: List[Dict]) -> List[Tuple[str, List[Dict]]]:
     return sorted(groups.items(), key=lambda kv: -len(kv[1]))
 
 
-def summary(result: Dict, verbose: bool = False) -> str:
+def summary(result: dict, verbose: bool = False) -> str:
     """The short text report of a :func:`run_suite` result."""
     a, recs = result["agreement"], result["records"]
     lines = [f"fuzz: {result['cases']} cases + {len(recs) - result['cases']} good files, "
@@ -121,7 +120,7 @@ def summary(result: Dict, verbose: bool = False) -> str:
                      + "; seeds " + ", ".join(f"{k} {n}" for k, n in seeds) + "]")
         reasons: Counter = Counter()
         for d in ds:
-            by_reason: Dict[str, List[str]] = {}
+            by_reason: dict[str, list[str]] = {}
             for b, p in d["verdicts"].items():
                 if p["verdict"] != "decoded":
                     by_reason.setdefault(_norm(p["reason"]), []).append(b)
@@ -136,7 +135,7 @@ def summary(result: Dict, verbose: bool = False) -> str:
     pinned = {f["file"] for f in fails if f.get("file")}
     lines.append(f"invariant failures: {len(fails) or 'none'}"
                  + (f" ({len(pinned)} files pinned down)" if pinned else ""))
-    groups: Dict[str, List[Dict]] = {}
+    groups: dict[str, list[dict]] = {}
     for f in fails:
         groups.setdefault(_norm(f["error"].split(" (from ")[0]), []).append(f)
     for key, fs in sorted(groups.items(), key=lambda kv: -len(kv[1])):

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, Sequence
 
 from ..env import environment
 from .child import POLICIES, kill_live, run_backend
@@ -16,7 +16,7 @@ from .report import evaluate
 
 def run_suite(out: str | os.PathLike, cases: int, seed: int, backends: Sequence[str],
               timeout: float = 600.0, jobs: int = 2, log: Callable[[str], None] = lambda s: None,
-              epoch_timeout: float = 30.0, max_crashes: int = 100) -> Dict:
+              epoch_timeout: float = 30.0, max_crashes: int = 100) -> dict:
     """Build the corpus under ``out/corpus``, run every backend x policy, write ``out/fuzz.json``.
 
     Returns:

@@ -59,11 +59,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 from ..listcache import cache_base
 
-CANDIDATES: Tuple[float, ...] = (0.0, 1.0)  # the first is kept on a tie: the training default
+CANDIDATES: tuple[float, ...] = (0.0, 1.0)  # the first is kept on a tie: the training default
 WINDOW = 16    # batches per timed window
 MARGIN = 0.03  # another candidate must be this much faster (period) to replace the first
 DRIFT = 0.25   # a window this far from the chosen setting's period is a new use ...
@@ -80,7 +79,7 @@ class Decision:
     measured now (``"measured"``) or taken from the cache (``"cached"``)."""
 
     load: float
-    periods_ms: Dict[str, float]
+    periods_ms: dict[str, float]
     how: str
 
     def describe(self) -> str:
@@ -94,11 +93,11 @@ class CalibrationCache:
     ``GPU_FEED_CALIBRATION_CACHE=off`` turns it off and a path there replaces the file. A file
     that cannot be read or written costs a calibration, nothing else."""
 
-    def __init__(self, path: Optional[Path]):
+    def __init__(self, path: Path | None):
         self.path = path
 
     @classmethod
-    def default(cls) -> "CalibrationCache":
+    def default(cls) -> CalibrationCache:
         env = os.environ.get("GPU_FEED_CALIBRATION_CACHE")
         if env is not None and env.strip().lower() in ("off", "0", "no", "false"):
             return cls(None)
@@ -115,7 +114,7 @@ class CalibrationCache:
             return {}
         return data if isinstance(data, dict) and data.get("version") == VERSION else {}
 
-    def lookup(self, key: str, load: float, period_ms: float) -> Optional[Decision]:
+    def lookup(self, key: str, load: float, period_ms: float) -> Decision | None:
         """The cached decision of a use whose period at ``load`` is within ``DRIFT`` of
         ``period_ms``, or ``None``."""
         for e in reversed(self._read().get("entries", {}).get(key, [])):
@@ -163,7 +162,7 @@ class HostTimer:
     def mark(self):
         return time.perf_counter()
 
-    def seconds(self, a, b) -> Optional[float]:
+    def seconds(self, a, b) -> float | None:
         return b - a
 
 
@@ -180,7 +179,7 @@ class EventTimer:
         ev.record(self._torch.cuda.current_stream(self.device))
         return ev
 
-    def seconds(self, a, b) -> Optional[float]:
+    def seconds(self, a, b) -> float | None:
         if not b.query():
             return None
         return a.elapsed_time(b) / 1000.0
@@ -202,15 +201,15 @@ class Calibrator:
     timer: object = field(default_factory=HostTimer)
     cache: CalibrationCache = field(default_factory=lambda: CalibrationCache(None))
     key: str = ""
-    candidates: Tuple[float, ...] = CANDIDATES
+    candidates: tuple[float, ...] = CANDIDATES
     window: int = WINDOW
     load: float = field(init=False)
-    decisions: List[Decision] = field(default_factory=list, init=False)
+    decisions: list[Decision] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self.load = self.candidates[0]
-        self._ref: Optional[float] = None          # the chosen setting's period, s per batch
-        self._trial: Optional[Dict[float, float]] = None
+        self._ref: float | None = None          # the chosen setting's period, s per batch
+        self._trial: dict[float, float] | None = None
         self._strikes = 0  # watched windows in a row off the chosen setting's pace
         self._start = self._end = None
         self._closed = 0  # the size of the window awaiting its result
@@ -224,7 +223,7 @@ class Calibrator:
         if self._end is None:
             self._start = None
 
-    def tick(self) -> Optional[float]:
+    def tick(self) -> float | None:
         if self._end is not None:  # a window closed: wait for its result
             s = self.timer.seconds(self._start, self._end)
             if s is None:
@@ -250,7 +249,7 @@ class Calibrator:
             else max(2, self.window // 2)
 
     # -- decisions ------------------------------------------------------------------------
-    def _measured(self, period: float) -> Optional[float]:
+    def _measured(self, period: float) -> float | None:
         if self._trial is not None:
             self._trial[self.load] = period
             rest = [c for c in self.candidates if c not in self._trial]
@@ -281,7 +280,7 @@ class Calibrator:
         self._trial = {self.load: period}
         return self._switch(next(c for c in self.candidates if c != self.load))
 
-    def _switch(self, load: float) -> Optional[float]:
+    def _switch(self, load: float) -> float | None:
         if load == self.load:
             return None
         self.load = load

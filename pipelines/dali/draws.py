@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator, List, Optional, Sequence
+from collections.abc import Iterator, Sequence
 
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
 from ..draws import DrawPlan, Step
 
-_ROWS: List["Row"] = []  # the row of the graph being built
+_ROWS: list[Row] = []  # the row of the graph being built
 
 
 class Row:
@@ -23,7 +23,7 @@ class Row:
 
     def __init__(self, node):
         self.node = node
-        self.steps: List[Step] = []
+        self.steps: list[Step] = []
         self.width = 0
 
     def take(self, step: Step, vector: bool = False):
@@ -69,7 +69,7 @@ def coin(p: float):
     return _row().take(Step("coin", p=float(p)))
 
 
-def uniform(lo: float, hi: float, shape: Optional[Sequence[int]] = None):
+def uniform(lo: float, hi: float, shape: Sequence[int] | None = None):
     """Uniform on ``[lo, hi)``: a scalar, or a 1-D vector of ``shape[0]``; a constant ``lo``
     when the range is empty (nothing is drawn)."""
     if not hi > lo:
@@ -79,7 +79,7 @@ def uniform(lo: float, hi: float, shape: Optional[Sequence[int]] = None):
     return u * (float(hi) - float(lo)) + float(lo)
 
 
-def integer(n: int, shape: Optional[Sequence[int]] = None):
+def integer(n: int, shape: Sequence[int] | None = None):
     """Uniform on ``{0, ..., n - 1}`` as INT32."""
     u = _row().take(Step("uniform", count=int(math.prod(shape)) if shape else 1),
                     vector=shape is not None)

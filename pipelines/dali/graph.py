@@ -19,13 +19,13 @@ CPU operators (how CI tests it).
 from __future__ import annotations
 
 import warnings
-from typing import Callable, List, Optional
+from collections.abc import Callable
 
 from nvidia.dali import fn, pipeline_def, types
 
+from ..config import DecodeOn, LoaderConfig, OutputDType
 from ..migrate import Op, Problem, TvPlan, UnsupportedTransformError
 from ..migrate.ops import build, entry
-from ..config import DecodeOn, LoaderConfig, OutputDType
 from ..options import DaliOptions
 from . import draws
 
@@ -65,7 +65,7 @@ def decoder_kwargs(opt: DaliOptions, gpu: bool) -> dict:
 
 
 def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
-            mixed: Optional[bool] = None):
+            mixed: bool | None = None):
     """The augmentation graph on encoded JPEGs, from a ``TvPlan``; returns normalised images.
 
     Each op is built by its op registry entry (``pipelines.migrate.ops``). A leading op whose
@@ -105,7 +105,7 @@ def conditional(plan: TvPlan) -> bool:
     return any(entry(op).conditional for op in plan.ops)
 
 
-_BUILDING: List[Op] = []  # the op whose graph is being built (for ``_graph_error``)
+_BUILDING: list[Op] = []  # the op whose graph is being built (for ``_graph_error``)
 
 
 def _apply(images, op: Op):
@@ -115,7 +115,7 @@ def _apply(images, op: Op):
     return build(images, op)
 
 
-def _building(op: Optional[Op]) -> None:
+def _building(op: Op | None) -> None:
     _BUILDING.clear()
     if op is not None:
         _BUILDING.append(op)
@@ -147,7 +147,7 @@ def _resolve(ops) -> None:
 
 
 def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Callable,
-                   device_id: Optional[int], lane: int = 0, encoded: bool = False):
+                   device_id: int | None, lane: int = 0, encoded: bool = False):
     """Build the pipeline reading ``(jpegs, labels, indices)`` batches from ``source``; its
     ``draw_plan`` attribute is the layout of the fed rows of draws (``pipelines.draws``).
 

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Dict, List, Optional
 
 import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
@@ -96,17 +95,17 @@ class DaliLoader(LoaderBase):
                                  read=None if self.data_source.by_path
                                  else self.data_source.read)
         self.pipes: list = []
-        self._its: Optional[List[DALIGenericIterator]] = None
+        self._its: list[DALIGenericIterator] | None = None
         # NOTE [calibration]: the other candidates' pipelines, built up front and idle, as
         # ``{load: (pipes, iterators or None)}``; a switch swaps them in without a rebuild
-        self._spare: Dict[float, tuple] = {}
+        self._spare: dict[float, tuple] = {}
         with self._on_device():
             self._build()
             if self.calibrator is not None:
                 self._spares()
-        self._probe: Optional[DecodeProbe] = None
+        self._probe: DecodeProbe | None = None
         self._in_epoch = False  # the pipelines may hold batches: drain before a fresh start
-        self._last_epoch: Optional[int] = None  # the epoch the last iter() read
+        self._last_epoch: int | None = None  # the epoch the last iter() read
         self._broken = False
         self.recoveries = 0
 
@@ -129,7 +128,7 @@ class DaliLoader(LoaderBase):
         return options.replace(preallocate_width_hint=big[0] if w is None else w,
                                preallocate_height_hint=big[1] if h is None else h)
 
-    def _calibrator(self, config: LoaderConfig, options: DaliOptions) -> Optional[Calibrator]:
+    def _calibrator(self, config: LoaderConfig, options: DaliOptions) -> Calibrator | None:
         """The calibration of ``hw_decoder_load=None`` on a GPU (``pipelines.dali.calibrate``
         NOTE [calibration]), keyed by the GPU, DALI, the data, the recipe and the batch."""
         if options.hw_decoder_load is not None or not self.gpu:
@@ -170,7 +169,7 @@ class DaliLoader(LoaderBase):
     def _build(self) -> None:
         self.pipes = self._pipes_for(self.hw_decoder_load)
         self._its = None
-        self._ran_on: Optional[int] = None  # the epoch every lane ran on into (NOTE [running on])
+        self._ran_on: int | None = None  # the epoch every lane ran on into (NOTE [running on])
 
     def _pipes_for(self, load: float) -> list:
         """One pipeline per lane, with the hardware decoder's share ``load``; the source
@@ -182,7 +181,7 @@ class DaliLoader(LoaderBase):
         self.source.draw(pipes[0].draw_plan, self.config.seed)
         return pipes
 
-    def _iterators(self, pipes: Optional[list] = None) -> List[DALIGenericIterator]:
+    def _iterators(self, pipes: list | None = None) -> list[DALIGenericIterator]:
         return [DALIGenericIterator(p, list(OUTPUTS), size=-1, auto_reset=False,
                                     last_batch_policy=DaliPolicy.PARTIAL,
                                     prepare_first_batch=False)
@@ -222,7 +221,7 @@ class DaliLoader(LoaderBase):
             return False
         return True
 
-    def h2d_bytes_per_sample(self) -> Optional[float]:
+    def h2d_bytes_per_sample(self) -> float | None:
         """The encoded file bytes (they go to the GPU decoder) and the int64 label."""
         if not self.gpu:
             return 0.0
@@ -231,7 +230,7 @@ class DaliLoader(LoaderBase):
             return None
         return src.bytes_read / src.samples_read + 8.0
 
-    def _target_after(self, epoch: int) -> Optional[int]:
+    def _target_after(self, epoch: int) -> int | None:
         """The epoch the lanes run on into after ``epoch`` (NOTE [running on]): this one again
         when the consumer repeated its last epoch, else the next; ``None`` without ``run_on``."""
         if not self.options.run_on:
@@ -395,7 +394,7 @@ class DaliLoader(LoaderBase):
         if all(ran_on):
             self._ran_on = self.source.target
 
-    def _own(self, d: Dict[str, torch.Tensor], cast: bool):
+    def _own(self, d: dict[str, torch.Tensor], cast: bool):
         """The batch's ``(images, labels)`` from DALI's outputs ``d``: images in the config's
         layout and dtype, labels on the device (the graph copies them there on a GPU)."""
         x, y = d["images"], d["labels"].view(-1)

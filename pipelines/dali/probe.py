@@ -9,7 +9,7 @@ the probe pipeline is rebuilt after each failure (cheap: it is only reader + dec
 from __future__ import annotations
 
 import os
-from typing import Callable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from nvidia.dali import fn, pipeline_def, types
@@ -41,8 +41,8 @@ class DecodeProbe:
             with DALI's CPU decoder (``DaliOptions.decode_on="cpu"``).
     """
 
-    def __init__(self, batch_size: int, device_id: Optional[int], decoder_kwargs: dict,
-                 read: Optional[Callable[[int], bytes]] = None, mixed: Optional[bool] = None):
+    def __init__(self, batch_size: int, device_id: int | None, decoder_kwargs: dict,
+                 read: Callable[[int], bytes] | None = None, mixed: bool | None = None):
         self.read = read
         self.mixed = device_id is not None if mixed is None else mixed
         self.batch_size = batch_size
@@ -67,7 +67,7 @@ class DecodeProbe:
         pipe.build()
         return pipe
 
-    def _decodes(self, items: Sequence[Tuple[int, str]]) -> Optional[BaseException]:
+    def _decodes(self, items: Sequence[tuple[int, str]]) -> BaseException | None:
         """``None`` when every sample of ``items`` decodes, else DALI's exception."""
         if self._pipe is None:
             self._pipe = self._build()
@@ -90,15 +90,15 @@ class DecodeProbe:
             self.rebuilds += 1
             return e
 
-    def failing(self, items: Sequence[Tuple[int, str]],
-                on_bad: Callable[[int, str], None] = lambda i, r: None) -> List[Tuple[int, str]]:
+    def failing(self, items: Sequence[tuple[int, str]],
+                on_bad: Callable[[int, str], None] = lambda i, r: None) -> list[tuple[int, str]]:
         """The ``(index, reason)`` of every item whose file fails to decode alone.
 
         Args:
             items: ``(dataset index, path)`` pairs, without repeats.
             on_bad: called for each failing item as it is found.
         """
-        out: List[Tuple[int, str]] = []
+        out: list[tuple[int, str]] = []
         groups = [list(items[i:i + self.batch_size])
                   for i in range(0, len(items), self.batch_size)]
         while groups:

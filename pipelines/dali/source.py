@@ -75,9 +75,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -85,7 +85,7 @@ from ..draws import DrawPlan
 from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes, decoded_size, jpeg_size
 
 
-def _frame_size(data: bytes) -> Tuple[int, int]:
+def _frame_size(data: bytes) -> tuple[int, int]:
     """``(height, width)`` from a JPEG's frame header, else ``(1, 1)``: a window that fits
     any image."""
     wh = jpeg_size(data)
@@ -115,14 +115,14 @@ class Fed:
         round: the pass over an epoch it belongs to (``PlanSource.round``; NOTE [running on]).
     """
 
-    positions: List[int]
+    positions: list[int]
     rows: np.ndarray
-    bad: List[Tuple[str, str]] = field(default_factory=list)
+    bad: list[tuple[str, str]] = field(default_factory=list)
     dropped: int = 0
     round: int = 0
 
     @classmethod
-    def empty(cls, round: int = 0) -> "Fed":
+    def empty(cls, round: int = 0) -> Fed:
         return cls([], np.empty(0, np.int64), round=round)
 
 
@@ -147,9 +147,9 @@ class PlanSource:
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray,
-                 plan: Callable[[int], List[np.ndarray]], readahead: int = 3, threads: int = 4,
+                 plan: Callable[[int], list[np.ndarray]], readahead: int = 3, threads: int = 4,
                  keep_alive: int = 4, max_pixels: int = DEFAULT_MAX_PIXELS, lanes: int = 1,
-                 read: Optional[Callable[[int], bytes]] = None):
+                 read: Callable[[int], bytes] | None = None):
         if not isinstance(lanes, int) or lanes < 1:
             raise ValueError(f"lanes={lanes!r} must be an int >= 1")
         self.paths = list(paths)
@@ -162,7 +162,7 @@ class PlanSource:
         self.bytes_read = 0
         self.samples_read = 0
         self.lanes = lanes
-        self._plans: Dict[int, List[np.ndarray]] = {}  # epoch -> its batches (this one, target)
+        self._plans: dict[int, list[np.ndarray]] = {}  # epoch -> its batches (this one, target)
         self._gen = 0            # bumped by start_epoch: one generation per epoch started
         self._planned_gen = -1   # the generation self._plans was made for
         self._lane_gen = [-1] * lanes
@@ -170,25 +170,25 @@ class PlanSource:
         self._lane_round = [0] * lanes  # and its pass: self.round, or the next once it crossed
         self.round = 0  # the current pass: bumped by start_epoch and continue_into
         self._lane_pos = [0] * lanes
-        self._target: Optional[int] = None  # the epoch lanes run on into (NOTE [running on])
-        self._start_pos: List[int] = list(range(lanes))
+        self._target: int | None = None  # the epoch lanes run on into (NOTE [running on])
+        self._start_pos: list[int] = list(range(lanes))
         self._stopped = False
-        self._carry: List[Fed] = [Fed.empty() for _ in range(lanes)]
-        self._fed: List[Deque[Fed]] = [deque() for _ in range(lanes)]
-        self._pending: Dict[Tuple[int, int], Future] = {}  # (epoch, position) -> its read
+        self._carry: list[Fed] = [Fed.empty() for _ in range(lanes)]
+        self._fed: list[deque[Fed]] = [deque() for _ in range(lanes)]
+        self._pending: dict[tuple[int, int], Future] = {}  # (epoch, position) -> its read
         self._alive: deque = deque(maxlen=keep_alive * lanes)
         self._status = np.zeros(len(self.paths), dtype=np.int8)  # _UNKNOWN / _GOOD / _BAD
         self._size = np.zeros(len(self.paths), dtype=np.int64)    # bytes, once checked
-        self._reason: Dict[int, str] = {}
+        self._reason: dict[int, str] = {}
         self._hw = np.zeros((len(self.paths), 2), dtype=np.int64)  # decoded (h, w), once checked
         self._draws = DrawPlan(())  # NOTE [draws]: set by draw() once the graph is built
         self._seed = 0
-        self._raws: "OrderedDict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+        self._raws: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._raws_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dali-read")
 
     # -- epoch control (the loader's side) ---------------------------------------------------
-    def start_epoch(self, epoch: int, resume: Optional[Sequence[int]] = None) -> None:
+    def start_epoch(self, epoch: int, resume: Sequence[int] | None = None) -> None:
         """Fix the epoch whose plan the lanes' next calls serve.
 
         Args:
@@ -204,13 +204,13 @@ class PlanSource:
         self._fed = [deque() for _ in range(self.lanes)]
         self._carry = [Fed.empty(self.round) for _ in range(self.lanes)]
 
-    def run_on(self, target: Optional[int]) -> None:
+    def run_on(self, target: int | None) -> None:
         """The epoch a lane goes on with at the end of the current one, or ``None``: it stops
         (NOTE [running on])."""
         self._target = target
 
     @property
-    def target(self) -> Optional[int]:
+    def target(self) -> int | None:
         """The epoch lanes run on into (``run_on``)."""
         return self._target
 
@@ -220,7 +220,7 @@ class PlanSource:
         self.epoch = epoch
         self.round += 1
 
-    def peek(self, k: int) -> Optional[Fed]:
+    def peek(self, k: int) -> Fed | None:
         """The record of the oldest batch of lane ``k`` not yet taken, left in place."""
         return self._fed[k][0] if self._fed[k] else None
 
@@ -230,15 +230,15 @@ class PlanSource:
         self._stopped = True
         self._cancel_pending()
 
-    def take(self, k: int) -> Optional[Fed]:
+    def take(self, k: int) -> Fed | None:
         """The record of the oldest batch of lane ``k`` not yet taken, or ``None``."""
         return self._fed[k].popleft() if self._fed[k] else None
 
-    def in_flight(self, k: int) -> List[Fed]:
+    def in_flight(self, k: int) -> list[Fed]:
         """Lane ``k``'s records not yet taken: batches DALI holds or is working on."""
         return list(self._fed[k])
 
-    def resume_positions(self) -> List[int]:
+    def resume_positions(self) -> list[int]:
         """Per lane, the first plan position not yet taken (where a rebuilt pipeline starts).
         A lane that ran on into the next epoch (NOTE [running on]) and has nothing left of this
         one gets a position past this epoch's end."""
@@ -289,7 +289,7 @@ class PlanSource:
         """Files read and checked in Python so far (each at most once)."""
         return int((self._status != _UNKNOWN).sum())
 
-    def _raws_of(self, epoch: int, pos: int, batches: List[np.ndarray]) -> np.ndarray:
+    def _raws_of(self, epoch: int, pos: int, batches: list[np.ndarray]) -> np.ndarray:
         """The raw generator outputs of batch ``pos``'s samples (NOTE [draws]), made for
         ``_BLOCK`` samples' worth of batches at once and kept for a few blocks."""
         per = max(1, _BLOCK // max(1, len(batches[0])))
@@ -309,9 +309,9 @@ class PlanSource:
         k = pos - block * per
         return raws[starts[k]:starts[k + 1]]
 
-    def _load(self, epoch: int, pos: int, batches: List[np.ndarray]):
+    def _load(self, epoch: int, pos: int, batches: list[np.ndarray]):
         idx = batches[pos]
-        data: Dict[int, bytes] = {}
+        data: dict[int, bytes] = {}
         for i in idx[self._status[idx] == _UNKNOWN]:
             data[int(i)] = self._check(int(i))
         if self.read is not None:  # NOTE [bytes]: every epoch reads the samples here
@@ -355,7 +355,7 @@ class PlanSource:
             f.cancel()
         self._pending.clear()
 
-    def _plan(self, epoch: int) -> List[np.ndarray]:
+    def _plan(self, epoch: int) -> list[np.ndarray]:
         """``epoch``'s batches, planned once per generation; only the current epoch's and the
         target's are kept."""
         if epoch not in self._plans:

@@ -6,7 +6,7 @@ put ToDtype(torch.float32, scale=True) before it)``.
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple
+from typing import NamedTuple
 
 
 class Problem(NamedTuple):
@@ -26,7 +26,7 @@ class Problem(NamedTuple):
 class _Refusal(ValueError):
     """A ``ValueError`` listing every refused step (``.problems``)."""
 
-    def __init__(self, message: str, problems: List[Problem] = ()):  # type: ignore[assignment]
+    def __init__(self, message: str, problems: list[Problem] = ()):  # type: ignore[assignment]
         super().__init__(message)
         self.problems = list(problems)
 
@@ -55,7 +55,7 @@ class TransformError(RuntimeError):
     """
 
 
-def refusal(cls, head: str, problems: List[Problem], tail: str = ""):
+def refusal(cls, head: str, problems: list[Problem], tail: str = ""):
     """``cls`` with a one-line message: ``head: p1; p2. tail``."""
     msg = f"{head}: " + "; ".join(map(str, problems)) + (f". {tail}" if tail else "")
     return cls(msg, problems)

@@ -16,29 +16,38 @@ for the image's type, a zero ``std``, ``Resize`` with ``BOX`` on a tensor, a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 import torch
 
 from .errors import InvalidTransformError, Problem, refusal
 from .forms import is_v1
-from .params import antialias, hw, interpolation, max_value, padding_lrtb, resize_refusal, \
-    resized, todtype_target
+from .params import (
+    antialias,
+    hw,
+    interpolation,
+    max_value,
+    padding_lrtb,
+    resize_refusal,
+    resized,
+    todtype_target,
+)
 
-Vec = Tuple[float, ...]
+Vec = tuple[float, ...]
 
 
 @dataclass(frozen=True)
 class State:
     """The image between two steps; ``None`` means not known without running the transform."""
 
-    dtype: Optional[torch.dtype] = torch.uint8
-    kind: Optional[str] = "tensor"            # "tensor" (plain) or "image" (tv_tensors.Image)
-    channels: Optional[int] = 3
-    scale: Optional[Vec] = (1.0, 1.0, 1.0)    # value = scale * x + shift, x the uint8 pixel
-    shift: Optional[Vec] = (0.0, 0.0, 0.0)
-    size: Optional[Tuple[int, int]] = None    # (H, W), when an earlier step fixed it
+    dtype: torch.dtype | None = torch.uint8
+    kind: str | None = "tensor"            # "tensor" (plain) or "image" (tv_tensors.Image)
+    channels: int | None = 3
+    scale: Vec | None = (1.0, 1.0, 1.0)    # value = scale * x + shift, x the uint8 pixel
+    shift: Vec | None = (0.0, 0.0, 0.0)
+    size: tuple[int, int] | None = None    # (H, W), when an earlier step fixed it
 
     @property
     def is_float(self) -> bool:
@@ -64,10 +73,10 @@ class Step:
 
 
 # -- the steps -------------------------------------------------------------------------------------
-Handler = Callable[[Any, State, List[str]], State]
+Handler = Callable[[Any, State, list[str]], State]
 
 
-def _resample(t, s: State, out: List[str]) -> None:
+def _resample(t, s: State, out: list[str]) -> None:
     mode = getattr(t, "interpolation", None)  # as given: torchvision 0.26 refuses strings
     why = resize_refusal(is_v1(t), mode if mode is not None else interpolation(t),
                          antialias(t), s.dtype)
@@ -76,7 +85,7 @@ def _resample(t, s: State, out: List[str]) -> None:
                    f"refuses it on the decoded tensor ({why})")
 
 
-def _resize(t, s: State, out: List[str]) -> State:
+def _resize(t, s: State, out: list[str]) -> State:
     _resample(t, s, out)
     size, max_size = t.size, getattr(t, "max_size", None)
     single = isinstance(size, int) or (size is not None and len(size) == 1)
@@ -91,7 +100,7 @@ def _resize(t, s: State, out: List[str]) -> State:
     return replace(s, size=new)
 
 
-def _rrc(t, s: State, out: List[str]) -> State:
+def _rrc(t, s: State, out: list[str]) -> State:
     _resample(t, s, out)
     (s0, s1), (r0, r1) = t.scale, t.ratio
     if s0 > s1:
@@ -103,7 +112,7 @@ def _rrc(t, s: State, out: List[str]) -> State:
     return replace(s, size=hw(t.size))
 
 
-def _random_crop(t, s: State, out: List[str]) -> State:
+def _random_crop(t, s: State, out: list[str]) -> State:
     ch, cw = hw(t.size)
     if s.size and not t.pad_if_needed:
         l, r, top, b = padding_lrtb(t)
@@ -113,7 +122,7 @@ def _random_crop(t, s: State, out: List[str]) -> State:
     return replace(s, size=(ch, cw))
 
 
-def _pad(t, s: State, out: List[str]) -> State:
+def _pad(t, s: State, out: list[str]) -> State:
     l, r, top, b = padding_lrtb(t)
     if s.size and t.padding_mode in ("reflect", "symmetric") and (
             max(top, b) >= s.size[0] or max(l, r) >= s.size[1]):
@@ -129,7 +138,7 @@ def _fills(t) -> list:
     return list(fill.values())
 
 
-def _check_fill(t, s: State, out: List[str]) -> None:
+def _check_fill(t, s: State, out: list[str]) -> None:
     n = s.channels
     for v in _fills(t):
         k = len(v) if isinstance(v, (list, tuple)) else 1
@@ -139,7 +148,7 @@ def _check_fill(t, s: State, out: List[str]) -> None:
             return
 
 
-def _check_range(name: str, lo_hi, out: List[str]) -> None:
+def _check_range(name: str, lo_hi, out: list[str]) -> None:
     """A ``(min, max)`` that torchvision draws ``uniform_(min, max)`` from: it raises on a
     reversed or non-finite range."""
     lo, hi = (float(v) for v in lo_hi)
@@ -148,7 +157,7 @@ def _check_range(name: str, lo_hi, out: List[str]) -> None:
                    "and raises unless both are finite and min <= max")
 
 
-def _auto_family(t, s: State, out: List[str]) -> State:
+def _auto_family(t, s: State, out: list[str]) -> State:
     """TrivialAugmentWide, RandAugment, AutoAugment: on uint8 they keep uint8 values; on float
     their result is no affine map of the pixels. torchvision refuses (at run time, when the op
     is drawn) fewer than 2 magnitude bins (its posterize table divides by bins - 1), a
@@ -186,7 +195,7 @@ BRANCH_SAFE = ("RandomHorizontalFlip", "RandomVerticalFlip", "ColorJitter", "Ran
                "AutoAugment", "RandomRotation", "RandomAffine")
 
 
-def _branches(t, s: State, out: List[str]) -> State:
+def _branches(t, s: State, out: list[str]) -> State:
     """RandomApply / RandomChoice: known when every branch keeps the size and, on uint8, the
     values' space (``BRANCH_SAFE``); unknown otherwise."""
     inner = list(getattr(t, "transforms", []))
@@ -200,7 +209,7 @@ def _branches(t, s: State, out: List[str]) -> State:
     return s if safe and not s.is_float else UNKNOWN
 
 
-def _blur(t, s: State, out: List[str]) -> State:
+def _blur(t, s: State, out: list[str]) -> State:
     kw, kh = hw(t.kernel_size)  # torchvision's kernel_size is (x, y)
     if s.size and (kh // 2 >= s.size[0] or kw // 2 >= s.size[1]):
         out.append(f"kernel_size={t.kernel_size}|torchvision pads by reflection and raises "
@@ -208,7 +217,7 @@ def _blur(t, s: State, out: List[str]) -> State:
     return s
 
 
-def _normalize(t, s: State, out: List[str]) -> State:
+def _normalize(t, s: State, out: list[str]) -> State:
     mean, std = [float(m) for m in t.mean], [float(v) for v in t.std]
     if s.dtype is not None and not s.dtype.is_floating_point:
         out.append(f"input dtype={s.dtype}|Normalize needs a float image; put "
@@ -229,7 +238,7 @@ def _normalize(t, s: State, out: List[str]) -> State:
                    shift=tuple((b - m[c]) / d[c] for c, b in enumerate(s.shift)))
 
 
-def _to_dtype(t, s: State, out: List[str], scale: Optional[bool] = None) -> State:
+def _to_dtype(t, s: State, out: list[str], scale: bool | None = None) -> State:
     scale = bool(t.scale) if scale is None else scale
     try:
         known, dt = todtype_target(t, s.kind)
@@ -255,25 +264,25 @@ def _to_dtype(t, s: State, out: List[str], scale: Optional[bool] = None) -> Stat
     return replace(s, dtype=dst) if keeps else replace(s, dtype=dst, scale=None, shift=None)
 
 
-def _same(t, s: State, out: List[str]) -> State:
+def _same(t, s: State, out: list[str]) -> State:
     return s
 
 
-def _to_image(t, s: State, out: List[str]) -> State:
+def _to_image(t, s: State, out: list[str]) -> State:
     return replace(s, kind="image" if s.kind is not None else None)
 
 
-def _to_pure(t, s: State, out: List[str]) -> State:
+def _to_pure(t, s: State, out: list[str]) -> State:
     return replace(s, kind="tensor" if s.kind is not None else None)
 
 
-def _fixed(t, s: State, out: List[str]) -> State:
+def _fixed(t, s: State, out: list[str]) -> State:
     return replace(s, size=hw(t.size))
 
 
 def _keeps_dtype(keep_size: bool) -> Handler:
     """Steps that DALI does not run but whose effect on dtype and kind is known."""
-    def h(t, s: State, out: List[str]) -> State:
+    def h(t, s: State, out: list[str]) -> State:
         if type(t).__name__ == "RandomRotation" and getattr(t, "expand", False):
             keep = False
         else:
@@ -284,7 +293,7 @@ def _keeps_dtype(keep_size: bool) -> Handler:
     return h
 
 
-HANDLERS: Dict[str, Handler] = {
+HANDLERS: dict[str, Handler] = {
     "Resize": _resize, "RandomResizedCrop": _rrc, "CenterCrop": _fixed,
     "RandomCrop": _random_crop, "GaussianBlur": _blur, "Normalize": _normalize,
     "ToDtype": _to_dtype,
@@ -315,7 +324,7 @@ for _n in ("RandomZoomOut", "ScaleJitter", "RandomShortestSize", "RandomResize",
     HANDLERS[_n] = _keeps_dtype(False)
 
 
-def walk(compose) -> Tuple[List[Step], List[Problem]]:
+def walk(compose) -> tuple[list[Step], list[Problem]]:
     """Every step of ``compose`` (a flat v2 Compose) with the image before and after it, and the
     steps torchvision would refuse."""
     steps, problems = [], []
@@ -323,7 +332,7 @@ def walk(compose) -> Tuple[List[Step], List[Problem]]:
     for pos, t in enumerate(compose.transforms):
         name = type(t).__name__
         h = HANDLERS.get(name)
-        out: List[str] = []
+        out: list[str] = []
         after = UNKNOWN if h is None or s.dtype is None else h(t, s, out)  # no checks after it
         for o in out:
             param, _, why = o.partition("|")
@@ -333,7 +342,7 @@ def walk(compose) -> Tuple[List[Step], List[Problem]]:
     return steps, problems
 
 
-def check(compose) -> List[Step]:
+def check(compose) -> list[Step]:
     """``walk(compose)``'s steps, or ``InvalidTransformError`` listing what torchvision refuses."""
     steps, problems = walk(compose)
     if problems:

@@ -15,13 +15,14 @@ through ``dali("module.function")``, which imports them when the graph is built.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 from .plan import Op
 
 # (the transform, the image before it: a flow.State) -> (the plan ops, or (param, reason))
-Translate = Callable[[Any, Any], Tuple[List[Op], Optional[Tuple[str, str]]]]
+Translate = Callable[[Any, Any], tuple[list[Op], tuple[str, str] | None]]
 Build = Callable[[Any, Op], Any]  # (DALI images, op) -> DALI images
 
 
@@ -60,16 +61,16 @@ class OpDef:
 
     kind: str
     build: Build
-    torchvision: Tuple[str, ...] = ()
-    translate: Optional[Translate] = None
+    torchvision: tuple[str, ...] = ()
+    translate: Translate | None = None
     uint8_only: bool = False
     commutes: Callable[[Op], bool] = _never
-    decode: Optional[Callable[..., Any]] = None
-    mirror: Optional[Callable[[Op], Any]] = None
+    decode: Callable[..., Any] | None = None
+    mirror: Callable[[Op], Any] | None = None
     conditional: bool = False
 
 
-REGISTRY: Dict[str, OpDef] = {}
+REGISTRY: dict[str, OpDef] = {}
 
 
 def register(entry: OpDef) -> OpDef:
@@ -82,12 +83,12 @@ def register(entry: OpDef) -> OpDef:
     return entry
 
 
-def for_transform(name: str) -> Optional[OpDef]:
+def for_transform(name: str) -> OpDef | None:
     """The entry translating the torchvision class ``name``, or ``None``."""
     return next((e for e in REGISTRY.values() if name in e.torchvision), None)
 
 
-def names() -> Tuple[str, ...]:
+def names() -> tuple[str, ...]:
     """Every torchvision class name some entry translates, in registration order."""
     return tuple(n for e in REGISTRY.values() for n in e.torchvision)
 
@@ -113,7 +114,7 @@ class dali:
 
     def __init__(self, path: str):
         self.path = path
-        self.fn: Optional[Callable[..., Any]] = None
+        self.fn: Callable[..., Any] | None = None
 
     def resolve(self) -> Callable[..., Any]:
         """The function, imported once (``pipelines.dali.graph`` resolves every builder before

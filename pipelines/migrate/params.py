@@ -3,8 +3,7 @@ attributes for the supported set; where their stored forms differ, as ``RandomCr
 or a v2 ``interpolation`` kept as a string, this module reads both)."""
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Optional, Tuple
+from functools import cache
 
 import torch
 
@@ -30,14 +29,14 @@ def antialias(t) -> bool:
     return bool(getattr(t, "antialias", True))
 
 
-def hw(size) -> Tuple[int, int]:
+def hw(size) -> tuple[int, int]:
     if isinstance(size, int):
         return size, size
     size = [int(s) for s in size]
     return (size[0], size[0]) if len(size) == 1 else (size[0], size[1])
 
 
-def resized(size_hw: Tuple[int, int], size, max_size) -> Tuple[int, int]:
+def resized(size_hw: tuple[int, int], size, max_size) -> tuple[int, int]:
     """torchvision's ``Resize`` output ``(H, W)`` for an input of ``size_hw``."""
     h, w = size_hw
     short, long = (w, h) if w <= h else (h, w)
@@ -53,7 +52,7 @@ def resized(size_hw: Tuple[int, int], size, max_size) -> Tuple[int, int]:
     return (new_long, new_short) if w <= h else (new_short, new_long)
 
 
-def padding_lrtb(t) -> Tuple[int, int, int, int]:
+def padding_lrtb(t) -> tuple[int, int, int, int]:
     """``RandomCrop``'s or ``Pad``'s padding as (left, right, top, bottom); v2's RandomCrop
     keeps it so, v1 and ``Pad`` keep the user's form (an int, ``[lr, tb]`` or ``[l, t, r, b]``)."""
     p = t.padding
@@ -71,7 +70,7 @@ def padding_lrtb(t) -> Tuple[int, int, int, int]:
     return p[0], p[2], p[1], p[3]
 
 
-def todtype_target(t, kind: Optional[str]):
+def todtype_target(t, kind: str | None):
     """``(known, dtype)`` that ``ToDtype`` / ``ConvertImageDtype`` gives an input of ``kind``.
 
     ``dtype`` is ``None`` for "no conversion"; raises ``KeyError`` when a dict has no entry.
@@ -95,8 +94,8 @@ def max_value(dtype: torch.dtype) -> float:
     return float(torch.iinfo(dtype).max)
 
 
-@lru_cache(maxsize=None)
-def resize_refusal(v1: bool, mode, aa: bool, dtype: Optional[torch.dtype]) -> Optional[str]:
+@cache
+def resize_refusal(v1: bool, mode, aa: bool, dtype: torch.dtype | None) -> str | None:
     """What torchvision says when it resizes a tensor with this mode, or ``None`` if it can.
 
     Asked of torchvision itself on a 4 x 4 tensor (its support differs between versions)."""

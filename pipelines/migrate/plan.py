@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Tuple
-
+from typing import Any
 
 # how ``Resize`` / ``RandomResizedCrop`` resample: DALI's interpolation and antialias
 LINEAR = (("interp", "linear"), ("antialias", True))
@@ -14,7 +13,7 @@ class Op:
     """One translated step. ``kind`` names it; ``args`` holds its parameters."""
 
     kind: str
-    args: Tuple[Tuple[str, Any], ...] = ()
+    args: tuple[tuple[str, Any], ...] = ()
 
     def __getitem__(self, key: str) -> Any:
         return dict(self.args)[key]
@@ -33,10 +32,10 @@ class TvPlan:
         out_size: ``(H, W)`` of every output image.
     """
 
-    ops: Tuple[Op, ...]
-    mean: Tuple[float, float, float]
-    std: Tuple[float, float, float]
-    out_size: Tuple[int, int]
+    ops: tuple[Op, ...]
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    out_size: tuple[int, int]
 
 
 def spec_ops(spec) -> TvPlan:

@@ -8,7 +8,7 @@ on the batch as it would on one image.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 from .errors import TransformError, transform_error
 
@@ -27,7 +27,7 @@ class Steps:
             ``ToImage``); ``"tensor"`` for a plain tensor.
     """
 
-    def __init__(self, transforms: List[Any], offset: int = 0, kind: str = "tensor"):
+    def __init__(self, transforms: list[Any], offset: int = 0, kind: str = "tensor"):
         self.transforms = list(transforms)
         self.offset = offset
         self.kind = kind
@@ -65,7 +65,7 @@ def apply(transform, x, where: str = ""):
     return as_steps(transform)(x, where)
 
 
-def split_compose(compose) -> Tuple[Steps, Steps]:
+def split_compose(compose) -> tuple[Steps, Steps]:
     """``(head, tail)`` of ``compose``: the tail is its longest batchable ending (module doc).
 
     The tail is empty when a step the model does not know comes before it (the kind of tensor
@@ -77,7 +77,7 @@ def split_compose(compose) -> Tuple[Steps, Steps]:
     k = len(steps)
     while k > 0 and steps[k - 1].name in BATCHABLE:
         k -= 1
-    kind: Optional[str] = steps[k].before.kind if k < len(steps) else "tensor"
+    kind: str | None = steps[k].before.kind if k < len(steps) else "tensor"
     if kind is None:
         k, kind = len(steps), "tensor"
     ts = [s.t for s in steps]

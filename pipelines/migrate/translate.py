@@ -42,8 +42,6 @@ refused.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
-
 from .errors import InvalidTransformError, Problem, UnsupportedTransformError, refusal
 from .flow import BRANCH_SAFE, State, Step, antialias, check, hw, interpolation, padding_lrtb, resized
 from .ops import OpDef, always, dali, entry, for_transform, names, register
@@ -127,7 +125,7 @@ PAD_MODE = {"constant": "constant", "edge": "edge", "reflect": "reflect_101",
             "symmetric": "reflect_1001"}
 
 
-def _resample(t) -> Tuple[Tuple[Tuple[str, object], ...], Optional[Problem]]:
+def _resample(t) -> tuple[tuple[tuple[str, object], ...], Problem | None]:
     mode, aa = interpolation(t).value, antialias(t)
     if mode == "nearest":
         return (), ("interpolation=NEAREST", DALI_REFUSED["RandomResizedCrop, Resize"][0][1])
@@ -139,7 +137,7 @@ def _resample(t) -> Tuple[Tuple[Tuple[str, object], ...], Optional[Problem]]:
     return (("interp", INTERP[mode]), ("antialias", aa and mode != "nearest-exact")), None
 
 
-def _range(v, center: float = 1.0) -> Optional[Tuple[float, float]]:
+def _range(v, center: float = 1.0) -> tuple[float, float] | None:
     if v is None:
         return None
     if isinstance(v, (int, float)):
@@ -285,12 +283,12 @@ def _affine_family(t, s: State):
                         ("fill", got[1])))], None
 
 
-def _branch_ops(t, s: State, inner) -> Tuple[List[Op], Optional[Tuple[str, str]]]:
+def _branch_ops(t, s: State, inner) -> tuple[list[Op], tuple[str, str] | None]:
     """The plan ops of the steps inside a ``RandomApply`` / ``RandomChoice``."""
     why = DALI_REFUSED["RandomApply, RandomChoice"]
     if s.is_float:
         return [], ("", why[0][1])
-    ops: List[Op] = []
+    ops: list[Op] = []
     for u in inner:
         name = type(u).__name__
         e = for_transform(name)
@@ -422,7 +420,7 @@ FORMAT = ("ToImage", "ToPureTensor", "PILToTensor", "ToTensor", "Identity")
 DTYPE = ("ToDtype", "ConvertImageDtype")
 
 
-def supported() -> Tuple[str, ...]:
+def supported() -> tuple[str, ...]:
     """Every torchvision class name ``from_torchvision`` accepts: the registry's and the steps
     above."""
     return (*names(), "Normalize", *FORMAT, *DTYPE)
@@ -431,7 +429,7 @@ def supported() -> Tuple[str, ...]:
 SUPPORTED = supported()  # at import; supported() includes entries registered later
 
 
-def _translate(e: OpDef, st: Step) -> Tuple[List[Op], Optional[Tuple[str, str]]]:
+def _translate(e: OpDef, st: Step) -> tuple[list[Op], tuple[str, str] | None]:
     """The plan ops for one step that ``e`` translates, or the reason DALI cannot run it."""
     if e.uint8_only and st.before.is_float:
         return [], _AFTER_FLOAT
@@ -441,7 +439,7 @@ def _translate(e: OpDef, st: Step) -> Tuple[List[Op], Optional[Tuple[str, str]]]
     return ops, bad
 
 
-def _dtype_problem(st: Step) -> Optional[Tuple[str, str]]:
+def _dtype_problem(st: Step) -> tuple[str, str] | None:
     a = st.after
     if a.dtype is not None and not a.dtype.is_floating_point and a.dtype != st.before.dtype:
         return f"dtype={a.dtype}", DALI_REFUSED["ToDtype, ConvertImageDtype"][0][1]
@@ -455,7 +453,7 @@ class _Builder:
     ``affine`` op)."""
 
     def __init__(self):
-        self.ops: List[Op] = []
+        self.ops: list[Op] = []
         self.scale, self.shift, self.is_float = (1.0,) * 3, (0.0,) * 3, False
 
     def _rel(self, s: State):
@@ -464,7 +462,7 @@ class _Builder:
         b = tuple(s.shift[c] - a[c] * self.shift[c] for c in range(3))
         return a, b
 
-    def add(self, st: Step, ops: List[Op]) -> None:
+    def add(self, st: Step, ops: list[Op]) -> None:
         s = st.before
         needs_float = s.is_float and not self.is_float
         a, b = self._rel(s)
@@ -512,7 +510,7 @@ def from_torchvision(compose) -> TvPlan:
         compose = v2.Compose(list(compose))
     steps = check(as_compose(compose))
     b = _Builder()
-    problems: List[Problem] = []
+    problems: list[Problem] = []
     for st in steps:
         bad, ops, e = None, [], for_transform(st.name)
         if e is None and st.name not in supported():

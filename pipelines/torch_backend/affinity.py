@@ -14,7 +14,7 @@ exists and what it changed: docs/results/h200x2/README.md.
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 
 def can_bind() -> bool:
@@ -22,7 +22,7 @@ def can_bind() -> bool:
 
 
 def rank_cores(local_rank: int, local_world: int,
-               cores: Optional[Sequence[int]] = None) -> Tuple[int, ...]:
+               cores: Sequence[int] | None = None) -> tuple[int, ...]:
     """Local rank ``local_rank``'s slice of ``cores`` (default: this process's affinity).
 
     Raises:
@@ -41,6 +41,6 @@ def rank_cores(local_rank: int, local_world: int,
     return tuple(cores[lo:hi])
 
 
-def bind_worker(worker_id: int, cores: Tuple[int, ...]) -> None:
+def bind_worker(worker_id: int, cores: tuple[int, ...]) -> None:
     """DataLoader ``worker_init_fn``: run this worker on ``cores``."""
     os.sched_setaffinity(0, cores)

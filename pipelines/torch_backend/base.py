@@ -15,8 +15,9 @@ not depend on when it was made.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -33,7 +34,7 @@ class _Bad:
     """What travels with one batch: its bad files (and the wholly-bad batches dropped before
     it) and its dataset indices."""
 
-    files: List[Tuple[str, str]] = field(default_factory=list)
+    files: list[tuple[str, str]] = field(default_factory=list)
     dropped: int = 0
     indices: Any = None
 
@@ -62,7 +63,7 @@ class TorchLoaderBase(LoaderBase):
                                    decoder=self.decoder)
         self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
         self._stream = None  # the DataLoader iterator over epoch after epoch (NOTE)
-        self._next: Optional[int] = None  # the epoch the stream reaches next, at its start
+        self._next: int | None = None  # the epoch the stream reaches next, at its start
         self.sample_bytes = r.sample_bytes(in_workers=in_workers) or self._measured_bytes()
         nw, prefetch = shm.fitted(config.num_workers, options.prefetch_factor,
                                   config.batch_size * self.sample_bytes)
@@ -85,7 +86,7 @@ class TorchLoaderBase(LoaderBase):
         )
 
     @staticmethod
-    def _tuned(value: Optional[bool], in_workers: str) -> bool:
+    def _tuned(value: bool | None, in_workers: str) -> bool:
         """A ``TorchOptions`` switch, or its default: off for the baseline (``full`` recipe in
         the workers: the default recipe, untuned), on for ``pinned``."""
         return value if value is not None else in_workers != "full"
@@ -126,7 +127,7 @@ class TorchLoaderBase(LoaderBase):
                     break
         return max(sizes) if sizes else 1
 
-    def h2d_bytes_per_sample(self) -> Optional[float]:
+    def h2d_bytes_per_sample(self) -> float | None:
         if not self.on_cuda:
             return 0.0
         return self.sample_bytes + 8.0  # the image and its int64 label

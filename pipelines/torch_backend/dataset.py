@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -44,8 +45,7 @@ def decode_rgb(data: bytes) -> torch.Tensor:
     return decode_image(t, mode=ImageReadMode.RGB, apply_exif_orientation=True)
 
 
-from .decode import (as_tensor, first_crop, pil_image, pil_tensor,  # noqa: E402
-                     scaled_crop, takes_pil)
+from .decode import as_tensor, first_crop, pil_image, pil_tensor, scaled_crop, takes_pil  # noqa: E402
 
 
 def seed_cpu(seed: int) -> None:
@@ -77,7 +77,7 @@ class JpegDataset(torch.utils.data.Dataset):
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray, transform: Callable, seed: int,
                  max_pixels: int = DEFAULT_MAX_PIXELS,
-                 read: Optional[Callable[[int], bytes]] = None,
+                 read: Callable[[int], bytes] | None = None,
                  decoder: Decoder = Decoder.TORCHVISION):
         self.paths = list(paths)
         self.read = read  # ``Source.read`` (tar shards: by offset); None: open the path
@@ -109,7 +109,7 @@ class JpegDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, key: Tuple[int, int]):
+    def __getitem__(self, key: tuple[int, int]):
         """``(image, label, index)``, or ``Bad`` when the file cannot be read or decoded.
 
         Only reading, the byte check and decoding make a ``Bad`` file; an exception from the
@@ -174,14 +174,14 @@ class PlanBatchSampler(torch.utils.data.Sampler):
     The first epoch starts at its batch ``skip`` (a resumed epoch). ``len()`` is one epoch's
     batch count."""
 
-    def __init__(self, plan: Callable[[int], List[np.ndarray]], length: int):
+    def __init__(self, plan: Callable[[int], list[np.ndarray]], length: int):
         self.plan = plan
         self.length = length
         self.start = 0
         self.skip = 0
         self.one_epoch = False  # TorchOptions.epoch_stream off: epoch ``start`` only
 
-    def __iter__(self) -> Iterator[List[Tuple[int, int]]]:
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         e, skip = self.start, self.skip
         while True:
             for b in self.plan(e)[skip:]:

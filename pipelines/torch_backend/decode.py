@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import io
-from typing import Optional
 
 import numpy as np
 import torch
@@ -81,7 +80,7 @@ def takes_pil(steps) -> bool:
     return any(type(t).__name__ in names for t in steps.transforms)
 
 
-def first_crop(steps) -> Optional[object]:
+def first_crop(steps) -> object | None:
     """The recipe's first step when the scaled path can run it: a v2 ``RandomResizedCrop``, or
     a v2 ``Resize`` to a shorter side (an int, ``max_size`` unset: the eval recipe's), bilinear
     or bicubic and antialiased; else ``None``."""
@@ -95,7 +94,7 @@ def first_crop(steps) -> Optional[object]:
     return t if _mode(t) in _RESAMPLE else None
 
 
-def median_megapixels(source) -> Optional[float]:
+def median_megapixels(source) -> float | None:
     """The median size, in megapixels, of the images ``header_sizes`` samples from ``source``
     (a ``pipelines.sources.Source``); ``None`` when none opened."""
     sizes = [w * h / 1e6 for w, h in header_sizes(source)]
@@ -178,7 +177,7 @@ def _draft(im: Image.Image, width: int, height: int, k: int) -> None:
         im.draft("RGB", (width // k, height // k))
 
 
-def reduced_decode(data: bytes, k: int, library: Optional[str] = None) -> np.ndarray:
+def reduced_decode(data: bytes, k: int, library: str | None = None) -> np.ndarray:
     """The JPEG ``data`` decoded whole at ``1/k`` (8, 4, 2 or 1) of its size, ``H x W x 3``
     uint8, in ``library`` (default: ``jpeg_library()``): the decode under every scaled crop
     (``python -m compare.microbench decode`` times it alone)."""
@@ -209,7 +208,7 @@ def _resize_box(rgb: np.ndarray, box, size, resample, support: float) -> Image.I
 _SUPPORT = {"bilinear": 1.0, "bicubic": 2.0}  # PIL's filter radii
 
 
-def scaled_crop(data: bytes, t, library: Optional[str] = None) -> Optional[Image.Image]:
+def scaled_crop(data: bytes, t, library: str | None = None) -> Image.Image | None:
     """``t`` (see ``first_crop``) on the JPEG ``data`` through a DCT-scaled decode (module
     NOTE); ``None`` when the file needs the full decode, and then no random number has been
     drawn. ``library``: ``"simplejpeg"`` or ``"pil"`` (default: ``jpeg_library()``)."""

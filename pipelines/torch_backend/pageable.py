@@ -6,7 +6,7 @@ purpose: it is what everything else is compared against.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

@@ -27,7 +27,8 @@ The side streams are created at high priority so a copy is not queued behind a l
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Iterable, Iterator, Tuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -55,7 +56,7 @@ class CudaPrefetcher:
         self.depth = depth
         self.finish = finish
 
-    def _submit(self, k: int, cpu: Tuple[torch.Tensor, torch.Tensor, Any]):
+    def _submit(self, k: int, cpu: tuple[torch.Tensor, torch.Tensor, Any]):
         images, labels, meta = cpu
         s = self.streams[k % len(self.streams)]
         with torch.cuda.stream(s):
@@ -66,8 +67,8 @@ class CudaPrefetcher:
             ev.record(s)
         return x, y, ev, meta, cpu
 
-    def __call__(self, source: Iterable[Tuple[torch.Tensor, torch.Tensor, Any]]
-                 ) -> Iterator[Tuple[Batch, Any]]:
+    def __call__(self, source: Iterable[tuple[torch.Tensor, torch.Tensor, Any]]
+                 ) -> Iterator[tuple[Batch, Any]]:
         """Yield ``(Batch, meta)`` for each ``(images, labels, meta)`` of ``source``, in order."""
         it = iter(source)
         inflight: deque = deque()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Tuple
 
 SHM_PATH = "/dev/shm"
 HEADROOM = 0.8
@@ -35,7 +34,7 @@ def shm_need(num_workers: int, prefetch: int, batch_bytes: int) -> int:
 
 
 def fit_to_shm(num_workers: int, prefetch: int, batch_bytes: int,
-               free: int | None) -> Tuple[int, int, str | None]:
+               free: int | None) -> tuple[int, int, str | None]:
     """``(num_workers, prefetch, warning or None)`` that fit in ``HEADROOM * free``."""
     if free is None or num_workers == 0:
         return num_workers, prefetch, None
@@ -60,7 +59,7 @@ def rank_share(free: int | None, local_ranks: int) -> int | None:
     return None if free is None else free // max(1, local_ranks)
 
 
-def fitted(num_workers: int, prefetch: int, batch_bytes: int) -> Tuple[int, int]:
+def fitted(num_workers: int, prefetch: int, batch_bytes: int) -> tuple[int, int]:
     """Apply :func:`fit_to_shm` to this rank's share of the real /dev/shm, warning when it
     changes anything."""
     from ..distributed import local_world_size
