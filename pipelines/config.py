@@ -206,6 +206,9 @@ class LoaderConfig:
             instead of raising, as ``ImageFolder(allow_empty=True)``.
         debug_indices: also record the dataset index of every yielded sample in
             ``loader.last_indices`` (used by the contract tests).
+        target: what ``Batch.labels`` holds: ``"class"`` (default), ``"none"`` (the dataset
+            indices) or a callable ``target_fn(relative_path) -> int | sequence of float``,
+            called once per sample when the loader is built (``pipelines.targets``).
     """
 
     root: str | os.PathLike
@@ -228,6 +231,7 @@ class LoaderConfig:
     extensions: tuple = IMAGE_EXTENSIONS
     shuffle_window: int = 8192
     mix: Any = None
+    target: Any = "class"
 
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -250,6 +254,11 @@ class LoaderConfig:
                 raise ValueError(f"transform holds {batchwise[0]}, which mixes whole batches; "
                                  "pass it as LoaderConfig(mix=...) instead (pipelines.mix)")
         s("mix", as_mix_spec(self.mix))
+        from .targets import check_target
+        s("target", check_target(self.target))
+        if self.mix is not None and self.target != "class":
+            raise ValueError(f"mix mixes class targets; target={self.target!r} is not one: "
+                             "drop mix, or mix the targets in your step")
         s("extensions", check_extensions(self.extensions))
         if not isinstance(self.augment, AugmentSpec):
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")

@@ -93,19 +93,24 @@ def window_shuffle(shard: np.ndarray, window: int, rng: np.random.Generator) -> 
     return out
 
 
-def _cut(shard: np.ndarray, batch_size: int, policy: LastBatchPolicy) -> list[np.ndarray]:
+def _cut(shard: np.ndarray, ok: np.ndarray, batch_size: int, policy: LastBatchPolicy
+         ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     n = len(shard)
     full = n // batch_size
     batches = [shard[i * batch_size : (i + 1) * batch_size] for i in range(full)]
-    rest = shard[full * batch_size :]
+    valid = [ok[i * batch_size : (i + 1) * batch_size] for i in range(full)]
+    rest, rest_ok = shard[full * batch_size :], ok[full * batch_size :]
     if len(rest) and policy is not LastBatchPolicy.DROP:
         if policy is LastBatchPolicy.PAD:
+            pad = batch_size - len(rest)
             rest = np.resize(shard, full * batch_size + batch_size)[full * batch_size :]
+            rest_ok = np.concatenate([rest_ok, np.zeros(pad, bool)])
         batches.append(rest)
-    return batches
+        valid.append(rest_ok)
+    return batches, valid
 
 
-def epoch_batches(
+def epoch_plan(
     n: int,
     *,
     batch_size: int,
@@ -117,22 +122,37 @@ def epoch_batches(
     world_size: int = 1,
     groups: np.ndarray | None = None,
     window: int = 8192,
-) -> list[np.ndarray]:
-    """The batches (arrays of dataset indices) that rank ``rank`` reads in ``epoch``; with
-    ``groups`` (tar shards, module doc) a grouped order, contiguous slices and a ``window``
-    shuffle."""
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``(batches, valid)``: the batches (arrays of dataset indices) that rank ``rank`` reads in
+    ``epoch``, and per batch a bool array, ``False`` for the samples that ``PAD`` repeats (to
+    give every rank the same count, or a full last batch): over all ranks the ``True`` ones
+    are every sample once. With ``groups`` (tar shards, module doc) a grouped order, contiguous
+    slices and a ``window`` shuffle.
+
+    Every step works on positions in the epoch's order, padded to the ranks' total, so a
+    repeat is told from its original: position ``p`` holds ``order[p % n]``, valid ``p < n``."""
+    total = n
+    if world_size > 1 and policy is LastBatchPolicy.PAD:
+        total = math.ceil(n / world_size) * world_size
+    pos = np.arange(total, dtype=np.int64)
     if groups is None:
         order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle)
-        shard = shard_indices(order, rank=rank, world_size=world_size, policy=policy)
+        mine = shard_indices(pos, rank=rank, world_size=world_size, policy=policy)
     else:
         if int(np.sum(groups)) != n:
             raise ValueError(f"groups hold {int(np.sum(groups))} samples, not n={n}")
         order = grouped_order(groups, seed=seed, epoch=epoch, shuffle=shuffle)
-        shard = contiguous_shard(order, rank=rank, world_size=world_size, policy=policy)
+        mine = contiguous_shard(pos, rank=rank, world_size=world_size, policy=policy)
         if shuffle:
             rng = np.random.default_rng((seed, epoch, rank, world_size, 0x5A4D))
-            shard = window_shuffle(shard, window, rng)
-    return _cut(shard, batch_size, policy)
+            mine = window_shuffle(mine, window, rng)
+    shard = order[mine % n] if n else mine
+    return _cut(shard, mine < n, batch_size, policy)
+
+
+def epoch_batches(n: int, **kw) -> list[np.ndarray]:
+    """The batches of ``epoch_plan`` (same arguments)."""
+    return epoch_plan(n, **kw)[0]
 
 
 def num_batches(
@@ -183,6 +203,16 @@ def config_batches(n: int, config, epoch: int, groups: np.ndarray | None = None
     return epoch_batches(n, batch_size=c.batch_size, seed=c.seed, epoch=epoch, shuffle=c.shuffle,
                          policy=c.last_batch, rank=c.rank, world_size=c.world_size,
                          groups=groups, window=c.shuffle_window)
+
+
+def config_valid(n: int, config, epoch: int, groups: np.ndarray | None = None
+                 ) -> list[np.ndarray]:
+    """Per batch of ``config_batches``, ``False`` for the samples ``PAD`` repeats
+    (``epoch_plan``)."""
+    c = _resolved(config)
+    return epoch_plan(n, batch_size=c.batch_size, seed=c.seed, epoch=epoch, shuffle=c.shuffle,
+                      policy=c.last_batch, rank=c.rank, world_size=c.world_size,
+                      groups=groups, window=c.shuffle_window)[1]
 
 
 def config_len(n: int, config) -> int:

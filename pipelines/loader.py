@@ -61,15 +61,17 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig
 from .distributed import check_unchanged, from_rank0, resolve
-from .indexing import as_epoch, check_nonempty, config_batches, config_len, unequal_steps
+from .indexing import as_epoch, check_nonempty, config_batches, config_len, config_valid, unequal_steps
 from .mix import mix_batch, mix_rng
 from .options import Options
 from .recipe import Recipe
 from .sources import open_source
 from .stats import BadFileStats
+from .targets import build_targets
 from .types import Batch
 from .validate import BadFileError
 
@@ -195,6 +197,9 @@ class LoaderBase:
         # DALI's feed keep it; a reference back would make a cycle and delay close())
         self.plan_of = functools.partial(config_batches, len(self.paths), config,
                                          groups=self.data_source.groups)
+        self._valid_of = functools.partial(config_valid, len(self.paths), config,
+                                           groups=self.data_source.groups)
+        self.targets = build_targets(config.target, self.paths, config.root)
         self.recipe = Recipe.of(config.augment, config.transform)
         self.mix = config.mix  # a MixSpec or None (pipelines.mix)
         if self.mix is not None and self.mix.num_classes not in (None, len(self.classes)):
@@ -349,13 +354,23 @@ class LoaderBase:
         self.stats.start_epoch(epoch)
         seen: list | None = [] if self.config.debug_indices else None
         c = self.config
+        padded = c.last_batch is LastBatchPolicy.PAD
+        valid = self._valid_of(epoch) if padded else None
         self._live = produce = self._produce(epoch, start)
         try:
             for batch, indices in produce:
+                ok = None
+                if valid is not None and self._pos[1] < len(valid):
+                    ok = valid[self._pos[1]]
+                    ok = None if ok.all() or len(ok) != len(batch.images) else ok
                 if self.mix is not None:  # on the device, the same for every backend
-                    batch = Batch(*mix_batch(batch.images, batch.labels, self.mix,
-                                             len(self.classes),
+                    batch = Batch(*mix_batch(batch.images, batch.labels, self.mix, len(self.classes),
                                              mix_rng(c.seed, epoch, c.rank, self._pos[1])))
+                labels = batch.labels
+                if self.targets is not None:  # pipelines.targets: gathered by index
+                    labels = self.targets[torch.as_tensor(np.asarray(indices, np.int64))].to(
+                        batch.images.device, non_blocking=True)
+                batch = Batch(batch.images, labels, indices, ok)
                 if seen is not None and indices is not None:
                     seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
                     self.last_batch_indices = seen[-1]

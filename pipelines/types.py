@@ -4,22 +4,63 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 
-class Batch(NamedTuple):
-    """One batch, identical in form for every backend.
+class _Pair(NamedTuple):
+    images: torch.Tensor
+    labels: torch.Tensor
+
+
+class Batch(_Pair):
+    """One batch, identical in form for every backend: ``images, labels = batch``.
 
     Attributes:
         images: ``N x 3 x H x W`` on the configured device, normalised, in the configured dtype
             (``channels_last`` strides when asked for).
-        labels: ``int64`` tensor of length ``N`` on the same device; with
-            ``LoaderConfig.mix``, float32 ``N x C`` soft targets whose rows sum to 1
-            (``pipelines.mix``).
+        labels: the targets on the same device (``LoaderConfig.target``): ``int64`` class ids
+            of length ``N`` by default; with ``LoaderConfig.mix``, float32 ``N x C`` soft
+            targets whose rows sum to 1 (``pipelines.mix``).
+        indices: the dataset index of each row, ``int64`` on the device (a padded batch repeats
+            indices; a skipped bad file's row holds the sample that replaced it).
+        valid: ``bool`` on the device, ``False`` for the rows that ``last_batch="pad"``
+            repeats to give every rank equal steps: mask them out of evaluation metrics
+            (docs/loader.md#evaluation).
+
+    ``indices`` and ``valid`` are made on the device when first read, so a loop that never
+    reads them pays nothing for them.
     """
 
-    images: torch.Tensor
-    labels: torch.Tensor
+    _idx: Any = None    # numpy int64, the rows' dataset indices
+    _ok: Any = None     # numpy bool, or None: every row valid
+    _device: Any = None
+
+    def __new__(cls, images: torch.Tensor, labels: torch.Tensor, indices: Any = None,
+                valid: Any = None) -> Batch:
+        self = super().__new__(cls, images, labels)
+        self._idx, self._ok, self._device = indices, valid, images.device
+        return self
+
+    @property
+    def indices(self) -> torch.Tensor:
+        got = self.__dict__.get("_indices_t")
+        if got is None:
+            if self._idx is None:
+                raise AttributeError("this batch was not made by a loader: it has no indices")
+            got = torch.as_tensor(np.asarray(self._idx, dtype=np.int64)).to(self._device)
+            self.__dict__["_indices_t"] = got
+        return got
+
+    @property
+    def valid(self) -> torch.Tensor:
+        got = self.__dict__.get("_valid_t")
+        if got is None:
+            n = len(self.images)
+            ok = np.ones(n, bool) if self._ok is None else np.asarray(self._ok, bool)
+            got = torch.as_tensor(ok).to(self._device)
+            self.__dict__["_valid_t"] = got
+        return got
 
 
 @runtime_checkable

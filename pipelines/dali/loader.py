@@ -352,7 +352,6 @@ class DaliLoader(LoaderBase):
         calib = self.calibrator
         if calib is not None:
             calib.restart()
-        want_idx = self.config.debug_indices
         cast = self.config.dtype is OutputDType.BFLOAT16
         n = len(self._its)
         live = [True] * n
@@ -381,10 +380,10 @@ class DaliLoader(LoaderBase):
             turn += 1
             with self._on_device():  # not a DALI failure if this raises
                 x, y = self._own(out[0], cast)
-            idx = out[0]["indices"] if want_idx else None
+            idx = out[0]["indices"].view(-1).numpy().copy()  # on the CPU: the fed meta
             del out
             self._account(k)
-            yield Batch(x, y), (idx.view(-1).cpu().numpy() if want_idx else None)
+            yield Batch(x, y), idx
             if calib is not None:  # the consumer asks for the next batch: NOTE [calibration]
                 with self._on_device():
                     old = calib.load

@@ -1,0 +1,143 @@
+"""Targets beyond one class (``LoaderConfig.target``), ``Batch.indices`` / ``Batch.valid``,
+and an evaluation that is exact under DDP when padded rows are masked."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from pipelines import AugmentSpec, LoaderConfig
+from pipelines.mix import MixSpec
+from tests.utils import make
+
+BACKENDS = ["dali", "pinned", "pageable"]
+
+
+def _skip(backend):
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+
+
+def _cfg(root, **kw):
+    base = dict(root=root, batch_size=8, device="cpu", num_workers=1, debug_indices=True,
+                augment=AugmentSpec(size=16), seed=2)
+    base.update(kw)
+    return LoaderConfig(**base)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_indices_and_valid_cover_every_sample_once_over_padded_ranks(backend, tiny_root):
+    _skip(backend)
+    seen = []
+    for rank in (0, 1):
+        with make(backend, _cfg(tiny_root, rank=rank, world_size=2, last_batch="pad")) as ld:
+            for b in ld:
+                assert torch.equal(b.indices.cpu(), torch.from_numpy(ld.last_batch_indices))
+                assert b.valid.dtype == torch.bool and len(b.valid) == len(b.images)
+                seen += b.indices[b.valid].tolist()
+    assert sorted(seen) == list(range(37))  # 37 images: 40 rows over two ranks, 3 padded
+    with make(backend, _cfg(tiny_root)) as ld:  # one process, partial: every row is valid
+        assert all(bool(b.valid.all()) for b in ld)
+
+
+def _labels(backend, root, target):
+    out = {}
+    with make(backend, _cfg(root, target=target)) as ld:
+        for b in ld:
+            for i, y in zip(b.indices.tolist(), b.labels):
+                out[i] = y.clone()
+    return out
+
+
+def test_every_target_kind_is_the_same_on_every_backend(tiny_root):
+    pytest.importorskip("nvidia.dali")
+
+    def multi_hot(rel):  # a multi-label target from the path: class and file-number parity
+        cls, name = rel.split(os.sep)[-2:]
+        n = int("".join(ch for ch in name if ch.isdigit()) or 0)
+        return [1.0 if cls.endswith(str(k)) else 0.0 for k in range(3)] + [float(n % 2)]
+
+    def regression(rel):
+        return (len(rel) / 10.0, -1.5)
+
+    for target, dtype, shape in (("none", torch.int64, ()), (multi_hot, torch.float32, (4,)),
+                                 (regression, torch.float32, (2,)),
+                                 (lambda rel: len(rel) % 5, torch.int64, ())):
+        got = [_labels(b, tiny_root, target) for b in BACKENDS]
+        assert sorted(got[0]) == list(range(37))
+        for i in range(37):
+            y = got[0][i]
+            assert y.dtype == dtype and tuple(y.shape) == shape
+            assert all(torch.equal(y, g[i]) for g in got[1:]), (target, i)
+            if target == "none":
+                assert int(y) == i
+
+
+def test_bad_targets_are_refused_naming_target(tiny_root):
+    for bad in ("multi", 3, ("a",)):
+        with pytest.raises(ValueError, match="target="):
+            _cfg(tiny_root, target=bad)
+    calls = []
+
+    def ragged(rel):
+        calls.append(rel)
+        return [1.0] * len(calls)
+
+    for fn, what in ((lambda rel: 1 / 0, "raised ZeroDivisionError"),
+                     (lambda rel: "x", "returned 'x'"),
+                     (lambda rel: [float("nan")], "finite"),
+                     (ragged, "one length")):
+        with pytest.raises(ValueError, match=rf"target.*{what}"):
+            make("pinned", _cfg(tiny_root, target=fn))
+    with pytest.raises(ValueError, match="^mix"):
+        _cfg(tiny_root, target="none", mix=MixSpec(mixup_alpha=0.2))
+
+
+# -- evaluation under DDP ---------------------------------------------------------------------
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 3))
+
+
+def evaluate(loader, model) -> tuple[int, int]:
+    """The README's loop: ``(samples, correct)``, padded rows masked, summed over ranks."""
+    count = torch.zeros(2, dtype=torch.int64)
+    with torch.no_grad():
+        for batch in loader:
+            hit = (model(batch.images).argmax(1) == batch.labels) & batch.valid
+            count += torch.stack([batch.valid.sum(), hit.sum()]).cpu()
+    if dist.is_initialized():
+        dist.all_reduce(count)
+    return int(count[0]), int(count[1])
+
+
+def _rank(rank, world, root, backend, store, out):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        cfg = LoaderConfig(root=root, batch_size=8, device="cpu", num_workers=0, shuffle=False,
+                           augment=AugmentSpec(mode="eval", size=16), rank=rank,
+                           world_size=world, last_batch="pad")
+        with make(backend, cfg) as ld:
+            res = evaluate(ld, _net())
+        if rank == 0:
+            torch.save(res, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_masked_evaluation_under_ddp_equals_one_process_exactly(backend, tiny_root, tmp_path):
+    _skip(backend)
+    cfg = LoaderConfig(root=tiny_root, batch_size=8, device="cpu", num_workers=0, shuffle=False,
+                       augment=AugmentSpec(mode="eval", size=16))
+    with make(backend, cfg) as ld:
+        want = evaluate(ld, _net())
+    assert want[0] == 37
+    out = tmp_path / "res.pt"
+    mp.spawn(_rank, args=(2, str(tiny_root), backend, str(tmp_path / "store"), str(out)),
+             nprocs=2, join=True)
+    assert tuple(torch.load(out)) == want
