@@ -29,12 +29,13 @@ class AugmentSpec:
 
     Args:
         mode: ``Mode.TRAIN`` or ``Mode.EVAL``.
-        size: output side in pixels (square output).
+        size: the output size in pixels: an int (square) or ``(height, width)``.
         scale: RandomResizedCrop area range, as fractions of the image area.
         ratio: RandomResizedCrop aspect-ratio range (w / h).
         flip_p: probability of a horizontal flip in train mode.
-        resize_size: shorter-side size before the centre crop in eval mode
-            (default ``round(size / 0.875)``, i.e. 256 for 224).
+        resize_size: shorter-side size before the centre crop in eval mode (default
+            ``round(max(height, width) * 8 / 7)``, i.e. 256 for 224: timm's ``crop_pct``
+            0.875).
         mean: per-channel mean on the 0..1 scale.
         std: per-channel std on the 0..1 scale.
 
@@ -45,7 +46,7 @@ class AugmentSpec:
     """
 
     mode: Mode = Mode.TRAIN
-    size: int = 224
+    size: int | tuple[int, int] = 224
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip_p: float = 0.5
@@ -60,8 +61,15 @@ class AugmentSpec:
             raise ValueError(
                 f"mode={self.mode!r} is not valid; choose one of {[m.value for m in Mode]}"
             ) from None
-        if not isinstance(self.size, int) or self.size < 1:
-            raise ValueError(f"size={self.size!r} must be a positive int")
+        hw = (self.size, self.size) if isinstance(self.size, int) else self.size
+        if isinstance(hw, list):
+            hw = tuple(hw)
+        if not (isinstance(hw, tuple) and len(hw) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in hw)):
+            raise ValueError(f"size={self.size!r} must be a positive int or (height, width) of "
+                             "positive ints")
+        if not isinstance(self.size, int):
+            object.__setattr__(self, "size", hw)
         object.__setattr__(self, "scale", tuple(float(v) for v in self.scale))
         object.__setattr__(self, "ratio", tuple(float(v) for v in self.ratio))
         object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
@@ -75,13 +83,19 @@ class AugmentSpec:
         if not 0.0 <= self.flip_p <= 1.0:
             raise ValueError(f"flip_p={self.flip_p!r} must be in [0, 1]")
         if self.resize_size is None:
-            object.__setattr__(self, "resize_size", int(round(self.size / 0.875)))
-        if self.resize_size < self.size:
-            raise ValueError(f"resize_size={self.resize_size!r} must be >= size={self.size}")
+            object.__setattr__(self, "resize_size", int(round(max(hw) / 0.875)))
+        if self.resize_size < max(hw):
+            raise ValueError(f"resize_size={self.resize_size!r} must be >= size={self.size} "
+                             "(its larger side)")
         if len(self.mean) != 3 or len(self.std) != 3:
             raise ValueError(f"mean={self.mean!r} and std={self.std!r} need 3 values each")
         if any(s <= 0 for s in self.std):
             raise ValueError(f"std={self.std!r} must be positive")
+
+    @property
+    def hw(self) -> tuple[int, int]:
+        """The output ``(height, width)``."""
+        return (self.size, self.size) if isinstance(self.size, int) else self.size
 
     @property
     def mean_255(self) -> tuple[float, float, float]:
@@ -109,11 +123,11 @@ class AugmentSpec:
 
         if self.mode is Mode.TRAIN:
             ops = [
-                v2.RandomResizedCrop(self.size, scale=self.scale, ratio=self.ratio, antialias=True),
+                v2.RandomResizedCrop(self.hw, scale=self.scale, ratio=self.ratio, antialias=True),
                 v2.RandomHorizontalFlip(p=self.flip_p),
             ]
         else:
-            ops = [v2.Resize(self.resize_size, antialias=True), v2.CenterCrop(self.size)]
+            ops = [v2.Resize(self.resize_size, antialias=True), v2.CenterCrop(self.hw)]
         ops.append(v2.PILToTensor())
         if normalize:
             ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)]

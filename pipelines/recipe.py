@@ -87,14 +87,14 @@ class Recipe:
     @property
     def out_size(self) -> tuple[int, int] | None:
         if self.user is None:
-            return (self.spec.size, self.spec.size)
+            return self.spec.hw
         return self._ends[0].size
 
     def sample_bytes(self, *, in_workers: str) -> int | None:
         """Bytes of one sample as the workers return it: ``in_workers="full"`` (the whole
         recipe) or ``"head"`` (``pinned``'s uint8 part); ``None`` when it depends on the image."""
         if self.user is None:
-            px = 3 * self.spec.size ** 2
+            px = 3 * self.spec.hw[0] * self.spec.hw[1]
             return px * 4 if in_workers == "full" else px  # float32 / uint8
         return _nbytes(self._ends[0] if in_workers == "full" else self._ends[1])
 

@@ -140,3 +140,24 @@ def test_a_masked_evaluation_under_ddp_equals_one_process_exactly(backend, tiny_
     mp.spawn(_rank, args=(2, str(tiny_root), backend, str(tmp_path / "store"), str(out)),
              nprocs=2, join=True)
     assert tuple(torch.load(out)) == want
+
+
+# -- non-square outputs -------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_non_square_outputs_on_every_backend_crop_alike(tiny_root, mode):
+    pytest.importorskip("nvidia.dali")
+    spec = AugmentSpec(mode=mode, size=(24, 40))
+    assert spec.hw == (24, 40) and spec.resize_size == 46
+    got = {}
+    for backend in BACKENDS:
+        with make(backend, _cfg(tiny_root, augment=spec, shuffle=False)) as ld:
+            xs = [b.images for b in ld]
+        assert all(tuple(x.shape[1:]) == (3, 24, 40) for x in xs), backend
+        got[backend] = torch.cat(xs).float()
+    for backend in ("dali", "pageable"):
+        mae = (got[backend] - got["pinned"]).abs().mean(dim=(1, 2, 3))
+        assert mae.max() < 0.1, (backend, float(mae.max()))
+    with pytest.raises(ValueError, match="size="):
+        AugmentSpec(size=(24, 0))
+    with pytest.raises(ValueError, match="resize_size="):
+        AugmentSpec(mode="eval", size=(24, 40), resize_size=32)

@@ -43,11 +43,11 @@ def spec_ops(spec) -> TvPlan:
     from ..augment import Mode
 
     if spec.mode is Mode.TRAIN:
-        ops = (Op("random_resized_crop", (("size", (spec.size, spec.size)), ("scale", spec.scale),
+        ops = (Op("random_resized_crop", (("size", spec.hw), ("scale", spec.scale),
                                           ("ratio", spec.ratio),
                                           *LINEAR)),
                Op("hflip", (("p", spec.flip_p),)))
     else:
         ops = (Op("resize_shorter", (("size", spec.resize_size), ("max_size", None), *LINEAR)),
-               Op("center_crop", (("size", (spec.size, spec.size)),)))
-    return TvPlan(ops, spec.mean_255, spec.std_255, (spec.size, spec.size))
+               Op("center_crop", (("size", spec.hw),)))
+    return TvPlan(ops, spec.mean_255, spec.std_255, spec.hw)
