@@ -92,6 +92,15 @@ class AugmentSpec:
         if any(s <= 0 for s in self.std):
             raise ValueError(f"std={self.std!r} must be positive")
 
+    def at_size(self, size: int | tuple[int, int]) -> AugmentSpec:
+        """This recipe at output ``size`` (progressive resizing); a default ``resize_size``
+        follows the size."""
+        import dataclasses
+
+        default = int(round(max(self.hw) / 0.875))
+        keep = None if self.resize_size == default else self.resize_size
+        return dataclasses.replace(self, size=size, resize_size=keep)
+
     @property
     def hw(self) -> tuple[int, int]:
         """The output ``(height, width)``."""

@@ -201,6 +201,7 @@ class LoaderBase:
                                            groups=self.data_source.groups)
         self.targets = build_targets(config.target, self.paths, config.root)
         self.recipe = Recipe.of(config.augment, config.transform)
+        self._res = self._want_res = config.augment  # set_resolution: in use, and asked for
         self.mix = config.mix  # a MixSpec or None (pipelines.mix)
         if self.mix is not None and self.mix.num_classes not in (None, len(self.classes)):
             raise ValueError(f"mix: num_classes={self.mix.num_classes} but the dataset has "
@@ -273,7 +274,10 @@ class LoaderBase:
         epoch, done = self._resume if self._resume is not None else self._pos
         if self._resume is None and epoch != self.epoch:  # set_epoch since: nothing read yet
             epoch, done = self.epoch, 0
-        return {"version": STATE_VERSION, "epoch": epoch, "batches": done, **self._plan_id()}
+        state = {"version": STATE_VERSION, "epoch": epoch, "batches": done, **self._plan_id()}
+        if self._want_res.hw != self.config.augment.hw:  # set_resolution's, for the epoch
+            state["resolution"] = list(self._want_res.hw)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at ``state``: ``epoch`` is set and the next ``iter()`` of that epoch starts
@@ -286,7 +290,16 @@ class LoaderBase:
                 last-batch policy, shuffle window).
         """
         epoch, done = self._checked(state)
-        self._end_live("load_state_dict()")  # the live iterator, if any (NOTE [one iterator])
+        res = self.config.augment
+        if "resolution" in state:
+            r = state["resolution"]
+            if not (isinstance(r, list) and len(r) == 2
+                    and all(type(v) is int and v >= 1 for v in r)):
+                raise ValueError(f"load_state_dict: resolution={_show(r)} is not a [height, "
+                                 "width] of positive ints from state_dict()")
+            res = self._spec_at(tuple(r), "load_state_dict: resolution")
+        self._end_live("load_state_dict()")
+        self._want_res = res  # the live iterator, if any (NOTE [one iterator])
         self.epoch = epoch
         self._resume = (epoch, done)
 
@@ -324,7 +337,36 @@ class LoaderBase:
     #: parts a state may hold besides the base's: ``dali``, the pipeline checkpoints that
     #: states of earlier versions carried, is accepted and ignored (a state is the position
     #: only: pipelines.draws NOTE [one plan])
-    _extra_keys: tuple[str, ...] = ("dali",)
+    _extra_keys: tuple[str, ...] = ("dali", "resolution")
+
+    # -- progressive resizing -------------------------------------------------------------------
+    def set_resolution(self, size: int | tuple[int, int]) -> None:
+        """Make the output ``size`` (an int, or ``(height, width)``) that of the epochs from the
+        next ``iter()`` on, on every backend: the ``AugmentSpec`` recipe at that size, the same
+        draws. It is saved in ``state_dict``. The torch backends keep their workers (each key
+        carries the size); ``dali`` rebuilds its pipelines when the size changes.
+
+        Raises:
+            ValueError: naming ``size``, or ``transform`` (a user Compose has its own sizes).
+        """
+        self._want_res = self._spec_at(size, "set_resolution: size")
+
+    def _spec_at(self, size: Any, what: str):
+        if self.config.transform is not None:
+            raise ValueError(f"{what}: the loader runs transform=, whose steps fix the sizes; "
+                             "progressive resizing needs the AugmentSpec recipe (augment=)")
+        try:
+            return self.config.augment.at_size(size)
+        except ValueError as e:
+            raise ValueError(f"{what}={size!r}: {e}") from None
+
+    @property
+    def resolution(self) -> tuple[int, int]:
+        """The output ``(height, width)`` of the next epoch."""
+        return self._want_res.hw
+
+    def _use_resolution(self, spec) -> None:  # pragma: no cover - every backend overrides it
+        raise NotImplementedError
 
     # -- the epoch (NOTE [one iterator]) ------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
@@ -348,6 +390,9 @@ class LoaderBase:
         if token != self._token:
             raise _ended(self._ended_by)
         epoch = self.epoch
+        if self._want_res.hw != self._res.hw:  # set_resolution: from this epoch on
+            self._use_resolution(self._want_res)
+            self._res = self._want_res
         start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         self._resume = None
         self._pos = (epoch, start)

@@ -161,3 +161,59 @@ def test_non_square_outputs_on_every_backend_crop_alike(tiny_root, mode):
         AugmentSpec(size=(24, 0))
     with pytest.raises(ValueError, match="resize_size="):
         AugmentSpec(mode="eval", size=(24, 40), resize_size=32)
+
+
+# -- progressive resizing -----------------------------------------------------------------------
+def _epoch_pixels(ld, epoch):
+    ld.set_epoch(epoch)
+    return [(b.indices.cpu().clone(), b.images.clone()) for b in ld]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_set_resolution_takes_effect_at_the_next_epoch_and_resumes(backend, tiny_root):
+    """Epoch 1 after ``set_resolution(24)`` is what a loader built at 24 yields (the same
+    draws); a state saved in it carries the size, and a fresh loader resumes it exactly."""
+    _skip(backend)
+    with make(backend, _cfg(tiny_root, augment=AugmentSpec(size=24))) as ref:
+        want = _epoch_pixels(ref, 1)
+    with make(backend, _cfg(tiny_root)) as ld:
+        ld.set_epoch(0)
+        it = iter(ld)
+        first = next(it)
+        ld.set_resolution(24)  # mid-epoch: this epoch keeps its size
+        assert all(b.images.shape[-1] == 16 for b in [first, *it])
+        got = _epoch_pixels(ld, 1)
+        assert len(got) == len(want)
+        for (ia, xa), (ib, xb) in zip(got, want):
+            assert torch.equal(ia, ib) and torch.equal(xa, xb)
+        ld.set_epoch(2)
+        it = iter(ld)
+        next(it), next(it)
+        state = ld.state_dict()
+        it.close()
+        assert state["resolution"] == [24, 24]
+        ld.set_resolution((16, 20))
+        assert all(tuple(b.images.shape[-2:]) == (16, 20) for b in ld)
+    with make(backend, _cfg(tiny_root, augment=AugmentSpec(size=24))) as ref:
+        rest = _epoch_pixels(ref, 2)[2:]
+    with make(backend, _cfg(tiny_root)) as fresh:
+        fresh.load_state_dict(state)
+        assert fresh.resolution == (24, 24)
+        got = [(b.indices.cpu(), b.images) for b in fresh]
+    assert len(got) == len(rest)
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(got, rest))
+
+
+def test_set_resolution_is_refused_by_name(tiny_root):
+    from torchvision.transforms import v2
+
+    with make("pinned", _cfg(tiny_root)) as ld:
+        with pytest.raises(ValueError, match="set_resolution: size"):
+            ld.set_resolution(0)
+        state = ld.state_dict()
+        with pytest.raises(ValueError, match="resolution="):
+            ld.load_state_dict({**state, "resolution": [24]})
+    tv = v2.Compose([v2.RandomResizedCrop(16), v2.PILToTensor()])
+    with make("pinned", _cfg(tiny_root, transform=tv)) as ld:
+        with pytest.raises(ValueError, match="transform="):
+            ld.set_resolution(24)

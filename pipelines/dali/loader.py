@@ -171,6 +171,18 @@ class DaliLoader(LoaderBase):
         self._its = None
         self._ran_on: int | None = None  # the epoch every lane ran on into (NOTE [running on])
 
+    def _use_resolution(self, spec) -> None:
+        """Rebuild the pipelines with the recipe at ``spec``'s size (a resize is built into
+        the graph); what they made ahead is dropped."""
+        from ..recipe import Recipe
+
+        self.plan_dali = Recipe.of(spec).dali_plan()
+        self.source.stop()
+        self._spare = {}  # the calibration's other shares: built again at their first switch
+        with self._on_device():
+            self._rebuild()
+        self._in_epoch = False
+
     def _pipes_for(self, load: float) -> list:
         """One pipeline per lane, with the hardware decoder's share ``load``; the source
         fills the rows of draws by their graph's layout."""

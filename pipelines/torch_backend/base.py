@@ -61,6 +61,8 @@ class TorchLoaderBase(LoaderBase):
                                    read=None if self.data_source.by_path
                                    else self.data_source.read,
                                    decoder=self.decoder)
+        if config.transform is None:  # set_resolution: the recipe at another size, in workers
+            self.dataset.sized = functools.partial(_sized_steps, config.augment, in_workers)
         self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
         self._stream = None  # the DataLoader iterator over epoch after epoch (NOTE)
         self._next: int | None = None  # the epoch the stream reaches next, at its start
@@ -132,6 +134,12 @@ class TorchLoaderBase(LoaderBase):
             return 0.0
         return self.sample_bytes + 8.0  # the image and its int64 label
 
+    def _use_resolution(self, spec) -> None:
+        """Send the size with every key from now on (the workers build the recipe at it once);
+        what the stream made ahead at the old size is dropped."""
+        self.plan_sampler.hw = None if spec.hw == self.config.augment.hw else spec.hw
+        self._stop_stream()
+
     def _produce(self, epoch: int, start: int):
         for batch, bad in self._batches(self._cpu_batches(self._stream_at(epoch, start))):
             self._report(bad.files, bad.dropped)
@@ -194,3 +202,11 @@ class TorchLoaderBase(LoaderBase):
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
         self.loader._iterator = None
+
+
+def _sized_steps(spec, in_workers: str, hw: tuple[int, int]):
+    """The workers' part of the ``AugmentSpec`` recipe at output size ``hw``."""
+    from ..recipe import Recipe
+
+    r = Recipe.of(spec.at_size(hw))
+    return r.full if in_workers == "full" else r.head

@@ -82,10 +82,15 @@ class JpegDataset(torch.utils.data.Dataset):
         self.paths = list(paths)
         self.read = read  # ``Source.read`` (tar shards: by offset); None: open the path
         self.labels = labels
-        self.transform = as_steps(transform)  # once, not per sample
         self.seed = seed
         self.max_pixels = max_pixels
         self.decoder = Decoder(decoder)
+        self._use(as_steps(transform))  # once, not per sample
+        self.sized: Callable[[tuple[int, int]], Callable] | None = None  # set_resolution
+        self._variants: dict = {}  # (h, w) -> (transform, crop, pil, rest)
+
+    def _use(self, transform) -> None:
+        self.transform = transform
         # Decoder.SCALED: the recipe's RandomResizedCrop (eval: Resize) runs in the decoder, the
         # rest after it
         crop = first_crop(self.transform) if self.decoder is Decoder.SCALED else None
@@ -93,6 +98,17 @@ class JpegDataset(torch.utils.data.Dataset):
         self._pil = takes_pil(self.transform)  # hand the PIL image over, else a tensor of it
         self._rest = (Steps(self.transform.transforms[1:], self.transform.offset + 1,
                             self.transform.kind) if crop is not None else None)
+
+    def _at(self, hw) -> None:
+        """Use the recipe at output size ``hw`` (``LoaderBase.set_resolution``); built once per
+        size in each worker."""
+        key = tuple(hw)
+        if key not in self._variants:
+            if self.sized is None:
+                raise RuntimeError("a key with a size, but the dataset has no sized recipe")
+            self._use(as_steps(self.sized(key)))
+            self._variants[key] = (self.transform, self._crop, self._pil, self._rest)
+        self.transform, self._crop, self._pil, self._rest = self._variants[key]
 
     def _decode(self, data: bytes, seed: int):
         """``(image, the steps still to run)``; with the scaled path the crop is done (and its
@@ -114,7 +130,9 @@ class JpegDataset(torch.utils.data.Dataset):
 
         Only reading, the byte check and decoding make a ``Bad`` file; an exception from the
         transform is a ``TransformError`` naming the step, raised under every policy."""
-        epoch, index = key
+        epoch, index = key[0], key[1]
+        if len(key) == 3:  # (epoch, index, (h, w)): a resolution set by set_resolution
+            self._at(key[2])
         path = self.paths[index]
         try:
             if self.read is not None:
@@ -180,12 +198,16 @@ class PlanBatchSampler(torch.utils.data.Sampler):
         self.start = 0
         self.skip = 0
         self.one_epoch = False  # TorchOptions.epoch_stream off: epoch ``start`` only
+        self.hw: tuple[int, int] | None = None  # set_resolution's size, sent with every key
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         e, skip = self.start, self.skip
         while True:
             for b in self.plan(e)[skip:]:
-                yield [(e, int(i)) for i in b]
+                if self.hw is None:
+                    yield [(e, int(i)) for i in b]
+                else:
+                    yield [(e, int(i), self.hw) for i in b]
             if self.one_epoch:
                 return
             e, skip = e + 1, 0
