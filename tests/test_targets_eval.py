@@ -217,3 +217,28 @@ def test_set_resolution_is_refused_by_name(tiny_root):
     with make("pinned", _cfg(tiny_root, transform=tv)) as ld:
         with pytest.raises(ValueError, match="transform="):
             ld.set_resolution(24)
+
+
+@pytest.mark.cuda
+def test_targets_indices_and_valid_on_the_gpu(tiny_root):
+    """On CUDA: the targets, indices and valid mask are on the batch's device and the same on
+    every backend; progressive resizing gives the new size."""
+    pytest.importorskip("nvidia.dali")
+    got = []
+    for backend in BACKENDS:
+        cfg = _cfg(tiny_root, device="cuda", target=lambda rel: [float(len(rel)), 1.0],
+                   rank=1, world_size=2, last_batch="pad")
+        rows = {}
+        with make(backend, cfg) as ld:
+            for b in ld:
+                assert b.labels.device == b.images.device == b.indices.device == b.valid.device
+                assert b.images.device.type == "cuda"
+                for i, y, ok in zip(b.indices.tolist(), b.labels.cpu(), b.valid.tolist()):
+                    rows.setdefault(i, []).append((y, ok))
+            ld.set_resolution((16, 24))
+            assert all(tuple(b.images.shape[-2:]) == (16, 24) for b in ld)
+        got.append(rows)
+    assert sorted(got[0]) == sorted(got[1]) == sorted(got[2])
+    for i in got[0]:
+        for g in got[1:]:
+            assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(got[0][i], g[i]))
