@@ -15,9 +15,12 @@ records what each column is: a :class:`Step`).
   ``dali`` crops and flips every sample as ``pinned`` and ``pageable`` do
   (``tests/test_one_plan.py``). The window needs the decoded image's size: ``dali``'s source
   reads it from the header when it first checks the file (``pipelines.dali.source``).
-* Every other random number (the AutoAugment family's op and magnitude, colour factors,
-  erasing boxes, warps, ``RandomApply`` / ``RandomChoice`` branches) is a uniform number from
-  the same generator, after those. ``dali`` computes the same distributions from them, but not
+* ``TrivialAugmentWide``'s op, magnitude bin and sign are drawn as torchvision v2 draws them
+  too (a ``"trivial"`` step), so after an exact window and flip they are the same op and
+  magnitude.
+* Every other random number (RandAugment's and AutoAugment's ops, colour factors, erasing
+  boxes, warps, ``RandomApply`` / ``RandomChoice`` branches) is a uniform number from the same
+  generator, after those. ``dali`` computes the same distributions from them, but not
   torchvision's values: its ops consume numbers in another order.
 
 The row depends on ``(seed, epoch, index)`` only: not on the pipeline count, the hardware
@@ -182,6 +185,10 @@ class Step:
         ``"coin"``: 1 column, ``1.0`` with probability ``p`` (``torch.rand(1) < p``, as
             torchvision's flips draw), else ``0.0``.
         ``"uniform"``: ``count`` columns, each uniform on ``[0, 1)``.
+        ``"trivial"``: 3 columns ``op, bin, negate`` of ``TrivialAugmentWide``, drawn as
+            torchvision v2 draws them: the op ``randint(len(mags))``; for an op with
+            magnitudes (``mags``) the bin ``randint(bins)``, and for a signed one (``signs``)
+            a negative magnitude when ``rand() <= 0.5``.
     """
 
     kind: str
@@ -189,10 +196,13 @@ class Step:
     p: float = 0.5
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    bins: int = 0
+    mags: tuple[bool, ...] = ()
+    signs: tuple[bool, ...] = ()
 
     @property
     def width(self) -> int:
-        return 4 if self.kind == "window" else self.count
+        return {"window": 4, "trivial": 3}.get(self.kind, self.count)
 
 
 @dataclass(frozen=True)
@@ -213,7 +223,7 @@ class DrawPlan:
     def raw_count(self) -> int:
         """Raw outputs a sample may consume: 22 per window (ten attempts and the offsets),
         one per coin or uniform number."""
-        return max(1, sum(22 if s.kind == "window" else s.count for s in self.steps))
+        return max(1, sum({"window": 22, "trivial": 3}.get(s.kind, s.count) for s in self.steps))
 
     def raws(self, seed: int, epoch: int, indices) -> np.ndarray:
         """The raw outputs of the samples ``indices`` of ``epoch`` (:func:`mt_raws` of their
@@ -236,6 +246,14 @@ class DrawPlan:
                 win, used = rrc_windows(raws, off, sz[:, 0], sz[:, 1], st.scale, st.ratio)
                 out[:, c:c + 4] = win
                 off = off + used
+            elif st.kind == "trivial":
+                op = (raws[r, off] % np.uint64(len(st.mags))).astype(np.int64)
+                has = np.asarray(st.mags, bool)[op]
+                signed = np.asarray(st.signs, bool)[op] & has
+                b = np.where(has, raws[r, off + 1] % np.uint64(max(1, st.bins)), 0)
+                neg = signed & (_unit(raws[r, off + 1 + has]) <= 0.5)
+                out[:, c], out[:, c + 1], out[:, c + 2] = op, b, neg
+                off = off + 1 + has + signed
             elif st.kind == "coin":
                 out[:, c] = _unit(raws[r, off]) < st.p
                 off = off + 1

@@ -199,3 +199,52 @@ def test_dali_on_the_gpu_crops_and_flips_every_sample_as_pinned(photos):
     same = (d - p).abs().mean(dim=(1, 2, 3))
     assert same.max() < 0.1, same.max()
     assert (d - o).abs().mean(dim=(1, 2, 3)).mean() > 0.3
+
+
+def test_trivial_augment_draws_are_torchvisions():
+    """After a window and a flip, ``TrivialAugmentWide``'s op, magnitude bin and sign are what
+    torchvision v2 draws for the same sample seed."""
+    from pipelines.dali.autoaug import tables
+
+    bins = 31
+    tab = tables("TrivialAugmentWide", bins, 64, 64)
+    names = list(tab)
+    plan = DrawPlan((Step("window"), Step("coin"),
+                     Step("trivial", bins=bins, mags=tuple(tab[n][0] is not None for n in names),
+                          signs=tuple(bool(tab[n][1]) for n in names))))
+    n = 600
+    sizes = np.full((n, 2), 64)
+    rows = plan.rows(plan.raws(3, 1, np.arange(n)), sizes)
+    ta = v2.TrivialAugmentWide(num_magnitude_bins=bins)
+    seen = []
+    ta._apply_image_or_video_transform = lambda img, name, mag, **kw: seen.append((name, mag)) or img
+    rrc, flip = v2.RandomResizedCrop(32), v2.RandomHorizontalFlip()
+    img = torch.zeros(3, 64, 64, dtype=torch.uint8)
+    kinds = set()
+    for k in range(n):
+        torch.random.default_generator.manual_seed(sample_seed(3, 1, k))
+        ta(flip(rrc(img)))
+        name, mag = seen[-1]
+        op, b, neg = rows[k, 5:8].astype(int)
+        assert names[op] == name, k
+        want = 0.0 if tab[name][0] is None else float(tab[name][0][b]) * (-1 if neg else 1)
+        assert mag == want, (k, name, mag, want)
+        kinds.add((tab[name][0] is not None, bool(neg)))
+    assert kinds == {(False, False), (True, False), (True, True)}
+
+
+def test_dali_trivial_augment_takes_pinneds_ops(photos):
+    """With TrivialAugmentWide in the recipe, ``dali`` applies the op and magnitude ``pinned``
+    applies to each sample: per image within rounding, but for Equalize (DALI's differs,
+    docs/transforms.md) and the interpolation of warps."""
+    tv = v2.Compose([v2.RandomResizedCrop(48), v2.RandomHorizontalFlip(),
+                     v2.TrivialAugmentWide(), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                     v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    d, di = _epoch("dali", photos, 0, transform=tv)
+    p, pi = _epoch("pinned", photos, 0, transform=tv)
+    o, _ = _epoch("pinned", photos, 1, transform=tv)
+    assert np.array_equal(di, pi)
+    same = (d - p).abs().mean(dim=(1, 2, 3))
+    other = (d - o).abs().mean(dim=(1, 2, 3))
+    assert float((same < 0.1).float().mean()) >= 0.9 and float(same.median()) < 0.01, same
+    assert float(other.mean()) > 0.3

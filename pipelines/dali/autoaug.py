@@ -202,12 +202,17 @@ def _sign(augs, bins, shape=None):
 
 def trivial_augment(images, op: Op):
     """``TrivialAugmentWide(num_magnitude_bins, interpolation, fill)`` on uint8 HWC images
-    (module NOTE): one op and one bin per image, from the fed row (``pipelines.dali.draws``);
-    the pipeline runs with conditional execution (``pipelines.dali.graph``)."""
+    (module NOTE): one op, bin and sign per image, torchvision's own draws for the sample
+    (``pipelines.draws``); the pipeline runs with conditional execution
+    (``pipelines.dali.graph``)."""
     bins = op["bins"]
+    h, w = op["size"] or (0, 0)
+    tab = tables("TrivialAugmentWide", bins, h, w)
     augs = list(_suite(op, "TrivialAugmentWide", bins).values())
-    op_idx = draws.integer(len(augs))
-    mag = _sign(augs, draws.integer(bins))
+    op_idx, mag, neg = draws.trivial(bins, [tab[n][0] is not None for n in tab],
+                                     [bool(tab[n][1]) for n in tab])
+    if any(a.randomly_negate for a in augs):
+        mag = signed_bin(mag, random_sign=neg)
     return select(augs, op_idx, data=images, magnitude_bin=mag, num_magnitude_bins=bins)
 
 

@@ -64,6 +64,14 @@ def window(scale: Sequence[float], ratio: Sequence[float]):
     return w[0:2], w[2:4]
 
 
+def trivial(bins: int, mags: Sequence[bool], signs: Sequence[bool]):
+    """``TrivialAugmentWide``'s op, magnitude bin and sign (1: negate), each INT32, drawn on
+    the host as torchvision draws them (``pipelines.draws.Step``)."""
+    c = _row().take(Step("trivial", bins=int(bins), mags=tuple(map(bool, mags)),
+                         signs=tuple(map(bool, signs))))
+    return tuple(fn.cast(c[k], dtype=types.INT32) for k in range(3))
+
+
 def coin(p: float):
     """A float ``1.0`` with probability ``p`` (``torch.rand(1) < p``), else ``0.0``."""
     return _row().take(Step("coin", p=float(p)))
