@@ -131,6 +131,7 @@ class JpegDataset(torch.utils.data.Dataset):
             return Bad(path, reason)  # the main process raises or skips, per on_bad_file
         if steps is self.transform:  # the scaled path has drawn its crop already
             seed_cpu(seed)
+        assert steps is not None  # _decode gives steps (self._rest is set with self._crop)
         return as_tensor(steps(img, where=path)), int(self.labels[index]), index
 
 
