@@ -84,6 +84,7 @@ class AugmentSpec:
             raise ValueError(f"flip_p={self.flip_p!r} must be in [0, 1]")
         if self.resize_size is None:
             object.__setattr__(self, "resize_size", int(round(max(hw) / 0.875)))
+        assert self.resize_size is not None  # set just above when it was not given
         if self.resize_size < max(hw):
             raise ValueError(f"resize_size={self.resize_size!r} must be >= size={self.size} "
                              "(its larger side)")

@@ -41,9 +41,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
+
+if TYPE_CHECKING:
+    from .config import LoaderConfig
 
 SOURCES = ("config", "torch.distributed", "environment", "single process")
 T = TypeVar("T")
@@ -165,7 +168,7 @@ def local_device(device: str, p: Placement) -> str:
                      f"this process sees {n} CUDA devices; pass device='cuda:N'")
 
 
-def resolve(config) -> tuple[object, Placement]:
+def resolve(config: LoaderConfig) -> tuple[LoaderConfig, Placement]:
     """``(config with rank, world_size, last_batch and device resolved, its Placement)``."""
     from .config import LastBatchPolicy
 

@@ -31,9 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 # numpy's SeedSequence constants (numpy/random/bit_generator.pyx)
 _INIT_A, _MULT_A = 0x43B0D7E5, 0x931E8875
@@ -62,7 +66,7 @@ def sample_seeds(seed: int, epoch: int, indices) -> np.ndarray:
         value = (value * np.uint64(h)) & M
         return value ^ (value >> np.uint64(16))
 
-    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    def mix(x: npt.NDArray[np.uint64], y: npt.NDArray[np.uint64]) -> np.ndarray:
         r = (np.uint64(_MIX_L) * x - np.uint64(_MIX_R) * y) & M
         return r ^ (r >> np.uint64(16))
 

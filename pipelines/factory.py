@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import importlib.util
+from typing import cast
 
 from .config import LoaderConfig
 from .options import DaliOptions, Options, TorchOptions
@@ -110,11 +111,11 @@ def create_loader(backend: str | Backend, config: LoaderConfig,
             )
         from .dali.loader import DaliLoader
 
-        return DaliLoader(config, options)
+        return DaliLoader(config, cast(DaliOptions, options))  # an OPTIONS[backend]
     if backend is Backend.PINNED:
         from .torch_backend.pinned import PinnedLoader
 
-        return PinnedLoader(config, options)
+        return PinnedLoader(config, cast(TorchOptions, options))
     from .torch_backend.pageable import PageableLoader
 
-    return PageableLoader(config, options)
+    return PageableLoader(config, cast(TorchOptions, options))

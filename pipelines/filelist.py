@@ -28,6 +28,7 @@ import math
 import os
 import warnings
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -131,12 +132,13 @@ def list_file(path, skip_bad: bool = False
         raise ValueError(f"root={str(path)!r}: the file list names no sample")
     ints = [as_int(label) for _, _, label in good]
     if all(i is not None for i in ints):
-        if min(ints) < 0:
-            raise ValueError(f"root={str(path)!r}: label {min(ints)} is negative; integer "
+        known = cast("list[int]", ints)  # every label an integer
+        if min(known) < 0:
+            raise ValueError(f"root={str(path)!r}: label {min(known)} is negative; integer "
                              "labels are class indices >= 0")
         limit = index_limit(len(good))
-        keep = []
-        for row, i in zip(good, ints):
+        keep: list[tuple[tuple[int, str, str], int]] = []
+        for row, i in zip(good, known):
             if i >= limit:
                 bad(row[0], f"label {row[2]!r} is too large to be a class index of a list of "
                             f"{len(good)} rows (index labels must be below {limit:,}: "
@@ -146,9 +148,9 @@ def list_file(path, skip_bad: bool = False
         if not keep:
             raise ValueError(f"root={str(path)!r}: the file list names no sample")
         good = [row for row, _ in keep]
-        ints = [i for _, i in keep]
-        classes = [str(i) for i in range(max(ints) + 1)]
-        labels = np.asarray(ints, dtype=np.int64)
+        known = [i for _, i in keep]
+        classes = [str(i) for i in range(max(known) + 1)]
+        labels = np.asarray(known, dtype=np.int64)
     elif any(i is not None for i in ints):
         num = next(label for (_, _, label), i in zip(good, ints) if i is not None)
         name = next(label for (_, _, label), i in zip(good, ints) if i is None)

@@ -72,8 +72,8 @@ class _Walker:
             d, real_d = stack.pop()
             try:
                 entries = sorted(os.scandir(d), key=lambda e: e.name)
-            except OSError as e:
-                raise DatasetRootError(f"cannot list {d!r}: {e.strerror or e}") from None
+            except OSError as err:
+                raise DatasetRootError(f"cannot list {d!r}: {err.strerror or err}") from None
             subdirs = []
             for e in entries:
                 if _ignored(e.name):

@@ -57,8 +57,8 @@ import os
 import reprlib
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Generator, Iterator, Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -216,12 +216,13 @@ class LoaderBase:
         self._listing_hash: str | None = None
         self._token = 0  # bumped by iter() and load_state_dict() (NOTE [one iterator])
         self._ended_by = ""  # which of them bumped it last
-        self._live: Iterator | None = None  # the live iterator's _produce
+        self._live: Generator | None = None  # the live iterator's _produce
         self._closed = False
         _LIVE.add(self)  # NOTE [forked copies]
 
     # -- what the backend supplies ------------------------------------------------------------
-    def _produce(self, epoch: int, start: int) -> Iterator[tuple[Batch, object]]:  # pragma: no cover
+    def _produce(  # pragma: no cover
+            self, epoch: int, start: int) -> Generator[tuple[Batch, object], None, None]:
         raise NotImplementedError
 
     def _release(self) -> None:  # pragma: no cover
@@ -258,7 +259,7 @@ class LoaderBase:
             self._listing_hash = h.hexdigest()
         ids = {"samples": len(self.paths), "listing": self._listing_hash,
                "world_size": c.world_size, "batch_size": c.batch_size, "seed": c.seed,
-               "shuffle": c.shuffle, "last_batch": c.last_batch.value}
+               "shuffle": c.shuffle, "last_batch": cast(LastBatchPolicy, c.last_batch).value}
         if self.data_source.groups is not None:  # tar shards: the window shapes the plan
             ids["shuffle_window"] = c.shuffle_window
         return ids
@@ -409,8 +410,9 @@ class LoaderBase:
                     ok = valid[self._pos[1]]
                     ok = None if ok.all() or len(ok) != len(batch.images) else ok
                 if self.mix is not None:  # on the device, the same for every backend
-                    batch = Batch(*mix_batch(batch.images, batch.labels, self.mix, len(self.classes),
-                                             mix_rng(c.seed, epoch, c.rank, self._pos[1])))
+                    batch = Batch(*mix_batch(batch.images, batch.labels, self.mix,
+                                             len(self.classes),
+                                             mix_rng(c.seed, epoch, cast(int, c.rank), self._pos[1])))
                 labels = batch.labels
                 if self.targets is not None:  # pipelines.targets: gathered by index
                     labels = self.targets[torch.as_tensor(np.asarray(indices, np.int64))].to(

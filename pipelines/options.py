@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from .config import CpuBinding, DecodeOn, Decoder, enum_option, int_option
 
@@ -30,7 +31,7 @@ def option(default: Any, *, lo: float | None = None, hi: float | None = None,
     return field(default=default, metadata={"lo": lo, "hi": hi, "only": only})
 
 
-def _check(name: str, hint: Any, value: Any, meta: dict[str, Any]) -> Any:
+def _check(name: str, hint: Any, value: Any, meta: Mapping[str, Any]) -> Any:
     """``value`` converted to ``hint`` and checked against ``meta``, or a ``ValueError`` naming
     ``name``."""
     args = typing.get_args(hint)
@@ -57,9 +58,15 @@ def _check(name: str, hint: Any, value: Any, meta: dict[str, Any]) -> Any:
     raise TypeError(f"option {name} has an unsupported type {hint!r}")  # a bug in the class
 
 
+_O = TypeVar("_O", bound="Options")
+
+
 class Options:
     """Base of the frozen options classes: validates every field from its annotation and
     ``option()`` metadata; errors are ``ValueError`` naming the field."""
+
+    if typing.TYPE_CHECKING:  # every subclass is a dataclass (what dataclasses.fields needs)
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     backends: ClassVar[tuple[str, ...]] = ()
     # options that were removed: {name: why}; passing one raises a TypeError that says so
@@ -96,7 +103,7 @@ class Options:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if getattr(self, f.name) != f.default}
 
-    def for_backend(self, backend: str) -> Options:
+    def for_backend(self: _O, backend: str) -> _O:
         """``self``, after checking that ``backend`` honours every option changed here.
 
         Raises:
@@ -108,7 +115,7 @@ class Options:
                                  f"{', '.join(self.honoured_by(k))}); leave it at its default")
         return self
 
-    def replace(self, **changes) -> Options:
+    def replace(self: _O, **changes) -> _O:
         """A copy with ``changes`` applied (and validated again)."""
         return dataclasses.replace(self, **changes)
 

@@ -77,6 +77,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, cast
 
 import numpy as np
 
@@ -257,7 +258,7 @@ def index_shard(path: str) -> ShardIndex:
                     exts[k], offsets[k], sizes[k] = ext, m.offset_data, m.size
                 elif ext in ("cls", "json") and labels[k] < 0:
                     try:
-                        labels[k] = _label(ext, tf.extractfile(m).read())
+                        labels[k] = _label(ext, cast(IO[bytes], tf.extractfile(m)).read())  # m.isfile()
                         why.pop(k, None)
                     except (ValueError, UnicodeDecodeError) as e:
                         why[k] = f"bad label in {m.name!r} ({e})"
@@ -398,11 +399,11 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
     for s, path in enumerate(shards):
         try:
             idx = cached_index(path)
-        except (ShardError, OSError) as e:
+        except (ShardError, OSError) as err:
             if not skip_bad:
-                raise ShardError(f"{e}" if isinstance(e, ShardError) else
-                                 f"shard {path!r}: {type(e).__name__}: {e}") from None
-            dropped.append(f"{path}: {e}")
+                raise ShardError(f"{err}" if isinstance(err, ShardError) else
+                                 f"shard {path!r}: {type(err).__name__}: {err}") from None
+            dropped.append(f"{path}: {err}")
             continue
         if idx.damage and not skip_bad:
             raise ShardError(f"shard {path!r}: {idx.damage} (on_bad_file='skip' keeps its whole "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
+from typing import cast
 
 
 class BadFileStats:
@@ -27,7 +28,7 @@ class BadFileStats:
         self.epoch_bad = []
 
     def add(self, bad: Iterable[tuple[str, str]], dropped_batch: bool = False) -> None:
-        bad = [tuple(b) for b in bad]
+        bad = cast("list[tuple[str, str]]", [tuple(b) for b in bad])
         self.bad += bad
         self.epoch_bad += bad
         self.dropped_batches += int(dropped_batch)

@@ -167,6 +167,7 @@ def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> str 
         wh, why = (_webp if data[:4] == b"RIFF" else _bmp)(data)
         if why:
             return why
+        assert wh is not None  # _webp and _bmp give a size whenever they give no reason
         w, h = wh
         if w == 0 or h == 0:
             return f"zero-sized image ({w}x{h})"
@@ -203,6 +204,7 @@ def check_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> str 
         return f"decompression bomb: {w}x{h} = {w * h} pixels > max_pixels={max_pixels}"
     if data.startswith(PNG_SIG):
         return _png_problem(data)
+    assert sof is not None and sos is not None  # a JPEG here: both were checked above
     if eoi - sos < _min_scan_bytes(data, sof, w, h):
         return (f"truncated JPEG: {eoi - sos} bytes of scan data cannot hold {w}x{h} pixels "
                 f"(at least {_min_scan_bytes(data, sof, w, h)})")

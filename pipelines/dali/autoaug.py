@@ -48,8 +48,9 @@ from .geometry import round_half_even
 from .geometry import vector as _vec
 from .geometry import warp as _warp
 
-_filter = getattr(fn, "filter", None) or fn.experimental.filter        # DALI >= 1.35: fn.filter
-_equalize = getattr(fn, "equalize", None) or fn.experimental.equalize
+# DALI >= 1.35: fn.filter; the fallbacks are older DALI's, absent from the stubs of newer ones
+_filter = getattr(fn, "filter", None) or fn.experimental.filter  # type: ignore[attr-defined]
+_equalize = getattr(fn, "equalize", None) or fn.experimental.equalize  # type: ignore[attr-defined]
 
 
 def _u8(x):
@@ -68,7 +69,7 @@ def tables(policy: str, num_bins: int, height: int = 0, width: int = 0) -> dict:
     return {name: (f(num_bins, height, width), signed) for name, (f, signed) in space.items()}
 
 
-def suite(tab: dict, interp, fill: float) -> dict:
+def suite(tab: dict, interp, fill: float | None) -> dict:
     """The augmentations of ``tab`` (``tables``), by torchvision's names, in its order. Each
     magnitude op's DALI magnitude is its bin index (``mag_range=(0, bins - 1)``, negated for a
     negative sign); its parameter is torchvision's table at that bin."""

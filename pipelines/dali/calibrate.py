@@ -57,8 +57,10 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol, cast
 
 from ..listcache import cache_base
 
@@ -156,6 +158,14 @@ def window_for(epoch_batches: int, settle: int) -> int:
     return max(MIN_WINDOW, min(WINDOW, epoch_batches - settle - 1))
 
 
+class _Timer(Protocol):
+    """What ``Calibrator.timer`` is: ``HostTimer`` or ``EventTimer``."""
+
+    def mark(self) -> Any: ...
+
+    def seconds(self, a: Any, b: Any) -> float | None: ...
+
+
 class HostTimer:
     """Windows on the host clock (CPU operators)."""
 
@@ -198,7 +208,7 @@ class Calibrator:
     """
 
     settle: int
-    timer: object = field(default_factory=HostTimer)
+    timer: _Timer = field(default_factory=HostTimer)
     cache: CalibrationCache = field(default_factory=lambda: CalibrationCache(None))
     key: str = ""
     candidates: tuple[float, ...] = CANDIDATES
@@ -256,7 +266,7 @@ class Calibrator:
             if rest:
                 return self._switch(rest[0])
             first = self.candidates[0]
-            best = min(self._trial, key=self._trial.get)
+            best = min(self._trial, key=cast("Callable[[float], float]", self._trial.get))
             choice = best if self._trial[best] < (1.0 - MARGIN) * self._trial[first] else first
             d = Decision(choice, {f"{c:g}": round(p * 1e3, 3) for c, p in self._trial.items()},
                          "measured")

@@ -32,4 +32,5 @@ def random_choice(images, op: Op):
     branches = op["ops"]
     k = draws.choice(list(op["p"]))
     fns = [lambda x, inner=(o,): _all(x, inner) for o in branches]
-    return select(fns, k, images)
+    # select calls each branch as branch(images); DALI types its list as Augmentation objects only
+    return select(fns, k, images)  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any, cast
 
 from nvidia.dali import fn, pipeline_def, types
 
@@ -81,7 +82,7 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
     if ops and entry(ops[0]).decode is not None:
         op = ops.pop(0)
         _building(op)
-        images = entry(op).decode(jpegs, op, dec, dec_kw)
+        images = cast("Callable[..., Any]", entry(op).decode)(jpegs, op, dec, dec_kw)  # checked above
     else:
         images = fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
                                    jpeg_fancy_upsampling=True, **dec_kw)
@@ -93,7 +94,7 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
         images = _apply(images, op)
     if last is not None:  # drawn after the ops before it, in the transforms' order
         _building(last)
-        kw["mirror"] = entry(last).mirror(last)
+        kw["mirror"] = cast("Callable[[Op], Any]", entry(last).mirror)(last)  # checked above
     _building(None)
     return fn.crop_mirror_normalize(
         images, dtype=DALI_DTYPE[cfg.dtype], output_layout="HWC" if cfg.channels_last else "CHW",
@@ -168,9 +169,10 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
     dec_kw = decoder_kwargs(opt, gpu)
     _resolve(plan.ops)  # import each builder now, outside the traced graph
 
-    @pipeline_def(
+    # exec_dynamic: newer than the keywords DALI's stub for pipeline_def lists
+    @pipeline_def(  # type: ignore[call-overload]
         batch_size=cfg.batch_size,
-        num_threads=max(1, cfg.num_workers // opt.pipelines),
+        num_threads=max(1, cast(int, cfg.num_workers) // cast(int, opt.pipelines)),  # both set by now
         device_id=device_id,
         prefetch_queue_depth=opt.queue_depth,
         seed=0,  # unused: the graph has no random operator

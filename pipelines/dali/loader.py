@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from typing import cast
 
 import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
@@ -73,8 +74,10 @@ from .source import PlanSource
 class DaliLoader(LoaderBase):
     """Decode and augment with DALI (GPU when the config's device is CUDA, CPU operators otherwise)."""
 
+    options: DaliOptions  # LoaderBase.options, narrowed
+
     def __init__(self, config: LoaderConfig, options: DaliOptions):
-        options.check(config.num_workers)
+        options.check(cast(int, config.num_workers))  # set by LoaderConfig
         super().__init__(config, options)
         config = self.config  # resolved: rank, world size, cuda:LOCAL_RANK
         self.device = resolve_device(config, "dali")
@@ -84,14 +87,15 @@ class DaliLoader(LoaderBase):
         self.plan_dali = self.recipe.dali_plan()  # UnsupportedTransformError here, at build
         if options.pipelines is None:  # the default follows the graph (DaliOptions)
             options = self.options = options.replace(
-                pipelines=options.lanes_for(conditional(self.plan_dali), config.num_workers))
+                pipelines=options.lanes_for(conditional(self.plan_dali), cast(int, config.num_workers)))
         options = self.options = self._sized(options)
         depth = options.queue_depth
         self.calibrator = self._calibrator(config, options)  # NOTE [calibration]
         self.source = PlanSource(self.paths, self.labels, self.plan_of,
-                                 readahead=depth + 1, threads=options.threads(config.num_workers),
+                                 readahead=depth + 1,
+                                 threads=options.threads(cast(int, config.num_workers)),
                                  keep_alive=depth + 2, max_pixels=config.max_image_pixels,
-                                 lanes=options.pipelines,
+                                 lanes=cast(int, options.pipelines),
                                  read=None if self.data_source.by_path
                                  else self.data_source.read)
         self.pipes: list = []
@@ -189,7 +193,7 @@ class DaliLoader(LoaderBase):
         opts = self.options.replace(hw_decoder_load=load)
         pipes = [build_pipeline(self.config, opts, self.plan_dali, self.source.lane(k),
                                 self.device_id, encoded=not self.data_source.by_path)
-                 for k in range(self.options.pipelines)]
+                 for k in range(cast(int, self.options.pipelines))]
         self.source.draw(pipes[0].draw_plan, self.config.seed)
         return pipes
 
@@ -206,6 +210,7 @@ class DaliLoader(LoaderBase):
         the loader is built (NOTE [calibration]). The batch is epoch 0's first, dropped; a set
         that fails on it is left to be built at its first switch, where a bad file is found
         as usual."""
+        assert self.calibrator is not None  # only built with one
         for load in self.calibrator.candidates:
             if load == self.hw_decoder_load:
                 continue
@@ -267,7 +272,7 @@ class DaliLoader(LoaderBase):
             if not self._drain(self._its):  # a failure in a batch nobody will see
                 self._rebuild()  # start from scratch
         self._in_epoch = False
-        n = self.options.pipelines  # lane j serves positions j, j + n, ...: its first >= start
+        n = cast(int, self.options.pipelines)  # lane j serves positions j, j + n, ...: its first >= start
         self.source.start_epoch(epoch, resume=[start + (j - start) % n for j in range(n)])
         if self._its is None:
             self._its = self._iterators()
@@ -285,8 +290,8 @@ class DaliLoader(LoaderBase):
     def _recover(self, err: Exception, epoch: int) -> None:
         """Find the file behind a DALI failure, record it, restart the lanes (NOTE [recovery])."""
         self._broken = True
-        items = {}
-        for k in range(self.options.pipelines):
+        items: dict[int, str] = {}
+        for k in range(cast(int, self.options.pipelines)):
             for fed in self.source.in_flight(k):
                 for i in fed.rows.tolist():
                     items.setdefault(i, self.paths[i])
@@ -337,6 +342,7 @@ class DaliLoader(LoaderBase):
             for it in its:
                 it.reset()
             self._its = its
+        assert self.calibrator is not None  # a switch is the calibrator's
         self.calibrator.restart()
 
     def _account(self, k: int) -> None:
@@ -365,6 +371,7 @@ class DaliLoader(LoaderBase):
         if calib is not None:
             calib.restart()
         cast = self.config.dtype is OutputDType.BFLOAT16
+        assert self._its is not None  # _start made them
         n = len(self._its)
         live = [True] * n
         ran_on = [True] * n  # lanes that went on into the next pass (NOTE [running on])

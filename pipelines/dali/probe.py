@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from nvidia.dali import fn, pipeline_def, types
+
+if TYPE_CHECKING:
+    from nvidia.dali.pipeline import Pipeline
 
 
 def dali_reason(exc: BaseException) -> str:
@@ -48,7 +52,7 @@ class DecodeProbe:
         self.batch_size = batch_size
         self.device_id = device_id
         self.decoder_kwargs = decoder_kwargs
-        self._pipe = None
+        self._pipe: Pipeline | None = None
         self.runs = 0
         self.rebuilds = 0
 

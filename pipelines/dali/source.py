@@ -78,6 +78,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -391,7 +392,8 @@ class PlanSource:
                     carry = self._carry[k] = Fed.empty(carry.round)
                 if not self._may_cross(k):
                     raise StopIteration
-                self._lane_epoch[k], self._lane_pos[k] = self._target, k
+                # _may_cross: a target is set
+                self._lane_epoch[k], self._lane_pos[k] = cast(int, self._target), k
                 self._lane_round[k] += 1
                 carry = self._carry[k] = Fed.empty(self._lane_round[k])
                 continue

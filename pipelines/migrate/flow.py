@@ -163,7 +163,7 @@ def _auto_family(t, s: State, out: list[str]) -> State:
     is drawn) fewer than 2 magnitude bins (its posterize table divides by bins - 1), a
     RandAugment ``magnitude`` that is no index of its ``num_magnitude_bins`` table, and a fill
     that does not broadcast to the channels."""
-    bins = getattr(t, "num_magnitude_bins", None)
+    bins: Any = getattr(t, "num_magnitude_bins", None)
     name = type(t).__name__
     if name in ("TrivialAugmentWide", "RandAugment") and bins is not None and (
             not isinstance(bins, int) or bins < 2):
@@ -200,7 +200,8 @@ def _branches(t, s: State, out: list[str]) -> State:
     values' space (``BRANCH_SAFE``); unknown otherwise."""
     inner = list(getattr(t, "transforms", []))
     for u in inner:  # what torchvision refuses in a branch (raised when the branch is drawn)
-        h, more = HANDLERS.get(type(u).__name__), []
+        h = HANDLERS.get(type(u).__name__)
+        more: list[str] = []
         if h is not None and s.dtype is not None:
             h(u, s, more)
         out += [f"{type(u).__name__}: {o}" for o in more]
@@ -231,6 +232,7 @@ def _normalize(t, s: State, out: list[str]) -> State:
         out.append(f"std={std}|it is zero in {s.dtype}, which torchvision refuses")
     if out or not s.affine:
         return replace(s, scale=None, shift=None)
+    assert s.scale is not None and s.shift is not None  # s.affine
     k = len(s.scale)
     m = mean * k if len(mean) == 1 else mean
     d = std * k if len(std) == 1 else std
@@ -254,6 +256,7 @@ def _to_dtype(t, s: State, out: list[str], scale: bool | None = None) -> State:
     src, dst = s.dtype, dt
     if not s.affine:
         return replace(s, dtype=dst)
+    assert s.scale is not None and s.shift is not None  # s.affine
     if dst.is_floating_point:
         k = 1.0 / max_value(src) if scale and not src.is_floating_point else 1.0
         return replace(s, dtype=dst, scale=tuple(a * k for a in s.scale),

@@ -42,9 +42,11 @@ refused.
 """
 from __future__ import annotations
 
+from typing import cast
+
 from .errors import InvalidTransformError, Problem, UnsupportedTransformError, refusal
-from .flow import BRANCH_SAFE, State, Step, antialias, check, hw, interpolation, padding_lrtb, resized
-from .ops import OpDef, always, dali, entry, for_transform, names, register
+from .flow import BRANCH_SAFE, State, Step, Vec, antialias, check, hw, interpolation, padding_lrtb, resized
+from .ops import OpDef, Translate, always, dali, entry, for_transform, names, register
 from .plan import Op, TvPlan
 
 _AFTER_FLOAT = ("after a float conversion", "torchvision clamps float images to [0, 1] and "
@@ -125,7 +127,7 @@ PAD_MODE = {"constant": "constant", "edge": "edge", "reflect": "reflect_101",
             "symmetric": "reflect_1001"}
 
 
-def _resample(t) -> tuple[tuple[tuple[str, object], ...], Problem | None]:
+def _resample(t) -> tuple[tuple[tuple[str, object], ...], tuple[str, str] | None]:
     mode, aa = interpolation(t).value, antialias(t)
     if mode == "nearest":
         return (), ("interpolation=NEAREST", DALI_REFUSED["RandomResizedCrop, Resize"][0][1])
@@ -217,7 +219,7 @@ def _auto_common(t, s: State, name: str, sized: bool = False):
     if mode not in ("nearest", "bilinear"):
         return None, (f"interpolation={mode!r}", why[1][1])
     fill = getattr(t, "_fill", {"others": getattr(t, "fill", None)})
-    vals = set()
+    vals: set[float | None] = set()
     for v in (fill.values() if isinstance(fill, dict) else [fill]):
         # None: no fill, zero padding; the same as 0 for nearest, not for bilinear (the fill
         # is blended in by the warped mask only when one is given; geometry.warp)
@@ -246,6 +248,7 @@ def _rand_augment(t, s: State):
         return [], bad
     # flow.check refused magnitudes outside -bins..bins-1; torchvision indexes its table with
     # it, so a negative one counts from the end
+    assert s.size is not None  # sized: _auto_common refused an unknown size
     bins = int(t.num_magnitude_bins)
     return [Op("rand_augment", (("num_ops", int(t.num_ops)), ("magnitude", int(t.magnitude) % bins),
                                 ("bins", int(t.num_magnitude_bins)), ("interp", got[0]),
@@ -256,6 +259,7 @@ def _auto_augment(t, s: State):
     got, bad = _auto_common(t, s, "AutoAugment", sized=True)
     if bad:
         return [], bad
+    assert s.size is not None  # sized: _auto_common refused an unknown size
     return [Op("auto_augment", (("policy", t.policy.value), ("interp", got[0]),
                                 ("fill", got[1]), ("size", tuple(s.size))))], None
 
@@ -294,7 +298,7 @@ def _branch_ops(t, s: State, inner) -> tuple[list[Op], tuple[str, str] | None]:
         e = for_transform(name)
         if name not in BRANCH_SAFE or e is None or getattr(u, "expand", False):
             return [], (name, why[1][1])
-        more, bad = e.translate(u, s)
+        more, bad = cast(Translate, e.translate)(u, s)  # an entry with torchvision names has one
         if bad:
             return [], (f"{name}: {bad[0]}", bad[1])
         ops += more
@@ -433,7 +437,7 @@ def _translate(e: OpDef, st: Step) -> tuple[list[Op], tuple[str, str] | None]:
     """The plan ops for one step that ``e`` translates, or the reason DALI cannot run it."""
     if e.uint8_only and st.before.is_float:
         return [], _AFTER_FLOAT
-    ops, bad = e.translate(st.t, st.before)
+    ops, bad = cast(Translate, e.translate)(st.t, st.before)  # e translates st (for_transform)
     for op in ops:
         entry(op)  # a registered kind, or ValueError
     return ops, bad
@@ -458,8 +462,9 @@ class _Builder:
 
     def _rel(self, s: State):
         """The map from DALI's current values to ``s``'s values."""
-        a = tuple(s.scale[c] / self.scale[c] for c in range(3))
-        b = tuple(s.shift[c] - a[c] * self.shift[c] for c in range(3))
+        scale, shift = cast(Vec, s.scale), cast(Vec, s.shift)  # known where the translation gets
+        a = tuple(scale[c] / self.scale[c] for c in range(3))
+        b = tuple(shift[c] - a[c] * self.shift[c] for c in range(3))
         return a, b
 
     def add(self, st: Step, ops: list[Op]) -> None:
@@ -486,7 +491,7 @@ def _rgb(s: State) -> State:
 
     if s.scale is None or len(s.scale) == 3:
         return s
-    return replace(s, scale=s.scale * 3, shift=s.shift * 3)
+    return replace(s, scale=s.scale * 3, shift=cast(Vec, s.shift) * 3)  # set with scale
 
 
 def from_torchvision(compose) -> TvPlan:
@@ -511,6 +516,7 @@ def from_torchvision(compose) -> TvPlan:
     steps = check(as_compose(compose))
     b = _Builder()
     problems: list[Problem] = []
+    ops: list[Op]
     for st in steps:
         bad, ops, e = None, [], for_transform(st.name)
         if e is None and st.name not in supported():

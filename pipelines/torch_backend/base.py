@@ -17,13 +17,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from ..config import CpuBinding, Decoder, LoaderConfig
 from ..loader import LoaderBase
 from ..options import TorchOptions
+from ..types import Batch
 from . import affinity, shm
 from .dataset import Bad, JpegDataset, PlanBatchSampler, collate_skipping
 from .decode import default_decoder
@@ -50,6 +51,8 @@ class TorchLoaderBase(LoaderBase):
         pin_memory: let DataLoader's pin thread copy batches into pinned memory.
     """
 
+    on_cuda: bool  # set by each subclass before it calls __init__
+
     def __init__(self, config: LoaderConfig, options: TorchOptions, *, in_workers: str,
                  pin_memory: bool):
         super().__init__(config, options)
@@ -64,10 +67,10 @@ class TorchLoaderBase(LoaderBase):
         if config.transform is None:  # set_resolution: the recipe at another size, in workers
             self.dataset.sized = functools.partial(_sized_steps, config.augment, in_workers)
         self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
-        self._stream = None  # the DataLoader iterator over epoch after epoch (NOTE)
+        self._stream: Iterator[Any] | None = None  # the DataLoader iterator over epoch after epoch (NOTE)
         self._next: int | None = None  # the epoch the stream reaches next, at its start
         self.sample_bytes = r.sample_bytes(in_workers=in_workers) or self._measured_bytes()
-        nw, prefetch = shm.fitted(config.num_workers, options.prefetch_factor,
+        nw, prefetch = shm.fitted(cast(int, config.num_workers), options.prefetch_factor,
                                   config.batch_size * self.sample_bytes)
         self.num_workers, self.prefetch_factor = nw, prefetch
         self.worker_cores = self._worker_cores(options)  # None: as inherited
@@ -191,7 +194,7 @@ class TorchLoaderBase(LoaderBase):
         if carry.files:
             self._report(carry.files, carry.dropped)
 
-    def _batches(self, cpu_batches) -> Iterator:  # pragma: no cover - abstract
+    def _batches(self, cpu_batches) -> Iterator[tuple[Batch, _Bad]]:  # pragma: no cover - abstract
         """``(Batch, _Bad)`` for each ``(images, labels, _Bad)`` of ``cpu_batches``."""
         raise NotImplementedError
 

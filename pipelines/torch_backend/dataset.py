@@ -149,6 +149,7 @@ class JpegDataset(torch.utils.data.Dataset):
             return Bad(path, reason)  # the main process raises or skips, per on_bad_file
         if steps is self.transform:  # the scaled path has drawn its crop already
             seed_cpu(seed)
+        assert steps is not None  # _decode gives steps (self._rest is set with self._crop)
         return as_tensor(steps(img, where=path)), int(self.labels[index]), index
 
 
@@ -200,7 +201,7 @@ class PlanBatchSampler(torch.utils.data.Sampler):
         self.one_epoch = False  # TorchOptions.epoch_stream off: epoch ``start`` only
         self.hw: tuple[int, int] | None = None  # set_resolution's size, sent with every key
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+    def __iter__(self) -> Iterator[list[tuple]]:  # (epoch, index) or (epoch, index, (h, w))
         e, skip = self.start, self.skip
         while True:
             for b in self.plan(e)[skip:]:

@@ -40,7 +40,8 @@ EXIF_ORIENTATION = 0x0112
 # so a resumed job decodes as the first run did. Not yet measured on a GPU host at this
 # threshold.
 SCALED_FROM_MP = 1.0
-_RESAMPLE = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
+# Pillow sets these module constants in a loop over its enums, which its typing does not describe
+_RESAMPLE = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}  # type: ignore[attr-defined]
 
 
 def pil_image(data: bytes) -> Image.Image:

@@ -15,7 +15,7 @@ from ..device import resolve_device
 from ..normalize import finish_float
 from ..options import TorchOptions
 from ..types import Batch
-from .base import TorchLoaderBase
+from .base import TorchLoaderBase, _Bad
 
 
 class PageableLoader(TorchLoaderBase):
@@ -26,7 +26,7 @@ class PageableLoader(TorchLoaderBase):
                          pin_memory=False)
         self.dtype = config.dtype.torch
 
-    def _batches(self, cpu_batches) -> Iterator[Batch]:
+    def _batches(self, cpu_batches) -> Iterator[tuple[Batch, _Bad]]:
         for images, labels, bad in cpu_batches:
             images = images.as_subclass(torch.Tensor).to(self.device)  # blocking, from pageable memory
             labels = labels.to(self.device)

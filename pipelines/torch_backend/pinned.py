@@ -13,7 +13,7 @@ from ..migrate import TransformError
 from ..normalize import finish_float, normalize_uint8
 from ..options import TorchOptions
 from ..types import Batch
-from .base import TorchLoaderBase
+from .base import TorchLoaderBase, _Bad
 from .prefetch import CudaPrefetcher
 
 
@@ -50,7 +50,7 @@ class PinnedLoader(TorchLoaderBase):
             if self.on_cuda and streams > 0 else None
         )
 
-    def _batches(self, cpu_batches) -> Iterator[Batch]:
+    def _batches(self, cpu_batches) -> Iterator[tuple[Batch, _Bad]]:
         if self._prefetcher is not None:
             self._held.errors.clear()
             for batch, bad in self._prefetcher(cpu_batches):

@@ -50,7 +50,8 @@ class CudaPrefetcher:
     def __init__(self, device: torch.device, streams: int, depth: int, finish: Transform):
         if streams < 1 or depth < 1:
             raise ValueError(f"{streams=} and {depth=} must both be >= 1")
-        prio = min(torch.cuda.Stream.priority_range())  # lower number == higher priority
+        # lower number == higher priority; torch's stub lacks the @staticmethod it has at run time
+        prio = min(torch.cuda.Stream.priority_range())  # type: ignore[call-arg]
         self.device = device
         self.streams = [torch.cuda.Stream(device=device, priority=prio) for _ in range(streams)]
         self.depth = depth
