@@ -26,20 +26,16 @@ def _key(x) -> float:
     return round(float(x.double().sum()), 3)  # the batch's pixels, in one number
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_lightning_trainer_advances_epochs_and_resumes_mid_epoch(backend, tiny_root, tmp_path):
-    L = pytest.importorskip("lightning")
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    if backend == "dali":
-        pytest.importorskip("nvidia.dali")
+def _lightning(L, backend, root):
+    """A LightningModule class that trains on our loader and records, per step, ``(epoch,
+    step, the loader's epoch, the batch's pixels)``; and the Trainer's quiet CPU arguments."""
 
     class Module(L.LightningModule):
         def __init__(self):
             super().__init__()
             self.net = _net()
             self.seen = []
-            self.loader = create_loader(backend, _cfg(tiny_root))
+            self.loader = create_loader(backend, _cfg(root))
 
         def train_dataloader(self):
             return self.loader  # no set_epoch anywhere: Lightning calls loader.sampler's
@@ -52,8 +48,19 @@ def test_lightning_trainer_advances_epochs_and_resumes_mid_epoch(backend, tiny_r
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    kw = dict(accelerator="cpu", logger=False, enable_progress_bar=False,
-              enable_model_summary=False)
+    return Module, dict(accelerator="cpu", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lightning_trainer_advances_epochs_and_resumes_mid_epoch(backend, tiny_root, tmp_path):
+    L = pytest.importorskip("lightning")
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+
+    Module, kw = _lightning(L, backend, tiny_root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = Module()
@@ -87,26 +94,7 @@ def test_lightning_end_of_epoch_checkpoint_resumes_exactly(backend, tiny_root, t
     if backend == "dali":
         pytest.importorskip("nvidia.dali")
 
-    class Module(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = _net()
-            self.seen = []
-            self.loader = create_loader(backend, _cfg(tiny_root))
-
-        def train_dataloader(self):
-            return self.loader
-
-        def training_step(self, batch, i):
-            x, y = batch
-            self.seen.append((self.current_epoch, i, _key(x)))
-            return torch.nn.functional.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    kw = dict(accelerator="cpu", logger=False, enable_progress_bar=False,
-              enable_model_summary=False)
+    Module, kw = _lightning(L, backend, tiny_root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = Module()
