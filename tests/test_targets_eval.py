@@ -76,6 +76,40 @@ def test_every_target_kind_is_the_same_on_every_backend(tiny_root):
                 assert int(y) == i
 
 
+@pytest.fixture(scope="module")
+def sources(tiny_root, tmp_path_factory):
+    """The same 37 images as a folder, a CSV file list and tar shards."""
+    from data_gen.generate import GenConfig, generate
+    from pipelines.sources import list_dataset
+
+    paths, labels, _ = list_dataset(tiny_root)
+    lst = tiny_root.parent / "tiny-list.csv"
+    lst.write_text("path,label\n" + "".join(f"{p},{int(y)}\n" for p, y in zip(paths, labels)))
+    wds = tmp_path_factory.mktemp("tiny-wds")
+    generate(GenConfig(out=str(wds), num_images=37, classes=3, seed=7, width_range=(48, 96),
+                       workers=1, layout="wds", shard_size=8), progress=False)
+    return {"folder": tiny_root, "list": lst, "shards": wds}
+
+
+@pytest.mark.parametrize("source", ["folder", "list", "shards"])
+def test_targets_from_every_source_are_the_same_on_every_backend(sources, source):
+    """``"none"`` and a ``target_fn`` on a folder, a file list and tar shards: each backend
+    yields the same targets for the same indices; the function saw relative paths."""
+    pytest.importorskip("nvidia.dali")
+    rels = []
+
+    def fn(rel):
+        rels.append(rel)
+        return [float(len(rel)), float(sum(map(ord, rel)) % 7)]
+
+    root = sources[source]
+    for target in ("none", fn):
+        got = [_labels(b, root, target) for b in BACKENDS]
+        assert sorted(got[0]) == list(range(37))
+        assert all(torch.equal(got[0][i], g[i]) for g in got[1:] for i in range(37))
+    assert rels and not any(os.path.isabs(r) for r in rels)
+
+
 def test_bad_targets_are_refused_naming_target(tiny_root):
     for bad in ("multi", 3, ("a",)):
         with pytest.raises(ValueError, match="target="):
