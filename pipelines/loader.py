@@ -276,8 +276,12 @@ class LoaderBase:
         if self._resume is None and epoch != self.epoch:  # set_epoch since: nothing read yet
             epoch, done = self.epoch, 0
         state = {"version": STATE_VERSION, "epoch": epoch, "batches": done, **self._plan_id()}
-        if self._want_res.hw != self.config.augment.hw:  # set_resolution's, for the epoch
-            state["resolution"] = list(self._want_res.hw)
+        # set_resolution: the size of the epoch the state resumes: the one that ran, when it
+        # is that epoch's position, else the one the next iter() takes
+        ran = self._resume is None and 0 < done < len(self)
+        hw = (self._res if ran else self._want_res).hw
+        if hw != self.config.augment.hw:
+            state["resolution"] = list(hw)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

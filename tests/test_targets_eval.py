@@ -214,7 +214,8 @@ def test_set_resolution_takes_effect_at_the_next_epoch_and_resumes(backend, tiny
         ld.set_epoch(0)
         it = iter(ld)
         first = next(it)
-        ld.set_resolution(24)  # mid-epoch: this epoch keeps its size
+        ld.set_resolution(24)  # mid-epoch: this epoch keeps its size, and so does its state
+        assert "resolution" not in ld.state_dict() and ld.resolution == (24, 24)
         assert all(b.images.shape[-1] == 16 for b in [first, *it])
         got = _epoch_pixels(ld, 1)
         assert len(got) == len(want)
