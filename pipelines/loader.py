@@ -69,7 +69,7 @@ from .indexing import as_epoch, check_nonempty, config_batches, config_len, conf
 from .mix import mix_batch, mix_rng
 from .options import Options
 from .recipe import Recipe
-from .sources import open_source
+from .sources import open_source, root_base
 from .stats import BadFileStats
 from .targets import build_targets
 from .types import Batch
@@ -250,8 +250,7 @@ class LoaderBase:
     def _plan_id(self) -> dict[str, Any]:
         c = self.config
         if self._listing_hash is None:  # paths relative to the root: a moved dataset matches
-            root = str(c.root)
-            base = root if os.path.isdir(root) else os.path.dirname(root)
+            base = root_base(c.root)
             h = hashlib.sha256()
             for path, label in zip(self.paths, np.asarray(self.labels).tolist()):
                 rel = os.path.relpath(path, base)

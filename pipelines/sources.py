@@ -38,6 +38,13 @@ SIZE_SAMPLE = 16  # files whose headers stand for a dataset's image sizes
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):/(/?)")
 
 
+def root_base(root) -> str:
+    """The folder a listing's paths are relative to: the root folder, or the folder of a file
+    list or a single shard."""
+    root = str(root)
+    return root if os.path.isdir(root) else os.path.dirname(root)
+
+
 def check_local_root(root) -> None:
     """Raise ``DatasetRootError`` when ``root`` is a URL (module doc): remote roots are not
     supported yet; ``TypeError`` when it is not a str path (bytes, a number). ``None`` and ``""``

@@ -49,7 +49,9 @@ def build_targets(target: Any, paths: Sequence[str], root: str | os.PathLike
     if target == "none":
         return torch.arange(len(paths), dtype=torch.int64)
     fn: Callable[[str], Any] = target
-    base = str(root) if os.path.isdir(root) else os.path.dirname(str(root))
+    from .sources import root_base
+
+    base = root_base(root)
     rows: list = []
     for p in paths:
         rel = os.path.relpath(p, base)

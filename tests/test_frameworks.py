@@ -26,9 +26,13 @@ def _key(x) -> float:
     return round(float(x.double().sum()), 3)  # the batch's pixels, in one number
 
 
-def _lightning(L, backend, root):
-    """A LightningModule class that trains on our loader and records, per step, ``(epoch,
-    step, the loader's epoch, the batch's pixels)``; and the Trainer's quiet CPU arguments."""
+def _lightning(backend, root):
+    """Lightning (skipped without it, or without DALI for ``dali``), a LightningModule class
+    that trains on our loader and records, per step, ``(epoch, step, the loader's epoch, the
+    batch's pixels)``, and the Trainer's quiet CPU arguments."""
+    L = pytest.importorskip("lightning")
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
 
     class Module(L.LightningModule):
         def __init__(self):
@@ -48,19 +52,15 @@ def _lightning(L, backend, root):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    return Module, dict(accelerator="cpu", logger=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+    return L, Module, dict(accelerator="cpu", logger=False, enable_progress_bar=False,
+                           enable_model_summary=False)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_lightning_trainer_advances_epochs_and_resumes_mid_epoch(backend, tiny_root, tmp_path):
-    L = pytest.importorskip("lightning")
+    L, Module, kw = _lightning(backend, tiny_root)
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    if backend == "dali":
-        pytest.importorskip("nvidia.dali")
-
-    Module, kw = _lightning(L, backend, tiny_root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = Module()
@@ -88,13 +88,9 @@ def test_lightning_trainer_advances_epochs_and_resumes_mid_epoch(backend, tiny_r
 def test_lightning_end_of_epoch_checkpoint_resumes_exactly(backend, tiny_root, tmp_path):
     """``ModelCheckpoint(every_n_epochs=1)``, then ``fit(ckpt_path=...)``: Lightning calls only
     ``set_epoch(1)`` on a fresh loader, and epoch 1 has the uninterrupted run's pixels."""
-    L = pytest.importorskip("lightning")
+    L, Module, kw = _lightning(backend, tiny_root)
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    if backend == "dali":
-        pytest.importorskip("nvidia.dali")
-
-    Module, kw = _lightning(L, backend, tiny_root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = Module()
