@@ -265,9 +265,9 @@ def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
 def check_dist_env(environ: Mapping[str, str] | None = None) -> None:
     """Refuse half of torchrun's pair: ``RANK`` without ``WORLD_SIZE`` or the reverse.
 
-    The library's rule (``pipelines.distributed``): both or neither. With one alone every
+    The library's rule (``pipelines.placement``): both or neither. With one alone every
     process would take itself for rank 0, or for the whole job, and read the wrong shard.
-    A variable set to the empty string counts as unset, as ``pipelines.distributed.env_int``
+    A variable set to the empty string counts as unset, as ``pipelines.placement.env_int``
     reads it.
 
     Raises:

@@ -13,6 +13,7 @@ import torch
 from .augment import AugmentSpec
 from .listing import IMAGE_EXTENSIONS, check_extensions
 from .mix import as_mix_spec
+from .placement import Placement, local_device, local_world_size, placement
 from .validate import DEFAULT_MAX_PIXELS
 
 
@@ -128,8 +129,6 @@ def default_workers(cores: int | None = None, local_ranks: int | None = None) ->
     (divided by ``LOCAL_WORLD_SIZE`` under torchrun) minus two (for the main process and the
     pin thread), at least one. ``cores`` and ``local_ranks`` default to this machine's and
     this job's (``compare doctor`` passes others)."""
-    from .distributed import local_world_size
-
     cores = usable_cores() if cores is None else cores
     n = max(1, cores // (local_world_size() if local_ranks is None else max(1, local_ranks)))
     return max(1, n - 2) if n > 2 else n
@@ -180,7 +179,7 @@ class LoaderConfig:
         channels_last: return images with channels-last strides.
         device: ``"cuda"`` (``cuda:LOCAL_RANK`` under torchrun), ``"cuda:N"`` or ``"cpu"``.
         rank, world_size: the shard to read. Default: resolved when the loader is built, from
-            ``torch.distributed`` or torchrun's environment (``pipelines.distributed``).
+            ``torch.distributed`` or torchrun's environment (``pipelines.placement``).
         on_bad_file: a ``BadFilePolicy`` (or ``"error"`` / ``"skip"``).
         max_image_pixels: images with more pixels are refused as decompression bombs.
         transform: your own torchvision transform instead of ``augment``: a v2 ``Compose``, a
@@ -307,11 +306,26 @@ class LoaderConfig:
 
     def resolved(self) -> LoaderConfig:
         """This config with rank, world size, ``last_batch`` and the CUDA device resolved as a
-        loader built now would resolve them (``pipelines.distributed``)."""
-        from .distributed import resolve
-
+        loader built now would resolve them (``pipelines.placement``)."""
         return resolve(self)[0]
 
     def replace(self, **changes) -> LoaderConfig:
         """A copy with ``changes`` applied (and validated again)."""
         return replace(self, **changes)
+
+
+def resolve(config: LoaderConfig) -> tuple[LoaderConfig, Placement]:
+    """``(config with rank, world_size, last_batch and device resolved, its Placement)``
+    (``pipelines.placement`` NOTE [placement])."""
+    p = placement(config.rank, config.world_size)
+    if p.rank >= p.world_size:
+        raise ValueError(f"rank={p.rank} must be in [0, world_size={p.world_size}) "
+                         f"(from {p.source})")
+    policy = config.last_batch
+    if policy is None:
+        policy = LastBatchPolicy.PAD if p.world_size > 1 else LastBatchPolicy.PARTIAL
+    changes = dict(rank=p.rank, world_size=p.world_size, last_batch=policy,
+                   device=local_device(config.device, p))
+    if all(getattr(config, k) == v for k, v in changes.items()):
+        return config, p
+    return config.replace(**changes), p

@@ -26,7 +26,7 @@ _FALLBACK = {
 
 def resolve_device(config: LoaderConfig, backend: str) -> torch.device:
     """The config's device as the loader resolves it (``"cuda"`` is ``cuda:LOCAL_RANK`` under
-    torchrun: ``pipelines.distributed``), or the CPU (with one warning) when CUDA is asked for
+    torchrun: ``pipelines.placement``), or the CPU (with one warning) when CUDA is asked for
     but absent.
 
     Raises:

@@ -13,7 +13,7 @@ the same files, each exactly once per epoch (per the last-batch policy):
    cut to a multiple of ``w`` and with ``PAD`` it is wrapped up to one, so every rank gets the same
    count (as ``DistributedSampler`` does); with ``PARTIAL`` shards may differ by one sample, and
    so may the ranks' batch counts (which hangs DDP). ``PAD`` is the default with several ranks
-   (``pipelines.distributed``).
+   (``pipelines.placement``).
 4. ``epoch_batches``: the shard cut into batches under the ``LastBatchPolicy``.
 
 Tar shards (``groups``: the samples of each shard, ``pipelines.shards``) change steps 2 and 3

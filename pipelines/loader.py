@@ -2,7 +2,7 @@
 ``BaseNode``.
 
 The base owns the placement (rank, world size and device, resolved when the loader is built:
-``pipelines.distributed``), the listing, the epoch plan (which batches this rank reads this epoch), the
+``pipelines.placement``), the listing, the epoch plan (which batches this rank reads this epoch), the
 lifecycle (closed checks, ``close()`` twice, the context manager, ``__del__``), epoch
 validation, the bad-file rule and the stats bracketing of each epoch. A backend supplies:
 
@@ -63,11 +63,12 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig
-from .distributed import check_unchanged, from_rank0, resolve
+from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig, resolve
+from .distributed import from_rank0
 from .indexing import as_epoch, check_nonempty, config_batches, config_len, config_valid, unequal_steps
 from .mix import mix_batch, mix_rng
 from .options import Options
+from .placement import check_unchanged
 from .recipe import Recipe
 from .sources import open_source, root_base
 from .stats import BadFileStats

@@ -1,11 +1,11 @@
-"""``pipelines.distributed`` in one process: resolution order, defaults, errors."""
+"""``pipelines.placement`` in one process: resolution order, defaults, errors."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from pipelines import LastBatchPolicy, LoaderConfig, create_loader
-from pipelines import distributed as D
+from pipelines import placement as D
 from pipelines.config import default_workers
 from pipelines.torch_backend.shm import rank_share
 

@@ -1,7 +1,7 @@
 """Issue 40, classes 2, 3 and 7: resume states checked whole, the plan's identity, states across
 ranks, ``load_state_dict`` and a second ``iter()`` while an iterator is live, and the
 environment's ``RANK`` / ``WORLD_SIZE`` pair (``pipelines.loader`` NOTE [resume], NOTE [one
-iterator]; ``pipelines.distributed`` NOTE [placement])."""
+iterator]; ``pipelines.placement`` NOTE [placement])."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ import torch
 
 from data_gen.generate import GenConfig, generate
 from pipelines import AugmentSpec, LoaderConfig, create_loader
-from pipelines import distributed as D
+from pipelines import placement as D
 from tests.utils import state_after
 
 BACKENDS = ["dali", "pinned", "pageable"]
