@@ -191,7 +191,7 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
     add("--no-ceiling", action="store_true", help="skip the model-only ceiling run")
     add("--transform", metavar="MODULE:NAME",
         short="your torchvision v2 Compose; DALI translates it",
-        help="your torchvision v2 Compose (e.g. compare.recipes:color_aug): the torch "
+        help="your torchvision v2 Compose (e.g. compare.examples:color_aug): the torch "
              "backends run it as is, DALI runs its translation")
     add("--step", metavar="MODULE:NAME",
         short="your step(images, labels), or a factory call",
@@ -200,7 +200,7 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
              "(compare.userstep); --model then only names it in the report")
     add("--mix", metavar="SPEC",
         short="batch MixUp/CutMix, e.g. mixup=0.2,cutmix=1.0",
-        help="batch MixUp/CutMix on the device, every backend alike (pipelines.mix): "
+        help="batch MixUp/CutMix on the device, every backend alike (pipelines.transforms.mix): "
              "e.g. \"mixup=0.2,cutmix=1.0\" (keys mixup, cutmix, switch, prob, "
              "smoothing); labels become soft targets")
     add("--reference", action="store_true",

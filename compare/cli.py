@@ -231,7 +231,7 @@ def list_dataset(root: str | os.PathLike, option: str = "--data",
     """``(paths, classes)`` of an ImageFolder root, a file list or tar shards; errors name
     ``option``. ``on_bad_file`` is the run's policy (``--on-bad-file``): under ``skip`` a bad
     row of a list or a bad shard is skipped (with the library's warning), as the loader will."""
-    from pipelines.sources import list_dataset as list_any
+    from pipelines.sources.root import list_dataset as list_any
     skip = str(getattr(on_bad_file, "value", on_bad_file)) == "skip"
     try:
         paths, _, classes = list_any(root, allow_empty=allow_empty, skip_bad=skip)
@@ -248,7 +248,7 @@ def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
     larger than the dataset under ``drop``) is said in terms of ``--batch-size``.
     """
     from pipelines import LastBatchPolicy
-    from pipelines.indexing import check_nonempty
+    from pipelines.epoch_plan import check_nonempty
     cfg = cfg.resolved()
     try:
         check_nonempty(n, cfg)

@@ -84,7 +84,7 @@ def start(device: str) -> Job:
         return Job()
     import torch.distributed as dist
 
-    from pipelines.distributed import placement
+    from pipelines.placement import placement
 
     p = placement()
     lr = p.local_rank or 0

@@ -170,7 +170,7 @@ def main(argv=None) -> int:
         return cli.fail("python -m compare doctor", e)
     cores, cuda, dali = facts()
     from pipelines.config import default_workers
-    from pipelines.distributed import local_world_size
+    from pipelines.placement import local_world_size
     from pipelines.torch_backend.shm import shm_free_bytes
 
     try:

@@ -16,15 +16,15 @@ behind design choices quoted in the README and docstrings (single thread, median
   before timing (a photo with an EXIF rotation differs: ``pageable`` turns it upright, as
   every backend does, and ``ImageFolder`` does not); ``seed_us`` and ``check_us`` time two
   of the additions alone.
-* ``validate``: ``pipelines.validate.check_image_bytes`` per file.
+* ``validate``: ``pipelines.sources.validate.check_image_bytes`` per file.
 * ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
   one dense array, and copied vs ``no_copy`` buffers.
-* ``listing``: ``pipelines.sources.list_dataset`` on a folder of ``--files`` empty ``.jpg`` files in
+* ``listing``: ``pipelines.sources.root.list_dataset`` on a folder of ``--files`` empty ``.jpg`` files in
   ``--classes`` folders, made in a temp dir: the first listing (a walk, then cached) and the
-  next (from the listing cache, ``pipelines.listcache``). One run each, not a median.
+  next (from the listing cache, ``pipelines.sources.cache``). One run each, not a median.
 * ``shard-read``: reading every sample's image bytes of the tar shards ``--data`` once, one
   process, no decoding: ``webdataset.WebDataset`` streaming the shards in order, against our
-  index reader (``pipelines.shards``: one ``os.pread`` per sample) in shard order and in a
+  index reader (``pipelines.sources.shards``: one ``os.pread`` per sample) in shard order and in a
   loader's epoch-0 plan order; samples/s, median of ``--repeats``. Needs ``pip install
   webdataset`` for its row.
 * ``cpu-scaling``: the host's decode capacity against the cores used: for each count P of
@@ -140,8 +140,8 @@ def baseline(root: str, images: int, repeats: int) -> dict:
     from torchvision import datasets
 
     from pipelines import LoaderConfig, create_loader
-    from pipelines.indexing import sample_seed
-    from pipelines.validate import check_image_bytes
+    from pipelines.epoch_plan import sample_seed
+    from pipelines.sources.validate import check_image_bytes
 
     torch.set_num_threads(1)
     cfg = LoaderConfig(root=root, batch_size=1, num_workers=0, device="cpu")
@@ -200,7 +200,7 @@ def baseline(root: str, images: int, repeats: int) -> dict:
 
 
 def validate(paths, repeats):
-    from pipelines.validate import check_image_bytes
+    from pipelines.sources.validate import check_image_bytes
 
     blobs = [open(p, "rb").read() for p in paths]
     dt = _median(lambda: [check_image_bytes(b) for b in blobs], repeats)
@@ -254,7 +254,7 @@ def listing(files: int, classes: int) -> dict:
     import os
     import tempfile
 
-    from pipelines.sources import list_dataset
+    from pipelines.sources.root import list_dataset
 
     with tempfile.TemporaryDirectory(prefix="gpu-feed-listing-") as tmp:
         root = os.path.join(tmp, "data")
@@ -263,7 +263,7 @@ def listing(files: int, classes: int) -> dict:
             os.makedirs(os.path.join(root, f"c{c:05d}"))
         for i in range(files):
             open(os.path.join(root, f"c{i % classes:05d}", f"{i:08d}.jpg"), "wb").close()
-        old = time.time() - 60  # a dataset nobody is writing (not "racy": pipelines.listcache)
+        old = time.time() - 60  # a dataset nobody is writing (not "racy": pipelines.sources.cache)
         for d in [root] + [os.path.join(root, f"c{c:05d}") for c in range(classes)]:
             os.utime(d, (old, old))
         made = time.perf_counter() - t0
@@ -283,8 +283,8 @@ def listing(files: int, classes: int) -> dict:
 
 def shard_read(data: str, repeats: int) -> dict:
     from pipelines import LastBatchPolicy
-    from pipelines.indexing import epoch_batches
-    from pipelines.sources import open_source
+    from pipelines.epoch_plan import epoch_batches
+    from pipelines.sources.root import open_source
 
     src = open_source(data)
     n = len(src.names)
@@ -303,7 +303,7 @@ def shard_read(data: str, repeats: int) -> dict:
     try:
         import webdataset as wds
 
-        from pipelines.shards import shard_paths
+        from pipelines.sources.shards import shard_paths
 
         urls = shard_paths(data)
 

@@ -256,9 +256,9 @@ def evict(paths: Iterable[PathLike]) -> EvictReport:
 
 def dataset_files(root: PathLike) -> list:
     """The files a loader reads for the dataset at ``root``: its tar shards, or each image file
-    of a folder or a file list (``pipelines.sources.open_source``)."""
-    from pipelines.shards import shard_paths
-    from pipelines.sources import SourceKind, open_source, source_kind
+    of a folder or a file list (``pipelines.sources.root.open_source``)."""
+    from pipelines.sources.root import SourceKind, open_source, source_kind
+    from pipelines.sources.shards import shard_paths
 
     if source_kind(root) is SourceKind.SHARDS:
         return [str(p) for p in shard_paths(root)]

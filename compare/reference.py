@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from pipelines import LastBatchPolicy, LoaderConfig
-from pipelines.augment import Mode
 from pipelines.config import OutputDType
-from pipelines.sources import SourceKind, source_kind
+from pipelines.sources.root import SourceKind, source_kind
+from pipelines.transforms.spec import Mode
 
 LABEL = "imagefolder (reference)"
 DALI_LABEL = "dali file reader (reference)"

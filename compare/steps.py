@@ -20,7 +20,7 @@ def compiled(model: str = "resnet50", num_classes: int = 1000, compile: bool = T
     import torch
     import torch.nn.functional as F
 
-    from pipelines.distributed import placement
+    from pipelines.placement import placement
 
     from .models import _tinycnn, parse_model, torchvision_models
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines import Backend, LoaderConfig, available_backends
-from pipelines.indexing import num_batches
-from pipelines.shards import shard_paths
-from pipelines.sources import SourceKind, source_kind
+from pipelines.epoch_plan import num_batches
+from pipelines.sources.root import SourceKind, source_kind
+from pipelines.sources.shards import shard_paths
 
 from . import cli, ddp, owned
 from .args import PROG, parse_args
@@ -68,12 +68,12 @@ def load_transform(ref: str):
 
     The name may hold a v2 or v1 ``Compose``, a single transform, an ``nn.Sequential`` of
     transforms, or a function that returns one of these, called with no arguments or with
-    the literal keyword arguments written after it: ``"pipelines.recipes:torchvision_ref(
+    the literal keyword arguments written after it: ``"pipelines.transforms.presets:torchvision_ref(
     auto_augment='ta_wide', random_erase=0.1)"``.
     """
     import inspect
 
-    from pipelines.migrate import check_transform
+    from pipelines.transforms.migrate import check_transform
 
     obj, kwargs, called, name = cli.load_ref(ref, "--transform")
     if inspect.isfunction(obj):

@@ -13,15 +13,20 @@ Example:
     ...         for images, labels in loader:
     ...             ...
 """
-from .augment import AugmentSpec
-from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig
-from .factory import Backend, available_backends, create_loader, dali_available
-from .listing import DatasetRootError
-from .migrate import InvalidTransformError, TransformError, UnsupportedTransformError, from_torchvision
-from .mix import MixSpec
-from .options import DaliOptions, TorchOptions
-from .types import Batch, BatchLoader
-from .validate import BadFileError
+from pipelines.config import BadFilePolicy, LastBatchPolicy, LoaderConfig
+from pipelines.factory import Backend, available_backends, create_loader, dali_available
+from pipelines.options import DaliOptions, TorchOptions
+from pipelines.sources.folder import DatasetRootError
+from pipelines.sources.validate import BadFileError
+from pipelines.transforms.migrate import (
+    InvalidTransformError,
+    TransformError,
+    UnsupportedTransformError,
+    from_torchvision,
+)
+from pipelines.transforms.mix import MixSpec
+from pipelines.transforms.spec import AugmentSpec
+from pipelines.types import Batch, BatchLoader
 
 __all__ = [
     "AugmentSpec",

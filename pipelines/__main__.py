@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from . import AugmentSpec, Backend, LoaderConfig, available_backends, create_loader
+from pipelines import AugmentSpec, Backend, LoaderConfig, available_backends, create_loader
 
 
 def main(argv=None) -> int:

@@ -10,11 +10,11 @@ from typing import Any
 
 import torch
 
-from .augment import AugmentSpec
-from .listing import IMAGE_EXTENSIONS, check_extensions
-from .mix import as_mix_spec
-from .placement import Placement, local_device, local_world_size, placement
-from .validate import DEFAULT_MAX_PIXELS
+from pipelines.placement import Placement, local_device, local_world_size, placement
+from pipelines.sources.folder import IMAGE_EXTENSIONS, check_extensions
+from pipelines.sources.validate import DEFAULT_MAX_PIXELS
+from pipelines.transforms.mix import as_mix_spec
+from pipelines.transforms.spec import AugmentSpec
 
 
 class LastBatchPolicy(str, enum.Enum):
@@ -34,7 +34,7 @@ class LastBatchPolicy(str, enum.Enum):
 
 
 class BadFilePolicy(str, enum.Enum):
-    """What a loader does with a file that is not a decodable image (see ``pipelines.validate``).
+    """What a loader does with a file that is not a decodable image (see ``pipelines.sources.validate``).
 
     * ``ERROR``: raise one ``BadFileError`` in the main process naming the file and the reason.
     * ``SKIP``: replace the sample by the next good sample of the same batch, so batch sizes
@@ -164,8 +164,8 @@ class LoaderConfig:
     Args:
         root: dataset root in ImageFolder layout (one sub-folder per class); a file list:
             a ``.csv``/``.tsv`` with path and label columns, or a ``.txt`` of ``path label``
-            lines (``pipelines.filelist``); or WebDataset tar shards: a ``.tar``, a glob or
-            brace pattern of them, or a folder of them (``pipelines.shards``).
+            lines (``pipelines.sources.lists``); or WebDataset tar shards: a ``.tar``, a glob or
+            brace pattern of them, or a folder of them (``pipelines.sources.shards``).
         batch_size: samples per batch (per rank).
         augment: the ``AugmentSpec`` every backend is built from.
         shuffle: shuffle each epoch with a permutation drawn from ``(seed, epoch)``.
@@ -189,15 +189,15 @@ class LoaderConfig:
             any float conversion, ...) raises ``InvalidTransformError`` here. The torch
             backends run it as it is (``pinned`` runs its ``ToDtype``/``Normalize`` tail on
             the GPU); the DALI backend runs its translation or refuses it when the loader is
-            built (``pipelines.migrate``). A Compose with no float conversion gives the uint8
+            built (``pipelines.transforms.migrate``). A Compose with no float conversion gives the uint8
             values as floats (0.0..255.0) in every backend.
         mix: batch-level MixUp / CutMix on the device, the same on every backend: a
-            ``pipelines.mix.MixSpec``, or torchvision v2's ``MixUp``, ``CutMix`` or
+            ``pipelines.transforms.mix.MixSpec``, or torchvision v2's ``MixUp``, ``CutMix`` or
             ``RandomChoice([MixUp(...), CutMix(...)])``. ``Batch.labels`` is then float32
             ``N x C`` soft targets. MixUp/CutMix inside ``transform`` are refused (they act on
             batches, not images): pass them here.
         shuffle_window: with tar shards, each rank's samples are shuffled within windows of
-            this many consecutive samples of its shards (``pipelines.shards`` NOTE [the plan
+            this many consecutive samples of its shards (``pipelines.sources.shards`` NOTE [the plan
             for shards]); folders and file lists ignore it.
         extensions: the file extensions listed as images, any case (default JPEG, PNG, WebP and
             BMP: what every backend decodes); other files are skipped and named in one warning.
@@ -207,7 +207,7 @@ class LoaderConfig:
             ``loader.last_indices`` (used by the contract tests).
         target: what ``Batch.labels`` holds: ``"class"`` (default), ``"none"`` (the dataset
             indices) or a callable ``target_fn(relative_path) -> int | sequence of float``,
-            called once per sample when the loader is built (``pipelines.targets``).
+            called once per sample when the loader is built (``pipelines.sources.targets``).
     """
 
     root: str | os.PathLike
@@ -238,11 +238,11 @@ class LoaderConfig:
             raise ValueError(f"root={self.root!r} must name a dataset folder")
         if not isinstance(self.root, (str, os.PathLike)):
             raise TypeError(f"root={self.root!r} must be a str or os.PathLike")
-        from .sources import check_local_root  # a URL is refused before Path folds its "//"
+        from pipelines.sources.root import check_local_root  # a URL is refused before Path folds its "//"
         check_local_root(self.root)
         s("root", Path(self.root))
-        if self.transform is not None:  # stored as a flat v2 Compose; see pipelines.migrate
-            from .migrate import check_transform
+        if self.transform is not None:  # stored as a flat v2 Compose; see pipelines.transforms.migrate
+            from pipelines.transforms.migrate import check_transform
 
             s("transform", check_transform(self.transform))
             batchwise = [type(t).__name__ for t in getattr(self.transform, "transforms", ())
@@ -251,9 +251,9 @@ class LoaderConfig:
                              type(u).__name__ in ("MixUp", "CutMix") for u in t.transforms))]
             if batchwise:
                 raise ValueError(f"transform holds {batchwise[0]}, which mixes whole batches; "
-                                 "pass it as LoaderConfig(mix=...) instead (pipelines.mix)")
+                                 "pass it as LoaderConfig(mix=...) instead (pipelines.transforms.mix)")
         s("mix", as_mix_spec(self.mix))
-        from .targets import check_target
+        from pipelines.sources.targets import check_target
         s("target", check_target(self.target))
         if self.mix is not None and self.target != "class":
             raise ValueError(f"mix mixes class targets; target={self.target!r} is not one: "
@@ -265,7 +265,7 @@ class LoaderConfig:
             s("last_batch", enum_option(LastBatchPolicy, "last_batch", self.last_batch))
         s("dtype", enum_option(OutputDType, "dtype", self.dtype))
         if self.transform is not None:  # a ToDtype(bfloat16) that dtype would silently undo
-            from .migrate import check_output_dtype
+            from pipelines.transforms.migrate import check_output_dtype
             check_output_dtype(self.transform, self.dtype.torch)
         s("on_bad_file", enum_option(BadFilePolicy, "on_bad_file", self.on_bad_file))
         for k in ("shuffle", "channels_last", "debug_indices", "allow_empty_classes"):

@@ -11,7 +11,7 @@ import warnings
 
 import torch
 
-from .config import LoaderConfig
+from pipelines.config import LoaderConfig
 
 # GPUs (by compute capability) with NVJPG hardware JPEG decoder engines, which DALI uses through
 # ``hw_decoder_load``; on others it has no effect

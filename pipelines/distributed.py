@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import torch
 
-from .placement import Placement
+from pipelines.placement import Placement
 
 T = TypeVar("T")
 

@@ -5,9 +5,9 @@ import enum
 import importlib.util
 from typing import cast
 
-from .config import LoaderConfig
-from .options import DaliOptions, Options, TorchOptions
-from .types import BatchLoader
+from pipelines.config import LoaderConfig
+from pipelines.options import DaliOptions, Options, TorchOptions
+from pipelines.types import BatchLoader
 
 
 class Backend(str, enum.Enum):
@@ -65,11 +65,11 @@ def preload(backend: str | Backend) -> None:
     if backend is Backend.DALI:
         import nvidia.dali  # noqa: F401 - ImportError here when DALI is not installed
 
-        from .dali import loader  # noqa: F401
+        from pipelines.dali import loader  # noqa: F401
     else:
         import torchvision.transforms.v2  # noqa: F401
 
-        from .torch_backend import pageable, pinned  # noqa: F401
+        from pipelines.torch_backend import pageable, pinned  # noqa: F401
 
 
 def create_loader(backend: str | Backend, config: LoaderConfig,
@@ -109,13 +109,13 @@ def create_loader(backend: str | Backend, config: LoaderConfig,
                 "backend='dali' needs NVIDIA DALI: pip install 'gpu-feed[dali]' "
                 "(CUDA 12 drivers) or 'gpu-feed[dali-cu13]' (CUDA 13 drivers)"
             )
-        from .dali.loader import DaliLoader
+        from pipelines.dali.loader import DaliLoader
 
         return DaliLoader(config, cast(DaliOptions, options))  # an OPTIONS[backend]
     if backend is Backend.PINNED:
-        from .torch_backend.pinned import PinnedLoader
+        from pipelines.torch_backend.pinned import PinnedLoader
 
         return PinnedLoader(config, cast(TorchOptions, options))
-    from .torch_backend.pageable import PageableLoader
+    from pipelines.torch_backend.pageable import PageableLoader
 
     return PageableLoader(config, cast(TorchOptions, options))

@@ -63,18 +63,25 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from .config import BadFilePolicy, LastBatchPolicy, LoaderConfig, resolve
-from .distributed import from_rank0
-from .indexing import as_epoch, check_nonempty, config_batches, config_len, config_valid, unequal_steps
-from .mix import mix_batch, mix_rng
-from .options import Options
-from .placement import check_unchanged
-from .recipe import Recipe
-from .sources import open_source, root_base
-from .stats import BadFileStats
-from .targets import build_targets
-from .types import Batch
-from .validate import BadFileError
+from pipelines.config import BadFilePolicy, LastBatchPolicy, LoaderConfig, resolve
+from pipelines.distributed import from_rank0
+from pipelines.epoch_plan import (
+    as_epoch,
+    check_nonempty,
+    config_batches,
+    config_len,
+    config_valid,
+    unequal_steps,
+)
+from pipelines.options import Options
+from pipelines.placement import check_unchanged
+from pipelines.sources.root import open_source, root_base
+from pipelines.sources.targets import build_targets
+from pipelines.sources.validate import BadFileError
+from pipelines.stats import BadFileStats
+from pipelines.transforms.mix import mix_batch, mix_rng
+from pipelines.transforms.plan import TransformPlan
+from pipelines.types import Batch
 
 STATE_VERSION = 1
 MAX_EPOCH = 2**63  # epochs are int64 wherever they travel
@@ -201,9 +208,9 @@ class LoaderBase:
         self._valid_of = functools.partial(config_valid, len(self.paths), config,
                                            groups=self.data_source.groups)
         self.targets = build_targets(config.target, self.paths, config.root)
-        self.recipe = Recipe.of(config.augment, config.transform)
+        self.recipe = TransformPlan.of(config.augment, config.transform)
         self._res = self._want_res = config.augment  # set_resolution: in use, and asked for
-        self.mix = config.mix  # a MixSpec or None (pipelines.mix)
+        self.mix = config.mix  # a MixSpec or None (pipelines.transforms.mix)
         if self.mix is not None and self.mix.num_classes not in (None, len(self.classes)):
             raise ValueError(f"mix: num_classes={self.mix.num_classes} but the dataset has "
                              f"{len(self.classes)} classes; leave num_classes=None to use them")
@@ -341,7 +348,7 @@ class LoaderBase:
 
     #: parts a state may hold besides the base's: ``dali``, the pipeline checkpoints that
     #: states of earlier versions carried, is accepted and ignored (a state is the position
-    #: only: pipelines.draws NOTE [one plan])
+    #: only: pipelines.transforms.draws NOTE [one plan])
     _extra_keys: tuple[str, ...] = ("dali", "resolution")
 
     # -- progressive resizing -------------------------------------------------------------------
@@ -418,7 +425,7 @@ class LoaderBase:
                                              len(self.classes),
                                              mix_rng(c.seed, epoch, cast(int, c.rank), self._pos[1])))
                 labels = batch.labels
-                if self.targets is not None:  # pipelines.targets: gathered by index
+                if self.targets is not None:  # pipelines.sources.targets: gathered by index
                     labels = self.targets[torch.as_tensor(np.asarray(indices, np.int64))].to(
                         batch.images.device, non_blocking=True)
                 batch = Batch(batch.images, labels, indices, ok)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from .config import CpuBinding, DecodeOn, Decoder, enum_option, int_option
+from pipelines.config import CpuBinding, DecodeOn, Decoder, enum_option, int_option
 
 
 def option(default: Any, *, lo: float | None = None, hi: float | None = None,
@@ -225,7 +225,7 @@ class DaliOptions(Options):
                         ("executor", "DALI's pipelined executor"),
                         ("labels_via", "copying the labels in torch"))
     } | {"checkpointing": "a DALI state is the position only: the graph draws nothing itself "
-                          "(pipelines.draws NOTE [one plan])"}
+                          "(pipelines.transforms.draws NOTE [one plan])"}
 
     queue_depth: int = option(2, lo=1)
     reader_threads: int | None = option(None, lo=1)

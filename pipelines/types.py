@@ -21,7 +21,7 @@ class Batch(_Pair):
             (``channels_last`` strides when asked for).
         labels: the targets on the same device (``LoaderConfig.target``): ``int64`` class ids
             of length ``N`` by default; with ``LoaderConfig.mix``, float32 ``N x C`` soft
-            targets whose rows sum to 1 (``pipelines.mix``).
+            targets whose rows sum to 1 (``pipelines.transforms.mix``).
         indices: the dataset index of each row, ``int64`` on the device (a padded batch repeats
             indices; a skipped bad file's row holds the sample that replaced it).
         valid: ``bool`` on the device, ``False`` for the rows that ``last_batch="pad"``

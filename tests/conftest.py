@@ -37,7 +37,7 @@ def gpu_root(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def _listing_cache(tmp_path_factory):
-    """Keep the tests' listing cache (``pipelines.listcache``) and DALI calibration cache
+    """Keep the tests' listing cache (``pipelines.sources.cache``) and DALI calibration cache
     (``pipelines.dali.calibrate``) out of the user's cache."""
     import os
 

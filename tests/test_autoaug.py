@@ -263,7 +263,7 @@ def test_each_op_on_the_gpu_matches_the_cpu(images, k, param, magnitude):
 @pytest.mark.cuda
 def test_the_reference_recipe_with_mixing_on_the_gpu(tiny_root):
     from pipelines import MixSpec
-    from pipelines.recipes import torchvision_ref
+    from pipelines.transforms.presets import torchvision_ref
 
     cfg = LoaderConfig(root=tiny_root, batch_size=8, device="cuda", num_workers=2,
                        transform=torchvision_ref(64, auto_augment="ta_wide", random_erase=0.5),

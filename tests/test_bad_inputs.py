@@ -8,8 +8,8 @@ import torch
 
 from data_gen.bad_inputs import BAD_MANIFEST, make_bad_inputs
 from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
-from pipelines.indexing import epoch_batches
-from pipelines.validate import check_image_bytes
+from pipelines.epoch_plan import epoch_batches
+from pipelines.sources.validate import check_image_bytes
 
 BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]  # cuda: DALI mixed decode, pinned

@@ -212,7 +212,7 @@ def test_loader_switches_mid_epoch_without_losing_or_repeating_a_sample(tiny_roo
 def test_hints_are_the_largest_image_when_the_hardware_decoder_may_run(tmp_path):
     from pipelines.dali.loader import DaliLoader
     from pipelines.options import DaliOptions
-    from pipelines.sources import Source, SourceKind
+    from pipelines.sources.root import Source, SourceKind
 
     names = []
     for i, (w, h) in enumerate([(300, 200), (200, 400), (350, 100)] * 3):

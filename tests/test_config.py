@@ -1,8 +1,8 @@
 import pytest
 
 from pipelines import AugmentSpec, LastBatchPolicy, LoaderConfig
-from pipelines.augment import Mode
 from pipelines.config import OutputDType
+from pipelines.transforms.spec import Mode
 
 
 @pytest.mark.parametrize(

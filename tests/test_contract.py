@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pipelines import AugmentSpec, Batch, BatchLoader, LastBatchPolicy, LoaderConfig, create_loader
-from pipelines.indexing import list_samples
+from pipelines.epoch_plan import list_samples
 
 BACKENDS = [
     pytest.param("pageable"),

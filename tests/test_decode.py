@@ -13,8 +13,8 @@ from utils import make
 
 from data_gen.generate import GenConfig, generate
 from pipelines import AugmentSpec, LoaderConfig
-from pipelines.migrate.run import as_steps
 from pipelines.torch_backend.decode import _params, first_crop, reduction, scaled_crop
+from pipelines.transforms.migrate.run import as_steps
 
 # mean |scaled - full| per image, in normalised units (about 9 of 255 levels). 0.1 held while
 # the decode fell short of its reduction (test_the_scaled_decode_reduces_...); at the full
@@ -224,13 +224,13 @@ def test_pinned_picks_the_scaled_decoder_for_large_photos_only(photos, tiny_root
 
 def _source(blobs):
     """A shard-like ``Source`` (read by bytes) of ``blobs``."""
-    from pipelines.sources import Source, SourceKind
+    from pipelines.sources.root import Source, SourceKind
     return Source(SourceKind.SHARDS, [f"s/{i}.jpg" for i in range(len(blobs))],
                   np.zeros(len(blobs), np.int64), ["c"], lambda i: blobs[i])
 
 
 def test_median_megapixels_reads_the_headers_of_a_spread_sample(tmp_path):
-    from pipelines.sources import Source, SourceKind
+    from pipelines.sources.root import Source, SourceKind
     from pipelines.torch_backend.decode import SIZE_SAMPLE, median_megapixels
 
     files = []

@@ -1,4 +1,4 @@
-"""File lists (``pipelines.filelist``): CSV, TSV and "path label" text behind the contract."""
+"""File lists (``pipelines.sources.lists``): CSV, TSV and "path label" text behind the contract."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
-from pipelines.listing import list_samples
-from pipelines.sources import list_dataset
+from pipelines.sources.folder import list_samples
+from pipelines.sources.root import list_dataset
 
 BACKENDS = ["dali", "pinned", "pageable"]
 

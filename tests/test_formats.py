@@ -6,7 +6,7 @@ import torch
 
 from data_gen.generate import GenConfig, generate
 from pipelines import AugmentSpec, LoaderConfig, create_loader
-from pipelines.validate import check_image_bytes
+from pipelines.sources.validate import check_image_bytes
 
 BACKENDS = ["dali", "pinned", "pageable"]
 

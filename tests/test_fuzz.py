@@ -17,8 +17,8 @@ from utils import jpeg
 from compare import fuzz
 from compare.fuzz import mutations
 from pipelines import dali_available
-from pipelines.listing import list_samples
-from pipelines.validate import jpeg_size
+from pipelines.sources.folder import list_samples
+from pipelines.sources.validate import jpeg_size
 
 
 def _png(w: int = 48, h: int = 40, seed: int = 0) -> bytes:

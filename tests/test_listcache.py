@@ -1,4 +1,4 @@
-"""The listing cache (``pipelines.listcache``): reused while the tree is unchanged."""
+"""The listing cache (``pipelines.sources.cache``): reused while the tree is unchanged."""
 from __future__ import annotations
 
 import os
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from pipelines import listcache
-from pipelines.sources import list_dataset
+from pipelines.sources import cache as listcache
+from pipelines.sources.root import list_dataset
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def tree(tmp_path, monkeypatch):
 
 def _walks(monkeypatch):
     calls = []
-    import pipelines.sources as sources
+    import pipelines.sources.root as sources
 
     orig = sources.walk_folder
     monkeypatch.setattr(sources, "walk_folder", lambda *a, **k: calls.append(1) or orig(*a, **k))

@@ -6,7 +6,7 @@ import pytest
 from utils import jpeg
 
 from pipelines import DatasetRootError, LoaderConfig, create_loader
-from pipelines.listing import list_samples
+from pipelines.sources.folder import list_samples
 
 
 def _tree(root, layout):

@@ -17,7 +17,7 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from pipelines import LoaderConfig, create_loader
-from pipelines.migrate import UnsupportedTransformError, from_torchvision
+from pipelines.transforms.migrate import UnsupportedTransformError, from_torchvision
 from tests.utils import ks
 
 pytestmark = pytest.mark.dali
@@ -106,7 +106,7 @@ def test_random_resized_crop_area_and_aspect(tmp_path, what, device):
 
 def test_random_resized_crop_fallback_is_centred_as_in_torchvision(tmp_path):
     """scale=(0.9, 1) on a 2:1 image: every attempt fails, torchvision centres the fallback
-    window, and so does DALI (the window is drawn on the host, ``pipelines.draws``); a
+    window, and so does DALI (the window is drawn on the host, ``pipelines.transforms.draws``); a
     RandomResizedCrop after another op (drawn in the graph) centres it too."""
     def make(scale, lead=True):
         head = [] if lead else [v2.Resize((128, 256))]
@@ -348,7 +348,7 @@ def test_anything_else_is_a_one_line_type_error_naming_transform(tiny_root, bad)
 
 
 def test_pinneds_tail_is_the_batchable_end_and_keeps_the_tensor_kind():
-    from pipelines.migrate import split_compose
+    from pipelines.transforms.migrate import split_compose
 
     head, tail = split_compose(v2.Compose([
         v2.ToImage(), v2.ToDtype(torch.uint8, scale=True), v2.RandomResizedCrop(8),

@@ -1,4 +1,4 @@
-"""Batch-level MixUp / CutMix (``pipelines.mix``): the rule, the draws, the config, every backend."""
+"""Batch MixUp / CutMix (``pipelines.transforms.mix``): the rule, the draws, the config, every backend."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import torch
 from torchvision.transforms import v2
 
 from pipelines import AugmentSpec, LoaderConfig, MixSpec, create_loader
-from pipelines.mix import as_mix_spec, mix_batch, mix_rng
+from pipelines.transforms.mix import as_mix_spec, mix_batch, mix_rng
 from tests.utils import ks, one_image_copies
 
 BACKENDS = ["dali", "pinned", "pageable"]

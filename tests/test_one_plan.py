@@ -1,4 +1,4 @@
-"""One plan for every backend (``pipelines.draws`` NOTE [one plan]): every draw keyed by
+"""One plan for every backend (``pipelines.transforms.draws`` NOTE [one plan]): every draw keyed by
 ``(seed, epoch, index)``, so ``dali`` crops and flips as the torch backends do, and a state
 is the position only: resume is exact anywhere."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch
 from torchvision.transforms import v2
 
 from pipelines import AugmentSpec, DaliOptions, LoaderConfig
-from pipelines.draws import DrawPlan, Step, mt_raws, sample_seeds
-from pipelines.indexing import sample_seed
+from pipelines.epoch_plan import sample_seed
+from pipelines.transforms.draws import DrawPlan, Step, mt_raws, sample_seeds
 from tests.utils import make
 
 pytest.importorskip("nvidia.dali")

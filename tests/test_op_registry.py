@@ -1,4 +1,4 @@
-"""The op registry (``pipelines.migrate.ops``): one entry per op kind, from torchvision to DALI.
+"""The op registry (``pipelines.transforms.migrate.ops``): one entry per op kind, from torchvision to DALI.
 
 Every kind the translator emits has a DALI builder, every entry's torchvision names are
 supported, and a new op is one entry: registered here for one test (``RandomInvert``), it is
@@ -11,7 +11,7 @@ import torch
 from torchvision.transforms import v2
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
-from pipelines.migrate import (
+from pipelines.transforms.migrate import (
     SUPPORTED,
     Op,
     UnsupportedTransformError,
@@ -73,7 +73,7 @@ def test_the_registry_module_does_not_import_dali():
     import subprocess
     import sys
 
-    code = ("import sys, pipelines.migrate, pipelines.migrate.ops; "
+    code = ("import sys, pipelines.transforms.migrate, pipelines.transforms.migrate.ops; "
             "assert 'nvidia.dali' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -7,7 +7,7 @@ import pytest
 from utils import broken_huffman, copy_root, make, plan_position
 
 from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
-from pipelines.listing import list_samples
+from pipelines.sources.folder import list_samples
 
 BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -180,7 +180,7 @@ def test_valid_jpegs_with_trailing_data_or_fill_bytes_decode_on_every_backend(
         tmp_path, backend, device):
     from utils import jpeg
 
-    from pipelines.validate import sof_offset
+    from pipelines.sources.validate import sof_offset
 
     root = tmp_path / "r"
     (root / "c").mkdir(parents=True)

@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines import AugmentSpec, LoaderConfig, create_loader, listcache
-from pipelines import shards as shards_mod
-from pipelines import sources as sources_mod
-from pipelines.filelist import index_limit, list_file
-from pipelines.listing import IMAGE_EXTENSIONS, DatasetRootError, walk_folder
-from pipelines.shards import ShardError, list_shards
-from pipelines.sources import list_dataset, source_kind
+from pipelines import AugmentSpec, LoaderConfig, create_loader
+from pipelines.sources import cache as listcache
+from pipelines.sources import root as sources_mod
+from pipelines.sources import shards as shards_mod
+from pipelines.sources.folder import IMAGE_EXTENSIONS, DatasetRootError, walk_folder
+from pipelines.sources.lists import index_limit, list_file
+from pipelines.sources.root import list_dataset, source_kind
+from pipelines.sources.shards import ShardError, list_shards
 from tests.utils import jpeg
 
 BACKENDS = ["dali", "pinned", "pageable"]

@@ -25,7 +25,7 @@ from pipelines import (
     create_loader,
     from_torchvision,
 )
-from pipelines.migrate import check_output_dtype, check_transform
+from pipelines.transforms.migrate import check_output_dtype, check_transform
 
 pytestmark = pytest.mark.dali
 I = v2.InterpolationMode
@@ -238,7 +238,7 @@ def test_a_negative_randaugment_magnitude_counts_from_the_end():
 
 
 def test_a_dali_error_while_the_graph_is_built_is_one_named_line(tiny_root, monkeypatch):
-    from pipelines.migrate.ops import REGISTRY
+    from pipelines.transforms.migrate.ops import REGISTRY
 
     def broken(images, op):
         raise Exception("in user code:\n\n  File x, line 1\n\n  Exception: flip axis is bad.")

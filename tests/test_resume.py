@@ -192,7 +192,7 @@ def test_dali_with_two_pipelines_resumes_exactly_at_every_position(tiny_root):
         full_idx = ref.last_indices.copy()
     for k in (1, 2, n - 1, n):
         state = _state_after("dali", cfg, k, pipelines=2)
-        assert "dali" not in state  # the position only (pipelines.draws NOTE [one plan])
+        assert "dali" not in state  # the position only (pipelines.transforms.draws NOTE [one plan])
         with create_loader("dali", cfg, options=opt) as b:
             b.load_state_dict(state)
             rest = _batches(b)

@@ -8,7 +8,7 @@ import torch
 from utils import broken_huffman
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
-from pipelines.indexing import config_batches
+from pipelines.epoch_plan import config_batches
 from pipelines.torch_backend import shm
 
 BACKENDS = ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)]

@@ -1,4 +1,4 @@
-"""WebDataset tar shards (``pipelines.shards``) behind the contract, on every backend."""
+"""WebDataset tar shards (``pipelines.sources.shards``) behind the contract, on every backend."""
 from __future__ import annotations
 
 import io
@@ -13,9 +13,9 @@ import pytest
 from data_gen.generate import GenConfig, generate
 from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
 from pipelines.config import LastBatchPolicy
-from pipelines.indexing import contiguous_shard, epoch_batches, grouped_order, shard_indices
-from pipelines.shards import ShardError, braces, index_shard, list_shards
-from pipelines.sources import list_dataset
+from pipelines.epoch_plan import contiguous_shard, epoch_batches, grouped_order, shard_indices
+from pipelines.sources.root import list_dataset
+from pipelines.sources.shards import ShardError, braces, index_shard, list_shards
 
 BACKENDS = ["dali", "pinned", "pageable"]
 N, SHARD = 37, 8  # 5 shards: 8, 8, 8, 8, 5
@@ -89,7 +89,7 @@ def test_the_index_is_cached_and_invalidated_when_the_shard_changes(wds, tmp_pat
     for t in d.glob("*.tar"):
         os.utime(t, (first, first))
     names = list_dataset(d)[0]
-    import pipelines.shards as shards
+    import pipelines.sources.shards as shards
 
     def boom(path):
         raise AssertionError(f"indexed {path} again")

@@ -10,7 +10,7 @@ ends in one of two ways and nothing else:
   position;
 * an accepted state, after which the next epoch yields exactly what an uninterrupted run yields
   from the state's position: the same samples, labels and pixels, on every backend (a state is
-  the position only: ``pipelines.draws`` NOTE [one plan]).
+  the position only: ``pipelines.transforms.draws`` NOTE [one plan]).
 
 The mutations: every field dropped, or replaced by ``None``, strings, bytes, lists, dicts,
 floats, NaN, bools, negative, huge and neighbouring ints; an unknown field; the whole state

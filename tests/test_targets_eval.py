@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from pipelines import AugmentSpec, LoaderConfig
-from pipelines.mix import MixSpec
+from pipelines.transforms.mix import MixSpec
 from tests.utils import make
 
 BACKENDS = ["dali", "pinned", "pageable"]
@@ -80,7 +80,7 @@ def test_every_target_kind_is_the_same_on_every_backend(tiny_root):
 def sources(tiny_root, tmp_path_factory):
     """The same 37 images as a folder, a CSV file list and tar shards."""
     from data_gen.generate import GenConfig, generate
-    from pipelines.sources import list_dataset
+    from pipelines.sources.root import list_dataset
 
     paths, labels, _ = list_dataset(tiny_root)
     lst = tiny_root.parent / "tiny-list.csv"

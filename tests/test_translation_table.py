@@ -21,7 +21,7 @@ An expectation is one of:
 * ``RAISES``: runs into torchvision's own run-time error on the small images; every backend
   raises a ``RuntimeError`` (``TransformError`` in the torch backends).
 
-Tolerances in uint8 levels (see ``pipelines.migrate.translate``): 0.02 for crops, flips,
+Tolerances in uint8 levels (see ``pipelines.transforms.migrate.translate``): 0.02 for crops, flips,
 padding and value maps (float rounding only), 0.5 for colour (one-level flips where float
 rounding meets torchvision's truncation), 1.0 for resampling (1.5 for LANCZOS); float16 /
 bfloat16 intermediates add their rounding (0.3 / 2.0 levels).
@@ -48,9 +48,9 @@ from pipelines import (
     UnsupportedTransformError,
     create_loader,
 )
-from pipelines.indexing import sample_seed
-from pipelines.listing import list_samples
-from pipelines.migrate.params import resize_refusal
+from pipelines.epoch_plan import sample_seed
+from pipelines.sources.folder import list_samples
+from pipelines.transforms.migrate.params import resize_refusal
 
 I = v2.InterpolationMode
 SIZES = [(40, 56), (56, 40), (48, 48), (20, 28), (33, 65), (64, 47)]  # (H, W)
@@ -312,7 +312,7 @@ def _first_batch(backend, cfg):
 
 def _unit(compose) -> float:
     """The value of one uint8 level after the Compose's ToDtype / Normalize steps."""
-    from pipelines.migrate.flow import walk
+    from pipelines.transforms.migrate.flow import walk
 
     end = walk(compose)[0][-1].after
     return float(max(abs(a) for a in end.scale)) if end.scale is not None else 1.0
@@ -320,7 +320,7 @@ def _unit(compose) -> float:
 
 def _value_range(compose, arrays):
     """The lowest and highest value any pixel of ``arrays`` takes through the value map."""
-    from pipelines.migrate.flow import walk
+    from pipelines.transforms.migrate.flow import walk
 
     end = walk(compose)[0][-1].after
     px = torch.from_numpy(np.concatenate([a.reshape(-1, 3) for a in arrays])).float()
@@ -330,7 +330,7 @@ def _value_range(compose, arrays):
 
 def _crop_windows(img: torch.Tensor, t) -> torch.Tensor:
     """Every crop ``t`` (a RandomCrop) can take of ``img``: ``(n, C, h, w)``."""
-    from pipelines.migrate.params import hw, padding_lrtb
+    from pipelines.transforms.migrate.params import hw, padding_lrtb
 
     l, r, top, b = padding_lrtb(t)
     ch, cw = hw(t.size)

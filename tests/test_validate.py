@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 from utils import jpeg
 
-from pipelines.validate import check_image_bytes, jpeg_size, sof_offset
+from pipelines.sources.validate import check_image_bytes, jpeg_size, sof_offset
 
 
 def _decoders_read(data: bytes):
@@ -98,7 +98,7 @@ def test_the_end_of_image_shortcut_keeps_every_verdict(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from pipelines.validate import check_image_bytes
+    from pipelines.sources.validate import check_image_bytes
 
     rng = np.random.default_rng(0)
     buf = io.BytesIO()

@@ -33,7 +33,7 @@ def copy_root(src: Path, dst: Path) -> Path:
 
 def plan_position(loader_cfg, n: int, index: int, epoch: int = 0) -> int:
     """The batch position of dataset ``index`` in the plan of ``epoch``."""
-    from pipelines.indexing import config_batches
+    from pipelines.epoch_plan import config_batches
 
     for pos, b in enumerate(config_batches(n, loader_cfg, epoch)):
         if index in b.tolist():

@@ -38,7 +38,7 @@ class Driver:
 
     def __init__(self, backend: str, root: str, tmp: Path, epoch_timeout: float,
                  max_crashes: int):
-        from pipelines.listing import list_samples
+        from pipelines.sources.folder import list_samples
 
         self.backend, self.root, self.tmp = backend, root, tmp
         self.paths = list_samples(root)[0]
@@ -61,7 +61,7 @@ class Driver:
     # -- one epoch ----------------------------------------------------------------------------
     def epoch(self, keep: list[int], policy: str) -> dict:
         """One epoch over ``paths[keep]`` (a root of hard links unless ``keep`` is all)."""
-        from pipelines.listing import list_samples
+        from pipelines.sources.folder import list_samples
 
         self.epochs += 1
         print(f"[fuzz] {self.backend}/{self.policy} epoch {self.epochs} ({policy}): {len(keep)} "

@@ -38,15 +38,15 @@ from nvidia.dali import math as dmath
 from nvidia.dali.auto_aug import auto_augment as _aa
 from nvidia.dali.auto_aug.core import Policy, augmentation, select, signed_bin
 
-from ..migrate import Op
-from . import draws
-from .colour import grey
-from .geometry import WARP_INTERP as INTERP
-from .geometry import as_float as _float
-from .geometry import image_hw as _hw
-from .geometry import round_half_even
-from .geometry import vector as _vec
-from .geometry import warp as _warp
+from pipelines.dali import draws
+from pipelines.dali.colour import grey
+from pipelines.dali.geometry import WARP_INTERP as INTERP
+from pipelines.dali.geometry import as_float as _float
+from pipelines.dali.geometry import image_hw as _hw
+from pipelines.dali.geometry import round_half_even
+from pipelines.dali.geometry import vector as _vec
+from pipelines.dali.geometry import warp as _warp
+from pipelines.transforms.migrate import Op
 
 # DALI >= 1.35: fn.filter; the fallbacks are older DALI's, absent from the stubs of newer ones
 _filter = getattr(fn, "filter", None) or fn.experimental.filter  # type: ignore[attr-defined]
@@ -204,7 +204,7 @@ def _sign(augs, bins, shape=None):
 def trivial_augment(images, op: Op):
     """``TrivialAugmentWide(num_magnitude_bins, interpolation, fill)`` on uint8 HWC images
     (module NOTE): one op, bin and sign per image, torchvision's own draws for the sample
-    (``pipelines.draws``); the pipeline runs with conditional execution
+    (``pipelines.transforms.draws``); the pipeline runs with conditional execution
     (``pipelines.dali.graph``)."""
     bins = op["bins"]
     h, w = op["size"] or (0, 0)

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from ..listcache import cache_base
+from pipelines.sources.cache import cache_base
 
 CANDIDATES: tuple[float, ...] = (0.0, 1.0)  # the first is kept on a tie: the training default
 WINDOW = 16    # batches per timed window

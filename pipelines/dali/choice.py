@@ -2,16 +2,16 @@
 
 Each image draws its own coin (``RandomApply``: the steps run with probability ``p``) or its own
 branch (``RandomChoice``: one step, drawn with ``p``), as torchvision draws per call, that is
-per image in the loaders. The inner steps are plan ops (``pipelines.migrate.translate``), run
+per image in the loaders. The inner steps are plan ops (``pipelines.transforms.migrate.translate``), run
 by their registry builders inside the branch; the pipeline runs with conditional execution.
 """
 from __future__ import annotations
 
 from nvidia.dali.auto_aug.core import select
 
-from ..migrate import Op
-from ..migrate.ops import build
-from . import draws
+from pipelines.dali import draws
+from pipelines.transforms.migrate import Op
+from pipelines.transforms.migrate.ops import build
 
 
 def _all(images, ops):

@@ -2,7 +2,7 @@
 ``GaussianBlur``; the per-channel value map of the float conversions (``affine``).
 
 The ``(images, op)`` builders are named by the op registry's entries
-(``pipelines.migrate.translate``, ``pipelines.migrate.ops``).
+(``pipelines.transforms.migrate.translate``, ``pipelines.transforms.migrate.ops``).
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
-from ..migrate import Op
-from . import draws
-from .geometry import uniform
+from pipelines.dali import draws
+from pipelines.dali.geometry import uniform
+from pipelines.transforms.migrate import Op
 
 
 def affine(images, op: Op):

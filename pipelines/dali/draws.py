@@ -1,6 +1,6 @@
 """The graph's random numbers: columns of the row of draws fed with each sample.
 
-The graph has no random operator (``pipelines.draws`` NOTE [one plan]). While it is built,
+The graph has no random operator (``pipelines.transforms.draws`` NOTE [one plan]). While it is built,
 each op that needs random numbers takes the next columns of the fed row here, and the
 :class:`Row` records what they are, in order: the ``DrawPlan`` the source fills the rows by.
 """
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
-from ..draws import DrawPlan, Step
+from pipelines.transforms.draws import DrawPlan, Step
 
 _ROWS: list[Row] = []  # the row of the graph being built
 
@@ -66,7 +66,7 @@ def window(scale: Sequence[float], ratio: Sequence[float]):
 
 def trivial(bins: int, mags: Sequence[bool], signs: Sequence[bool]):
     """``TrivialAugmentWide``'s op, magnitude bin and sign (1: negate), each INT32, drawn on
-    the host as torchvision draws them (``pipelines.draws.Step``)."""
+    the host as torchvision draws them (``pipelines.transforms.draws.Step``)."""
     c = _row().take(Step("trivial", bins=int(bins), mags=tuple(map(bool, mags)),
                          signs=tuple(map(bool, signs))))
     return tuple(fn.cast(c[k], dtype=types.INT32) for k in range(3))

@@ -2,9 +2,9 @@
 window.
 
 Each function reproduces torchvision's geometry (sizes, offsets, rounding, padding) on decoded
-HWC images; the tolerances are those of ``pipelines.migrate.translate``. The ``(images, op)``
+HWC images; the tolerances are those of ``pipelines.transforms.migrate.translate``. The ``(images, op)``
 builders, ``decode_random_resized_crop`` and ``mirror`` are named by the op registry's entries
-(``pipelines.migrate.translate``, ``pipelines.migrate.ops``).
+(``pipelines.transforms.migrate.translate``, ``pipelines.transforms.migrate.ops``).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
-from ..migrate import Op
-from . import draws
+from pipelines.dali import draws
+from pipelines.transforms.migrate import Op
 
 INTERP = {"linear": types.INTERP_LINEAR, "nn": types.INTERP_NN, "cubic": types.INTERP_CUBIC,
           "lanczos3": types.INTERP_LANCZOS3}
@@ -50,7 +50,7 @@ def rrc_window(shape, scale, ratio, attempts: int = 10):
     offsets uniform over every position (``randint(0, H - h + 1)``); none fits: the central
     crop of the whole image with its aspect ratio clamped to ``ratio``. DALI's own generator
     puts that fallback at a random offset. About 90 per-sample CPU operators, so it runs only
-    where the fallback matters (``pipelines.migrate.translate.rrc_window``).
+    where the fallback matters (``pipelines.transforms.migrate.translate.rrc_window``).
     """
     H, W = as_float(shape[0]), as_float(shape[1])
     area = H * W * uniform(scale, [attempts])
@@ -95,7 +95,7 @@ def random_resized_crop(images, op: Op):
 
 def decode_random_resized_crop(jpegs, op: Op, device: str, dec_kw: dict):
     """A leading ``RandomResizedCrop`` fused into the decoder: the window is drawn on the
-    host as torchvision draws it (``pipelines.draws``), only it is decoded
+    host as torchvision draws it (``pipelines.transforms.draws``), only it is decoded
     (``decoders.image_slice``), then resized."""
     start, shape = draws.window(op["scale"], op["ratio"])
     images = fn.decoders.image_slice(
@@ -204,7 +204,7 @@ def random_erase(images, op: Op):
     """torchvision's ``RandomErasing``: with probability ``p``, a box of area ``U(scale) * H * W``
     and aspect ratio ``exp(U(log ratio))`` (sides rounded half to even), placed uniformly over
     every position, filled with ``value`` (already in the images' value space, see
-    ``pipelines.migrate.translate``). torchvision tries up to 10 draws for a box that fits
+    ``pipelines.transforms.migrate.translate``). torchvision tries up to 10 draws for a box that fits
     inside the image; this tries ``ERASE_ATTEMPTS`` (NOTE [RandomErasing] there), and erases
     nothing when none fits, as torchvision does after its 10."""
     H, W = image_hw(images)

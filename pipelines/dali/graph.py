@@ -1,14 +1,14 @@
 """The DALI graph, a pure function of the loader's ``TvPlan``, ``LoaderConfig`` and
 ``DaliOptions`` (no iterator logic).
 
-The plan is the loader's ``Recipe.dali_plan()`` (``pipelines.recipe``): either ``AugmentSpec``'s
-recipe or the translation of the user's torchvision Compose, op by op as torchvision computes it.
-Train: the random-resized-crop window, drawn on the host as torchvision draws it, fused into
-the decoder (``decoders.image_slice``) -> resize to ``size`` -> ``crop_mirror_normalize`` with
-the fed flip as its mirror. The graph has no random operator: every random number is a column
-of the row fed with each sample (``pipelines.dali.draws``; ``pipelines.draws`` NOTE [one
-plan]). Eval: decode -> resize the
-shorter side to ``resize_size`` -> centre crop -> ``crop_mirror_normalize``.
+The plan is the loader's ``TransformPlan.dali_plan()`` (``pipelines.transforms.plan``): either
+``AugmentSpec``'s recipe or the translation of the user's torchvision Compose, op by op as
+torchvision computes it. Train: the random-resized-crop window, drawn on the host as torchvision
+draws it, fused into the decoder (``decoders.image_slice``) -> resize to ``size`` ->
+``crop_mirror_normalize`` with the fed flip as its mirror. The graph has no random operator:
+every random number is a column of the row fed with each sample (``pipelines.dali.draws``;
+``pipelines.transforms.draws`` NOTE [one plan]). Eval: decode -> resize the shorter side to
+``resize_size`` -> centre crop -> ``crop_mirror_normalize``.
 
 On a GPU the decoder is ``device="mixed"`` (nvJPEG, with the hardware JPEG decoder taking
 ``hw_decoder_load`` of the images where the GPU has one) and the rest runs on the GPU; with
@@ -24,11 +24,11 @@ from typing import Any, cast
 
 from nvidia.dali import fn, pipeline_def, types
 
-from ..config import DecodeOn, LoaderConfig, OutputDType
-from ..migrate import Op, Problem, TvPlan, UnsupportedTransformError
-from ..migrate.ops import build, entry
-from ..options import DaliOptions
-from . import draws
+from pipelines.config import DecodeOn, LoaderConfig, OutputDType
+from pipelines.dali import draws
+from pipelines.options import DaliOptions
+from pipelines.transforms.migrate import Op, Problem, TvPlan, UnsupportedTransformError
+from pipelines.transforms.migrate.ops import build, entry
 
 # uint8 -> normalised output dtype that DALI can produce directly (bf16 is cast in torch).
 DALI_DTYPE = {
@@ -69,7 +69,7 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
             mixed: bool | None = None):
     """The augmentation graph on encoded JPEGs, from a ``TvPlan``; returns normalised images.
 
-    Each op is built by its op registry entry (``pipelines.migrate.ops``). A leading op whose
+    Each op is built by its op registry entry (``pipelines.transforms.migrate.ops``). A leading op whose
     entry can ``decode`` (random-resized-crop: only the crop window is decoded) is fused into
     the decoder; a trailing op whose entry gives a ``mirror`` (horizontal flip) is fused into
     ``crop_mirror_normalize``, and so is the plan's last value map (``mean`` / ``std``).
@@ -111,7 +111,7 @@ _BUILDING: list[Op] = []  # the op whose graph is being built (for ``_graph_erro
 
 def _apply(images, op: Op):
     """One translated torchvision op on decoded HWC images (uint8, or float after ``affine``):
-    its op registry entry's builder (``pipelines.migrate.ops``)."""
+    its op registry entry's builder (``pipelines.transforms.migrate.ops``)."""
     _building(op)
     return build(images, op)
 
@@ -150,12 +150,12 @@ def _resolve(ops) -> None:
 def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Callable,
                    device_id: int | None, lane: int = 0, encoded: bool = False):
     """Build the pipeline reading ``(jpegs, labels, indices)`` batches from ``source``; its
-    ``draw_plan`` attribute is the layout of the fed rows of draws (``pipelines.draws``).
+    ``draw_plan`` attribute is the layout of the fed rows of draws (``pipelines.transforms.draws``).
 
     Args:
         cfg: the loader config (batch size, threads, seed, dtype, layout).
         opt: the DALI options (queue depth, pipelines, decoder knobs, mmap).
-        plan: the augmentation, as the loader's ``Recipe.dali_plan()``.
+        plan: the augmentation, as the loader's ``TransformPlan.dali_plan()``.
         source: a DALI batch callable taking ``BatchInfo`` and returning ``(paths, meta,
             draws)`` (see ``pipelines.dali.source``); it must keep fed buffers alive
             (``no_copy``).

@@ -24,7 +24,7 @@ original DALI error is re-raised.
 
 NOTE [resume]
 The graph draws nothing itself: every random number arrives with its sample, made on the host
-from ``(seed, epoch, index)`` (``pipelines.draws`` NOTE [one plan]). So a state is the
+from ``(seed, epoch, index)`` (``pipelines.transforms.draws`` NOTE [one plan]). So a state is the
 position only, as on every backend: a resumed, rebuilt, recovered or recalibrated loader, any
 pipeline count or hardware-decoder share, and any rank of the job draws what an
 uninterrupted loader draws for the same sample.
@@ -58,17 +58,17 @@ import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from ..config import LoaderConfig, OutputDType
-from ..device import HW_JPEG_DECODERS, resolve_device
-from ..indexing import config_len
-from ..loader import LoaderBase
-from ..options import DaliOptions
-from ..sources import header_sizes
-from ..types import Batch
-from .calibrate import CalibrationCache, Calibrator, EventTimer, cache_key, window_for
-from .graph import OUTPUTS, build_pipeline, conditional, decodes_on_gpu
-from .probe import DecodeProbe
-from .source import PlanSource
+from pipelines.config import LoaderConfig, OutputDType
+from pipelines.dali.calibrate import CalibrationCache, Calibrator, EventTimer, cache_key, window_for
+from pipelines.dali.graph import OUTPUTS, build_pipeline, conditional, decodes_on_gpu
+from pipelines.dali.probe import DecodeProbe
+from pipelines.dali.source import PlanSource
+from pipelines.device import HW_JPEG_DECODERS, resolve_device
+from pipelines.epoch_plan import config_len
+from pipelines.loader import LoaderBase
+from pipelines.options import DaliOptions
+from pipelines.sources.root import header_sizes
+from pipelines.types import Batch
 
 
 class DaliLoader(LoaderBase):
@@ -178,9 +178,9 @@ class DaliLoader(LoaderBase):
     def _use_resolution(self, spec) -> None:
         """Rebuild the pipelines with the recipe at ``spec``'s size (a resize is built into
         the graph); what they made ahead is dropped."""
-        from ..recipe import Recipe
+        from pipelines.transforms.plan import TransformPlan
 
-        self.plan_dali = Recipe.of(spec).dali_plan()
+        self.plan_dali = TransformPlan.of(spec).dali_plan()
         self.source.stop()
         self._spare = {}  # the calibration's other shares: built again at their first switch
         with self._on_device():

@@ -2,14 +2,14 @@
 
 NOTE [why an external source]
 DALI's file reader shuffles with a bounded buffer (``random_shuffle``), which is not a full
-permutation, so it cannot follow ``pipelines.indexing``'s plan. Rebuilding a reader with an
+permutation, so it cannot follow ``pipelines.epoch_plan``'s plan. Rebuilding a reader with an
 explicit file list every epoch would follow it, but costs a pipeline rebuild per epoch
 (docs/results/h200/reader-vs-source in git history). This source hands DALI exactly the plan's batches, in
 order, as file-system encoded paths (``os.fsencode``, so any name the file system allows works);
 ``fn.io.file.read`` in the graph reads the files in DALI's C++ threads.
 
 NOTE [validated once]
-Every file is checked with ``pipelines.validate.check_image_bytes`` the first time the plan
+Every file is checked with ``pipelines.sources.validate.check_image_bytes`` the first time the plan
 reaches it: a small thread pool reads it in Python (file reads release the GIL) ahead of the
 batch DALI asks for. The verdict (good, or bad with its reason) is kept per dataset index, so
 later epochs feed known-good paths with no Python I/O at all. Reading every file in Python on the
@@ -50,7 +50,7 @@ one read-ahead pool. A lane whose batch is wholly bad moves on to its next batch
 counted in ``dropped_batches``), so the yielded order then differs from the plan's by that gap.
 
 NOTE [draws]
-Each fed batch carries a row of random numbers per sample (``pipelines.draws`` NOTE [one
+Each fed batch carries a row of random numbers per sample (``pipelines.transforms.draws`` NOTE [one
 plan]), made by the read-ahead pool with the batch: a crop window needs the decoded image's
 size, which ``_check`` reads from the header when it first checks the file. The raw generator
 outputs behind the rows cost a fixed number of numpy steps per call, so they are made for
@@ -82,8 +82,8 @@ from typing import cast
 
 import numpy as np
 
-from ..draws import DrawPlan
-from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes, decoded_size, jpeg_size
+from pipelines.sources.validate import DEFAULT_MAX_PIXELS, check_image_bytes, decoded_size, jpeg_size
+from pipelines.transforms.draws import DrawPlan
 
 
 def _frame_size(data: bytes) -> tuple[int, int]:
@@ -99,7 +99,7 @@ def _read(path: str) -> bytes:
 
 
 _UNKNOWN, _GOOD, _BAD = 0, 1, 2
-_BLOCK = 4096  # samples whose raw draws are made at once (``pipelines.draws.mt_raws``)
+_BLOCK = 4096  # samples whose raw draws are made at once (``pipelines.transforms.draws.mt_raws``)
 _KEEP_BLOCKS = 8
 
 
@@ -133,11 +133,11 @@ class PlanSource:
     ``paths`` is a list of uint8 arrays (``os.fsencode`` file paths, for ``fn.io.file.read``),
     ``meta`` an ``N x 2`` int64 array of ``(label, dataset index)`` rows, ``draws`` the
     ``N x width`` float32 rows of each sample's random numbers (NOTE [draws]). Each file is
-    checked with ``pipelines.validate.check_image_bytes`` once, on first use (see the module
+    checked with ``pipelines.sources.validate.check_image_bytes`` once, on first use (see the module
     note).
 
     Args:
-        paths, labels: the listing (``pipelines.indexing.list_samples``).
+        paths, labels: the listing (``pipelines.epoch_plan.list_samples``).
         plan: ``plan(epoch) -> list of index arrays`` (the shared batch plan).
         readahead: batches read ahead of the one DALI asks for.
         threads: reader threads.

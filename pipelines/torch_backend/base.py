@@ -21,13 +21,13 @@ from typing import Any, cast
 
 import torch
 
-from ..config import CpuBinding, Decoder, LoaderConfig
-from ..loader import LoaderBase
-from ..options import TorchOptions
-from ..types import Batch
-from . import affinity, shm
-from .dataset import Bad, JpegDataset, PlanBatchSampler, collate_skipping
-from .decode import default_decoder
+from pipelines.config import CpuBinding, Decoder, LoaderConfig
+from pipelines.loader import LoaderBase
+from pipelines.options import TorchOptions
+from pipelines.torch_backend import affinity, shm
+from pipelines.torch_backend.dataset import Bad, JpegDataset, PlanBatchSampler, collate_skipping
+from pipelines.torch_backend.decode import default_decoder
+from pipelines.types import Batch
 
 
 @dataclass
@@ -209,7 +209,7 @@ class TorchLoaderBase(LoaderBase):
 
 def _sized_steps(spec, in_workers: str, hw: tuple[int, int]):
     """The workers' part of the ``AugmentSpec`` recipe at output size ``hw``."""
-    from ..recipe import Recipe
+    from pipelines.transforms.plan import TransformPlan
 
-    r = Recipe.of(spec.at_size(hw))
+    r = TransformPlan.of(spec.at_size(hw))
     return r.full if in_workers == "full" else r.head

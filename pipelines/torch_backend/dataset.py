@@ -14,10 +14,10 @@ try:  # deprecated in torchvision 0.29 in favour of TorchCodec, still the fastes
 except ImportError:  # pragma: no cover - a torchvision that has dropped it
     decode_image = None
 
-from ..config import Decoder
-from ..indexing import sample_seed
-from ..migrate.run import Steps, as_steps
-from ..validate import DEFAULT_MAX_PIXELS, check_image_bytes
+from pipelines.config import Decoder
+from pipelines.epoch_plan import sample_seed
+from pipelines.sources.validate import DEFAULT_MAX_PIXELS, check_image_bytes
+from pipelines.transforms.migrate.run import Steps, as_steps
 
 warnings.filterwarnings(
     "ignore", message="The image decoding and encoding capabilities of TorchVision are deprecated",
@@ -45,7 +45,14 @@ def decode_rgb(data: bytes) -> torch.Tensor:
     return decode_image(t, mode=ImageReadMode.RGB, apply_exif_orientation=True)
 
 
-from .decode import as_tensor, first_crop, pil_image, pil_tensor, scaled_crop, takes_pil  # noqa: E402
+from pipelines.torch_backend.decode import (  # noqa: E402
+    as_tensor,
+    first_crop,
+    pil_image,
+    pil_tensor,
+    scaled_crop,
+    takes_pil,
+)
 
 
 def seed_cpu(seed: int) -> None:

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import torch
 
-from ..config import LoaderConfig
-from ..device import resolve_device
-from ..normalize import finish_float
-from ..options import TorchOptions
-from ..types import Batch
-from .base import TorchLoaderBase, _Bad
+from pipelines.config import LoaderConfig
+from pipelines.device import resolve_device
+from pipelines.options import TorchOptions
+from pipelines.torch_backend.base import TorchLoaderBase, _Bad
+from pipelines.transforms.normalize import finish_float
+from pipelines.types import Batch
 
 
 class PageableLoader(TorchLoaderBase):

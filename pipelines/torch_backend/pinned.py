@@ -7,14 +7,14 @@ from collections.abc import Iterator
 
 import torch
 
-from ..config import LoaderConfig
-from ..device import resolve_device
-from ..migrate import TransformError
-from ..normalize import finish_float, normalize_uint8
-from ..options import TorchOptions
-from ..types import Batch
-from .base import TorchLoaderBase, _Bad
-from .prefetch import CudaPrefetcher
+from pipelines.config import LoaderConfig
+from pipelines.device import resolve_device
+from pipelines.options import TorchOptions
+from pipelines.torch_backend.base import TorchLoaderBase, _Bad
+from pipelines.torch_backend.prefetch import CudaPrefetcher
+from pipelines.transforms.migrate import TransformError
+from pipelines.transforms.normalize import finish_float, normalize_uint8
+from pipelines.types import Batch
 
 
 class PinnedLoader(TorchLoaderBase):
@@ -85,7 +85,7 @@ class _HoldErrors:
 
 
 def _user_tail(images: torch.Tensor, tail, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
-    """The user's batchable tail (``pipelines.migrate.split_compose``) on the device batch;
+    """The user's batchable tail (``pipelines.transforms.migrate.split_compose``) on the device batch;
     its errors are ``TransformError`` naming the step."""
     x = tail(images.as_subclass(torch.Tensor), where=f"a batch on {images.device}")
     return finish_float(x.as_subclass(torch.Tensor), dtype, channels_last)

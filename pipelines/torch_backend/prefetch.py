@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..types import Batch
+from pipelines.types import Batch
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
 

@@ -62,7 +62,7 @@ def rank_share(free: int | None, local_ranks: int) -> int | None:
 def fitted(num_workers: int, prefetch: int, batch_bytes: int) -> tuple[int, int]:
     """Apply :func:`fit_to_shm` to this rank's share of the real /dev/shm, warning when it
     changes anything."""
-    from ..placement import local_world_size
+    from pipelines.placement import local_world_size
 
     lw = local_world_size()
     w, p, msg = fit_to_shm(num_workers, prefetch, batch_bytes,

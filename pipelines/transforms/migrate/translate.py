@@ -28,10 +28,10 @@ Tolerances (checked by tests/test_translation_table.py and tests/test_migrate.py
   weights, its truncations, hue in HSV), to within a uint8 level; but DALI applies brightness,
   contrast, saturation, hue in this fixed order where torchvision draws an order per image.
 * Random parameters follow the same distributions, drawn on the host from each sample's seed
-  (``pipelines.draws`` NOTE [one plan]): a leading RandomResizedCrop's window and the flips
+  (``pipelines.transforms.draws`` NOTE [one plan]): a leading RandomResizedCrop's window and the flips
   are torchvision's own numbers for that seed; the other ops' numbers are not.
 
-The supported transforms are the op registry (``pipelines.migrate.ops``), whose entries are
+The supported transforms are the op registry (``pipelines.transforms.migrate.ops``), whose entries are
 registered here: one per ``Op`` kind, with the torchvision classes it translates, its
 translate function and its DALI builder (``pipelines.dali.geometry`` / ``colour``, imported
 when a graph is built). ``SUPPORTED`` is the registry's names plus the steps that are not
@@ -44,10 +44,35 @@ from __future__ import annotations
 
 from typing import cast
 
-from .errors import InvalidTransformError, Problem, UnsupportedTransformError, refusal
-from .flow import BRANCH_SAFE, State, Step, Vec, antialias, check, hw, interpolation, padding_lrtb, resized
-from .ops import OpDef, Translate, always, dali, entry, for_transform, names, register
-from .plan import Op, TvPlan
+from pipelines.transforms.migrate.errors import (
+    InvalidTransformError,
+    Problem,
+    UnsupportedTransformError,
+    refusal,
+)
+from pipelines.transforms.migrate.flow import (
+    BRANCH_SAFE,
+    State,
+    Step,
+    Vec,
+    antialias,
+    check,
+    hw,
+    interpolation,
+    padding_lrtb,
+    resized,
+)
+from pipelines.transforms.migrate.ops import (
+    OpDef,
+    Translate,
+    always,
+    dali,
+    entry,
+    for_transform,
+    names,
+    register,
+)
+from pipelines.transforms.migrate.plan import Op, TvPlan
 
 _AFTER_FLOAT = ("after a float conversion", "torchvision clamps float images to [0, 1] and "
                 "DALI runs it on uint8 images; move it before ToDtype")
@@ -509,7 +534,7 @@ def from_torchvision(compose) -> TvPlan:
     """
     from torchvision.transforms import v2
 
-    from .forms import as_compose
+    from pipelines.transforms.migrate.forms import as_compose
 
     if isinstance(compose, (list, tuple)):
         compose = v2.Compose(list(compose))

@@ -40,7 +40,7 @@ class TvPlan:
 
 def spec_ops(spec) -> TvPlan:
     """The ``AugmentSpec`` as a plan (the built-in recipe, without a user Compose)."""
-    from ..augment import Mode
+    from pipelines.transforms.spec import Mode
 
     if spec.mode is Mode.TRAIN:
         ops = (Op("random_resized_crop", (("size", spec.hw), ("scale", spec.scale),

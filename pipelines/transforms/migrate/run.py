@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import TransformError, transform_error
+from pipelines.transforms.migrate.errors import TransformError, transform_error
 
 # steps that act on each pixel alike, so they give the same result on a batch
 BATCHABLE = ("ToDtype", "ConvertImageDtype", "Normalize", "ToImage", "ToPureTensor", "Identity")
@@ -71,7 +71,7 @@ def split_compose(compose) -> tuple[Steps, Steps]:
     The tail is empty when a step the model does not know comes before it (the kind of tensor
     the batch must be is then unknown).
     """
-    from .flow import walk
+    from pipelines.transforms.migrate.flow import walk
 
     steps, _ = walk(compose)
     k = len(steps)

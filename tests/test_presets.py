@@ -1,4 +1,4 @@
-"""``pipelines.recipes``: the reference recipes as v2 Composes, and the suite's call syntax."""
+"""``pipelines.transforms.presets``: the reference recipes as v2 Composes, and the suite's call syntax."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 from torchvision.transforms import v2
 
 from pipelines import LoaderConfig, MixSpec, UnsupportedTransformError, create_loader
-from pipelines.recipes import timm_like, torchvision_ref
+from pipelines.transforms.presets import timm_like, torchvision_ref
 
 
 def _names(c):
@@ -51,13 +51,13 @@ def test_timm_like():
 def test_the_suite_calls_a_recipe_with_literal_arguments():
     from compare.suite import load_transform
 
-    t = load_transform("pipelines.recipes:torchvision_ref(auto_augment='ta_wide', "
+    t = load_transform("pipelines.transforms.presets:torchvision_ref(auto_augment='ta_wide', "
                        "random_erase=0.1)")
     assert "TrivialAugmentWide" in _names(t) and t.transforms[-1].p == 0.1
-    assert "RandAugment" in _names(load_transform("pipelines.recipes:timm_like"))
-    for ref, msg in (("pipelines.recipes:torchvision_ref(auto_augment=ta)", "not NAME"),
-                     ("pipelines.recipes:torchvision_ref(nope=1)", "calling torchvision_ref"),
-                     ("pipelines.recipes:IMAGENET_MEAN(x=1)", "not a function")):
+    assert "RandAugment" in _names(load_transform("pipelines.transforms.presets:timm_like"))
+    for ref, msg in (("pipelines.transforms.presets:torchvision_ref(auto_augment=ta)", "not NAME"),
+                     ("pipelines.transforms.presets:torchvision_ref(nope=1)", "calling torchvision_ref"),
+                     ("pipelines.transforms.presets:IMAGENET_MEAN(x=1)", "not a function")):
         with pytest.raises(ValueError, match=msg):
             load_transform(ref)
 

@@ -7,22 +7,22 @@ up to the first ``.`` of its base name, WebDataset's convention): one image (an 
 ``LoaderConfig.extensions``) and its label, ``KEY.cls`` (an integer as text) or ``KEY.json``
 (an object with an integer ``"label"`` or ``"cls"``). An integer-valued float (``2.0``) is that
 integer. The class names are ``"0"`` to the largest label, so a label must be a plausible class
-index: below ``pipelines.filelist.index_limit`` of the set's sample count (a label at or above it
+index: below ``pipelines.sources.lists.index_limit`` of the set's sample count (a label at or above it
 is a bad label, NOTE [bad input]).
 
 NOTE [index]
 Indexing a shard walks its tar headers and reads only the labels: every image's byte offset and
 size go into an index, so a sample is one ``os.pread`` of the shard, in any order. The index of
-each shard is cached in ``<listing cache>/shards/`` (``pipelines.listcache.cache_dir``), keyed by
+each shard is cached in ``<listing cache>/shards/`` (``pipelines.sources.cache.cache_dir``), keyed by
 the shard's real path and checked against its size and mtime; a shard modified in the last
 ``RACY_S`` seconds is not cached. The same index serves every rank, epoch and backend. The index
 holds no path (the samples are named after the shard path the caller gave), and as for listings
-(``pipelines.listcache`` NOTE [listing cache]) an entry that cannot be read or whose arrays do not
+(``pipelines.sources.cache`` NOTE [listing cache]) an entry that cannot be read or whose arrays do not
 agree is a miss, indexed again and rewritten, never an error; entries are written durably
 (``listcache.write_npz``).
 
 NOTE [the plan for shards: what is exact]
-Every backend reads shards through ``pipelines.indexing``'s plan with ``groups`` (the samples of
+Every backend reads shards through ``pipelines.epoch_plan``'s plan with ``groups`` (the samples of
 each shard), so all of them read the same samples in the same order:
 
 * **Exact**: every sample is read exactly once per epoch across the ranks (padding or dropping
@@ -81,9 +81,9 @@ from typing import IO, cast
 
 import numpy as np
 
-from .filelist import MAX_CLASS_LIMIT, as_int, index_limit
-from .listcache import RACY_S, _join, cache_dir, write_npz
-from .listing import IMAGE_EXTENSIONS, DatasetRootError
+from pipelines.sources.cache import RACY_S, _join, cache_dir, write_npz
+from pipelines.sources.folder import IMAGE_EXTENSIONS, DatasetRootError
+from pipelines.sources.lists import MAX_CLASS_LIMIT, as_int, index_limit
 
 INDEX_VERSION = 2  # 2: integer-valued float labels, labels >= 2**31 refused
 INDEXED = frozenset({e[1:] for e in IMAGE_EXTENSIONS}
@@ -429,7 +429,7 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
         for i in over.tolist():
             why = (f"label {int(idx.labels[i])} is too large to be a class index of a set of "
                    f"{total} samples (labels must be below {limit:,}: "
-                   "pipelines.filelist.index_limit); an id or a typo?")
+                   "pipelines.sources.lists.index_limit); an id or a typo?")
             if not skip_bad:
                 raise ShardError(f"shard {path!r}, sample {idx.keys[i]!r}: {why} "
                                  "(on_bad_file='skip' drops it, counted)")

@@ -1,7 +1,7 @@
-"""Example torchvision v2 pipelines for ``python -m compare --transform compare.recipes:NAME``.
+"""Example torchvision v2 pipelines for ``python -m compare --transform compare.examples:NAME``.
 
 ``color_aug`` is the README's worked example: a typical "strong" CPU augmentation that
-``pipelines.migrate`` moves to the GPU unchanged.
+``pipelines.transforms.migrate`` moves to the GPU unchanged.
 """
 import torch
 from torchvision.transforms import v2

@@ -150,7 +150,7 @@ def walk_folder(root: str | os.PathLike, allow_empty: bool = False,
                 extensions: tuple[str, ...] = IMAGE_EXTENSIONS
                 ) -> tuple[tuple[list[str], np.ndarray, list[str]], list[str]]:
     """List an ImageFolder root (see the module note), and name every folder entered (the
-    listing cache, ``pipelines.listcache``, checks their modification times).
+    listing cache, ``pipelines.sources.cache``, checks their modification times).
 
     Args:
         root: a directory with one sub-directory per class.

@@ -1,12 +1,12 @@
 """The op registry: one ``OpDef`` per ``Op`` kind, from torchvision transform to DALI graph.
 
 An entry says which torchvision classes translate to its kind and how (``translate``, used by
-``pipelines.migrate.translate.from_torchvision``), and how the DALI graph builds it (``build``,
+``pipelines.transforms.migrate.translate.from_torchvision``), and how the DALI graph builds it (``build``,
 used by ``pipelines.dali.graph``), plus what the translator and the graph need to know about
 the kind: whether it runs on uint8 images only, whether it commutes with a per-channel value
 map, whether it can be fused into the JPEG decoder (when first) or into the output
 ``crop_mirror_normalize`` (when last). Adding an op is one ``register(OpDef(...))``; the
-supported ops are registered in ``pipelines.migrate.translate``, next to the helpers their
+supported ops are registered in ``pipelines.transforms.migrate.translate``, next to the helpers their
 translations share.
 
 This module does not import ``nvidia.dali``: builders name functions of ``pipelines.dali``
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .plan import Op
+from pipelines.transforms.migrate.plan import Op
 
 # (the transform, the image before it: a flow.State) -> (the plan ops, or (param, reason))
 Translate = Callable[[Any, Any], tuple[list[Op], tuple[str, str] | None]]
@@ -121,7 +121,7 @@ class dali:
         DALI's conditional execution traces the graph, so the trace never meets the import)."""
         if self.fn is None:
             module, _, name = self.path.rpartition(".")
-            self.fn = getattr(importlib.import_module(f"..dali.{module}", __package__), name)
+            self.fn = getattr(importlib.import_module(f"pipelines.dali.{module}"), name)
         return self.fn
 
     def __call__(self, *args):

@@ -1,4 +1,4 @@
-"""One augmentation plan: every consumer reads the output size from ``Recipe``, also when the
+"""One augmentation plan: every consumer reads the output size from ``TransformPlan``, also when the
 user's Compose gives another size than ``AugmentSpec.size``."""
 import warnings
 
@@ -7,8 +7,8 @@ import torch
 from torchvision.transforms import v2
 
 from pipelines import AugmentSpec, LoaderConfig, create_loader
-from pipelines.recipe import Recipe
 from pipelines.torch_backend import shm
+from pipelines.transforms.plan import TransformPlan
 
 
 def _compose(size=96):
@@ -19,20 +19,20 @@ def _compose(size=96):
 
 def test_the_recipe_knows_the_output_of_the_spec_and_of_a_compose():
     spec = AugmentSpec(size=224)
-    r = Recipe.of(spec)
+    r = TransformPlan.of(spec)
     assert r.out_size == (224, 224) and r.tail is None
     assert (r.sample_bytes(in_workers="head"), r.sample_bytes(in_workers="full")) == (
         3 * 224 * 224, 3 * 224 * 224 * 4)
-    u = Recipe.of(spec, LoaderConfig(root="x", transform=_compose(96)).transform)
+    u = TransformPlan.of(spec, LoaderConfig(root="x", transform=_compose(96)).transform)
     assert u.out_size == (96, 96) and [type(t).__name__ for t in u.tail.transforms] == [
         "ToImage", "ToDtype", "Normalize"]
     assert (u.sample_bytes(in_workers="head"), u.sample_bytes(in_workers="full")) == (
         3 * 96 * 96, 3 * 96 * 96 * 4)
     assert u.dali_plan().out_size == (96, 96)
-    half = Recipe.of(spec, LoaderConfig(root="x", dtype="float16", transform=v2.Compose([
+    half = TransformPlan.of(spec, LoaderConfig(root="x", dtype="float16", transform=v2.Compose([
         v2.CenterCrop(64), v2.ToImage(), v2.ToDtype(torch.float16, scale=True)])).transform)
     assert half.sample_bytes(in_workers="full") == 3 * 64 * 64 * 2
-    free = Recipe.of(spec, LoaderConfig(root="x", transform=v2.Resize(50)).transform)
+    free = TransformPlan.of(spec, LoaderConfig(root="x", transform=v2.Resize(50)).transform)
     assert free.out_size is None and free.sample_bytes(in_workers="full") is None
 
 

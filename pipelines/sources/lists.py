@@ -142,7 +142,7 @@ def list_file(path, skip_bad: bool = False
             if i >= limit:
                 bad(row[0], f"label {row[2]!r} is too large to be a class index of a list of "
                             f"{len(good)} rows (index labels must be below {limit:,}: "
-                            "pipelines.filelist.index_limit); an id or a typo?")
+                            "pipelines.sources.lists.index_limit); an id or a typo?")
             else:
                 keep.append((row, i))
         if not keep:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torchvision.transforms.v2 import functional as F
 
-from .augment import AugmentSpec
+from pipelines.transforms.spec import AugmentSpec
 
 
 def normalize_uint8(

@@ -2,7 +2,7 @@
 
 NOTE [one plan]
 Every backend draws a sample's augmentation from one seed, ``sample_seed(seed, epoch, index)``
-(``pipelines.indexing``): the torch backends seed the CPU generator with it and run the
+(``pipelines.epoch_plan``): the torch backends seed the CPU generator with it and run the
 torchvision transforms, which draw from that generator. ``dali`` cannot seed its operators
 per sample, so its graph has no random operator at all: every random number it uses arrives
 with the batch, as one ``float32`` row per sample made here from the same seed
@@ -47,7 +47,7 @@ _M32 = 0xFFFFFFFF
 
 
 def sample_seeds(seed: int, epoch: int, indices) -> np.ndarray:
-    """``pipelines.indexing.sample_seed(seed, epoch, i)`` for every ``i`` of ``indices``, at
+    """``pipelines.epoch_plan.sample_seed(seed, epoch, i)`` for every ``i`` of ``indices``, at
     once (numpy's ``SeedSequence`` hash, vectorised; ``tests/test_one_plan.py`` checks it
     against ``sample_seed``). Returns ``uint64``."""
     idx = np.asarray(indices, dtype=np.uint64)

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from .errors import InvalidTransformError, Problem, refusal
-from .forms import is_v1
-from .params import (
+from pipelines.transforms.migrate.errors import InvalidTransformError, Problem, refusal
+from pipelines.transforms.migrate.forms import is_v1
+from pipelines.transforms.migrate.params import (
     antialias,
     hw,
     interpolation,

@@ -1,11 +1,11 @@
-"""``Recipe``: the one augmentation plan every backend and every consumer reads.
+"""``TransformPlan``: the one augmentation plan every backend and every consumer reads.
 
 A loader's augmentation is either ``AugmentSpec``'s recipe or the user's torchvision Compose
-(``LoaderConfig.transform``). Both become one ``Recipe``, built once per loader:
+(``LoaderConfig.transform``). Both become one ``TransformPlan``, built once per loader:
 
 * the torch backends run ``full`` (``pageable``: decode to normalised float in the workers) or
   ``head`` in the workers and ``tail`` on the device batch (``pinned``);
-* the DALI graph runs ``dali_plan()``, the exact translation (``pipelines.migrate``);
+* the DALI graph runs ``dali_plan()``, the exact translation (``pipelines.transforms.migrate``);
 * the /dev/shm fit and the host-to-device byte count read ``sample_bytes``, the size and dtype
   of what the workers return, worked out from the Compose without running it.
 """
@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from .augment import AugmentSpec
-from .migrate.run import Steps, split_compose
+from pipelines.transforms.migrate.run import Steps, split_compose
+from pipelines.transforms.spec import AugmentSpec
 
 
 def _nbytes(s) -> int | None:
@@ -29,7 +29,7 @@ def _nbytes(s) -> int | None:
 
 
 @dataclass(frozen=True)
-class Recipe:
+class TransformPlan:
     """The augmentation of one loader: ``spec``, or the user's flat v2 Compose ``user`` (which
     wins). What each consumer needs is worked out on first use, so the DALI backend with
     ``AugmentSpec``'s recipe never imports torchvision's transforms.
@@ -46,12 +46,12 @@ class Recipe:
     user: Any = None
 
     @classmethod
-    def of(cls, spec: AugmentSpec, transform=None, dtype=None) -> Recipe:
+    def of(cls, spec: AugmentSpec, transform=None, dtype=None) -> TransformPlan:
         """The recipe for ``LoaderConfig(augment=spec, transform=transform)``; with ``dtype``
         (``LoaderConfig.dtype``), a transform ending in another float dtype is refused
-        (``pipelines.migrate.check_output_dtype``)."""
+        (``pipelines.transforms.migrate.check_output_dtype``)."""
         if dtype is not None and transform is not None:
-            from .migrate import check_output_dtype
+            from pipelines.transforms.migrate import check_output_dtype
 
             check_output_dtype(transform, dtype)
         return cls(spec, transform)
@@ -76,8 +76,8 @@ class Recipe:
 
     @cached_property
     def _ends(self):
-        """The image after the whole Compose and after its head (``pipelines.migrate.flow``)."""
-        from .migrate.flow import State, walk
+        """The image after the whole Compose and after its head (``pipelines.transforms.migrate.flow``)."""
+        from pipelines.transforms.migrate.flow import State, walk
 
         steps, _ = walk(self.user)
         k = len(self.head)
@@ -101,6 +101,6 @@ class Recipe:
     def dali_plan(self):
         """The ``TvPlan`` the DALI graph runs (``UnsupportedTransformError`` when the user's
         Compose has no exact DALI translation)."""
-        from .migrate import from_torchvision, spec_ops
+        from pipelines.transforms.migrate import from_torchvision, spec_ops
 
         return spec_ops(self.spec) if self.user is None else from_torchvision(self.user)

@@ -49,7 +49,7 @@ def build_targets(target: Any, paths: Sequence[str], root: str | os.PathLike
     if target == "none":
         return torch.arange(len(paths), dtype=torch.int64)
     fn: Callable[[str], Any] = target
-    from .sources import root_base
+    from pipelines.sources.root import root_base
 
     base = root_base(root)
     rows: list = []

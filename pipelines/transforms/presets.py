@@ -1,14 +1,14 @@
 """Ready-made training recipes, each a torchvision v2 ``Compose`` (no new DSL).
 
 Give one to ``LoaderConfig(transform=...)``, or to the suite:
-``python -m compare --transform "pipelines.recipes:torchvision_ref(auto_augment='ta_wide',
+``python -m compare --transform "pipelines.transforms.presets:torchvision_ref(auto_augment='ta_wide',
 random_erase=0.1)" --mix "mixup=0.2,cutmix=1.0"``. MixUp and CutMix act on batches, so they are
-``LoaderConfig(mix=...)`` (``pipelines.mix``), not part of these.
+``LoaderConfig(mix=...)`` (``pipelines.transforms.mix``), not part of these.
 
 The loader hands each transform a decoded ``uint8`` ``3 x H x W`` tensor, so the recipes start
 where torchvision's tensor backend starts (no ``PILToTensor``) and end with the normalised float
 image (no ``ToPureTensor``). The torch backends run them as they are; which steps ``dali`` can
-translate is the migration table in the README (``pipelines.migrate``).
+translate is the migration table in the README (``pipelines.transforms.migrate``).
 """
 from __future__ import annotations
 

@@ -18,10 +18,15 @@ Example:
 """
 from __future__ import annotations
 
-from .errors import InvalidTransformError, Problem, TransformError, UnsupportedTransformError
-from .plan import Op, TvPlan, spec_ops
-from .run import Steps, apply, split_compose
-from .translate import DALI_REFUSED, SUPPORTED, from_torchvision
+from pipelines.transforms.migrate.errors import (
+    InvalidTransformError,
+    Problem,
+    TransformError,
+    UnsupportedTransformError,
+)
+from pipelines.transforms.migrate.plan import Op, TvPlan, spec_ops
+from pipelines.transforms.migrate.run import Steps, apply, split_compose
+from pipelines.transforms.migrate.translate import DALI_REFUSED, SUPPORTED, from_torchvision
 
 
 def check_transform(transform):
@@ -31,8 +36,8 @@ def check_transform(transform):
         TypeError: not a torchvision transform (one line, naming ``transform``).
         InvalidTransformError: a step torchvision itself would refuse on the uint8 image.
     """
-    from .flow import check
-    from .forms import as_compose
+    from pipelines.transforms.migrate.flow import check
+    from pipelines.transforms.migrate.forms import as_compose
 
     compose = as_compose(transform)
     check(compose)
@@ -56,7 +61,7 @@ def check_output_dtype(transform, dtype) -> None:
     """
     import torch
 
-    from .flow import walk
+    from pipelines.transforms.migrate.flow import walk
 
     if transform is None:
         return

@@ -1,12 +1,12 @@
 """``Source``: the samples of a dataset root, whatever its kind, and how to read one.
 
-A root is a folder in ImageFolder layout (``pipelines.listing``), a file list
-(``pipelines.filelist``: CSV, TSV or "path label" text) or WebDataset tar shards
-(``pipelines.shards``). Each gives names, labels and classes, and a ``read(i) -> bytes``; the
+A root is a folder in ImageFolder layout (``pipelines.sources.folder``), a file list
+(``pipelines.sources.lists``: CSV, TSV or "path label" text) or WebDataset tar shards
+(``pipelines.sources.shards``). Each gives names, labels and classes, and a ``read(i) -> bytes``; the
 epoch plan, sharding, bad-file policy and resume are the same for all three (shards add
 ``groups``, the samples of each shard, to the plan). Files are read by path (DALI reads them
 in its own threads); shard samples by offset. A folder's listing and each shard's index are
-cached (``pipelines.listcache``): made once, then read back while the files are unchanged.
+cached (``pipelines.sources.cache``): made once, then read back while the files are unchanged.
 
 A root is local. One with a URL scheme (``s3://``, ``gs://``, ``https://``, any
 ``scheme://``, and WebDataset's ``pipe:``) raises one ``DatasetRootError`` saying that remote
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from .filelist import is_file_list, list_file
-from .listcache import cached_listing
-from .listing import IMAGE_EXTENSIONS, DatasetRootError, check_extensions, walk_folder
-from .shards import ShardReader, is_shard_root, list_shards
+from pipelines.sources.cache import cached_listing
+from pipelines.sources.folder import IMAGE_EXTENSIONS, DatasetRootError, check_extensions, walk_folder
+from pipelines.sources.lists import is_file_list, list_file
+from pipelines.sources.shards import ShardReader, is_shard_root, list_shards
 
 SIZE_SAMPLE = 16  # files whose headers stand for a dataset's image sizes
 # scheme "://" (or ":/": ``Path`` folds the two slashes, and LoaderConfig stores a Path); one
@@ -173,7 +173,7 @@ def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
     Raises:
         DatasetRootError: (a ``ValueError``) the root is missing, empty, holds no images, or is
             a URL (remote roots are not supported yet); ``ShardError`` for bad shards.
-        ValueError: a bad file list (``pipelines.filelist``).
+        ValueError: a bad file list (``pipelines.sources.lists``).
     """
     s = open_source(root, allow_empty=allow_empty, extensions=extensions, skip_bad=skip_bad)
     return s.names, s.labels, s.classes

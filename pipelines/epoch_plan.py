@@ -4,7 +4,7 @@ NOTE [epoch and shard semantics]
 Every backend asks this module which samples to read, in which order, so all of them visit exactly
 the same files, each exactly once per epoch (per the last-batch policy):
 
-1. ``list_samples(root)`` (``pipelines.listing``): sorted class folders give the class indices;
+1. ``list_samples(root)`` (``pipelines.sources.folder``): sorted class folders give the class indices;
    files inside are sorted; the config's ``extensions`` (JPEG, PNG, WebP, BMP by default) in any
    case are kept.
 2. ``epoch_order``: a full permutation drawn from ``numpy.random.default_rng((seed, epoch))``
@@ -16,11 +16,11 @@ the same files, each exactly once per epoch (per the last-batch policy):
    (``pipelines.placement``).
 4. ``epoch_batches``: the shard cut into batches under the ``LastBatchPolicy``.
 
-Tar shards (``groups``: the samples of each shard, ``pipelines.shards``) change steps 2 and 3
+Tar shards (``groups``: the samples of each shard, ``pipelines.sources.shards``) change steps 2 and 3
 (``grouped_order``, ``contiguous_shard``, ``window_shuffle``): the shards are permuted, each
 rank takes a contiguous slice of the concatenated stream (the same counts as above, so ``len()``
 and the policies are unchanged), and its samples are shuffled within bounded windows. See
-``pipelines.shards`` NOTE [the plan for shards: what is exact].
+``pipelines.sources.shards`` NOTE [the plan for shards: what is exact].
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ import math
 
 import numpy as np
 
-from .config import LastBatchPolicy, int_option
-from .listing import DatasetRootError, list_samples  # noqa: F401  (re-exported)
+from pipelines.config import LastBatchPolicy, int_option
+from pipelines.sources.folder import DatasetRootError, list_samples  # noqa: F401  (re-exported)
 
 
 def as_epoch(epoch) -> int:

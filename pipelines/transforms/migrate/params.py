@@ -7,7 +7,7 @@ from functools import cache
 
 import torch
 
-from .forms import is_v1
+from pipelines.transforms.migrate.forms import is_v1
 
 
 def interpolation(t):

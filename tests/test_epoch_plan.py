@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from pipelines import DatasetRootError, LastBatchPolicy
-from pipelines.indexing import epoch_batches, epoch_order, num_batches, sample_seed
-from pipelines.listing import list_samples
+from pipelines.epoch_plan import epoch_batches, epoch_order, num_batches, sample_seed
+from pipelines.sources.folder import list_samples
 
 
 def test_listing_is_sorted_with_class_indices_and_any_case_extensions(tmp_path):
