@@ -1,4 +1,4 @@
-"""``python -m compare [run] | train | doctor | memory | diff | scaling | plot | report | fuzz``.
+"""``python -m compare [run] | train | doctor | memory | diff | scaling | plot | report``.
 
 Each command is a module with its own argparse parser (``main(argv)``), imported only when it
 is asked for: ``run`` (the default, ``compare.args`` then ``compare.suite``) parses its options
@@ -19,12 +19,17 @@ COMMANDS = {
     "scaling": ("compare.scaling", "a run with more ranks against one with fewer: efficiency"),
     "plot": ("compare.plot", "redraw the PNGs of a results.json"),
     "report": ("compare.report", "write the summary of a results.json again"),
-    "fuzz": ("compare.fuzz", "mutated image files against every loader"),
 }
+# former commands, now developer tools in the repository's tools/ (not installed; issue 42)
+MOVED = {"fuzz": "python -m tools.fuzz", "microbench": "python -m tools.microbench"}
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in MOVED:
+        print(f"python -m compare: error: {argv[0]} is no longer a command; from a clone of the "
+              f"repository: {MOVED[argv[0]]}", file=sys.stderr)
+        return 2
     if argv and argv[0] in COMMANDS and argv[0] != "run":
         return importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
     if argv and argv[0] == "run":

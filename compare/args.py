@@ -12,7 +12,6 @@ Commands (``python -m compare COMMAND --help`` for each):
   scaling  a run with more ranks against one with fewer: speed-up and efficiency
   plot     redraw the PNGs of a results.json
   report   write the summary of a results.json again, with this version's report
-  fuzz     mutated image files against every loader
 
 Under ``torchrun --nproc_per_node N -m compare ...`` every rank runs every variant on its shard
 with a DDP model step, on ``cuda:LOCAL_RANK``; rank 0 writes the job's totals and each rank's
@@ -101,7 +100,7 @@ writes a table, results.json, PNG plots and summary.md (the verdict first) to --
 EPILOG = """\
 other commands (python -m compare COMMAND --help): train (a short training run), doctor
 (check this machine), diff (two results.json: faster, slower or no difference), report
-(the summary again), memory, scaling, plot, fuzz. Multi-GPU: torchrun ... -m compare.
+(the summary again), memory, scaling, plot. Multi-GPU: torchrun ... -m compare.
 --help-all: every option (the lab ones too), how presets and sweeps pick the variants, and
 what is checked before timing."""
 

@@ -2,7 +2,7 @@
 option; ``python -m compare`` keeps the variants that finished when a later one fails.
 
 Three classes: late failures (made early, or made harmless), ``compare train`` and the helpers
-(``doctor``, ``compare.memory``, ``compare.microbench``), and options that contradict each other.
+(``doctor``, ``compare.memory``, ``tools.microbench``), and options that contradict each other.
 """
 import json
 import shutil
@@ -265,7 +265,7 @@ def test_memory_missing_data_and_unwritable_out(tmp_path, root, capsys):
     (["host-probe", "--repeats", "0"], "--repeats 0"),
 ])
 def test_microbench_refuses_bad_arguments(root, capsys, args, name):
-    from compare.microbench import main as mb
+    from tools.microbench import main as mb
 
     assert timed(mb, [str(root) if a == "ROOT" else a for a in args]) == 2
     assert name in one_line(capsys.readouterr().err)

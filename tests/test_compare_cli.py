@@ -83,7 +83,7 @@ def test_train_loop_prints_loss_per_epoch(tiny_root, capsys, backend):
 
 
 def test_microbench_validate_reports_a_cost(tiny_root, capsys):
-    from compare.microbench import main as mb
+    from tools.microbench import main as mb
 
     assert mb(["validate", "--data", str(tiny_root), "--repeats", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -92,7 +92,7 @@ def test_microbench_validate_reports_a_cost(tiny_root, capsys):
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_microbench_decode_times_three_decoders(tiny_root, capsys, mode):
-    from compare.microbench import main as mb
+    from tools.microbench import main as mb
 
     assert mb(["decode", "--data", str(tiny_root), "--images", "4", "--repeats", "1",
                "--mode", mode]) == 0
@@ -105,7 +105,7 @@ def test_microbench_decode_times_three_decoders(tiny_root, capsys, mode):
 def test_microbench_baseline_gives_the_plain_recipes_outputs(tiny_root, capsys):
     """``pageable``'s item and the plain ImageFolder item, seeded alike, give the same tensors
     (the check the timing relies on), and both costs are timed."""
-    from compare.microbench import main as mb
+    from tools.microbench import main as mb
 
     assert mb(["baseline", "--data", str(tiny_root), "--images", "5", "--repeats", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -115,7 +115,7 @@ def test_microbench_baseline_gives_the_plain_recipes_outputs(tiny_root, capsys):
 
 
 def test_microbench_baseline_needs_data(capsys):
-    from compare.microbench import main as mb
+    from tools.microbench import main as mb
 
     assert mb(["baseline"]) == 2
     assert "--data DIR is needed by baseline" in capsys.readouterr().err
@@ -123,7 +123,7 @@ def test_microbench_baseline_needs_data(capsys):
 
 def test_microbench_interleaves_what_it_compares():
     """Each round times every function once, the order reversed every other round."""
-    from compare.microbench import _interleaved
+    from tools.microbench import _interleaved
 
     calls = []
     med = _interleaved({k: (lambda k=k: calls.append(k)) for k in "abc"}, repeats=3)
@@ -131,7 +131,7 @@ def test_microbench_interleaves_what_it_compares():
 
 
 def test_microbench_early_exit_times_both_epoch_starts(tiny_root, capsys):
-    from compare.microbench import main as mb
+    from tools.microbench import main as mb
 
     assert mb(["early-exit", "--data", str(tiny_root), "--backends", "pageable", "--device",
                "cpu", "--batch-size", "4", "--repeats", "2"]) == 0
@@ -141,7 +141,7 @@ def test_microbench_early_exit_times_both_epoch_starts(tiny_root, capsys):
 
 
 def test_microbench_cpu_scaling_runs_one_process_per_core(tiny_root, capsys):
-    from compare.microbench import main as mb
+    from tools.microbench import main as mb
 
     assert mb(["cpu-scaling", "--data", str(tiny_root), "--processes", "1",
                "--seconds", "0.5", "--images", "4"]) == 0
@@ -151,9 +151,9 @@ def test_microbench_cpu_scaling_runs_one_process_per_core(tiny_root, capsys):
 
 
 def test_microbench_host_probe_is_slower_beside_spinning_processes(capsys):
-    """The host CPU probe (compare.hostprobe) on a core shared with two spinning processes takes
+    """The host CPU probe (tools.hostprobe) on a core shared with two spinning processes takes
     longer: it follows the share of a core the host gives a process."""
-    from compare.microbench import main as mb
+    from tools.microbench import main as mb
 
     assert mb(["host-probe", "--busy", "0,2", "--repeats", "5"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
@@ -161,15 +161,14 @@ def test_microbench_host_probe_is_slower_beside_spinning_processes(capsys):
     assert rows[1]["probe_ms"] > 1.5 * rows[0]["probe_ms"]
 
 
-def test_fuzz_subcommand_is_dispatched(monkeypatch):
-    import sys
-    import types
-
-    seen = []
-    fake = types.ModuleType("compare.fuzz")  # the real one is tested in test_fuzz.py
-    fake.main = lambda argv: seen.append(argv) or 7
-    monkeypatch.setitem(sys.modules, "compare.fuzz", fake)
-    assert main(["fuzz", "--cases", "3"]) == 7 and seen == [["--cases", "3"]]
+@pytest.mark.parametrize("name", ["fuzz", "microbench"])
+def test_moved_tools_are_no_compare_command(name, capsys):
+    """The fuzzer and the microbenchmarks left the installed package for tools/ (issue 42):
+    ``python -m compare fuzz`` is refused in one line that names the new command."""
+    assert main([name, "--cases", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("python -m compare: error: ")
+    assert f"python -m tools.{name}" in err
 
 
 def test_transform_option_takes_every_form_users_pass(monkeypatch):

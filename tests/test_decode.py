@@ -325,7 +325,7 @@ def test_a_sample_seeds_the_cpu_generator_only(monkeypatch):
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_reduced_decode_is_the_scaled_decodes_decode_in_both_libraries(photos, k):
-    """``pipelines.torch_backend.decode.reduced_decode`` (what ``compare.microbench decode``'s
+    """``pipelines.torch_backend.decode.reduced_decode`` (what ``tools.microbench decode``'s
     ``eighth`` row times): the whole file at ``ceil(size / k)``, and the same pixels from
     either library."""
     pytest.importorskip("simplejpeg")

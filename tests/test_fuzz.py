@@ -1,4 +1,4 @@
-"""compare.fuzz: the mutations do what they say, the corpus is reproducible, and a fixed-seed run
+"""tools.fuzz: the mutations do what they say, the corpus is reproducible, and a fixed-seed run
 over every backend x policy keeps every loader invariant (NOTE [fuzz invariants])."""
 import hashlib
 import io
@@ -14,11 +14,11 @@ import pytest
 from PIL import Image
 from utils import jpeg
 
-from compare import fuzz
-from compare.fuzz import mutations
 from pipelines import dali_available
 from pipelines.sources.folder import list_samples
 from pipelines.sources.validate import jpeg_size
+from tools import fuzz
+from tools.fuzz import mutations
 
 
 def _png(w: int = 48, h: int = 40, seed: int = 0) -> bytes:

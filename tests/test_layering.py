@@ -28,20 +28,28 @@ def test_pipelines_does_not_import_the_suite():
     assert bad == []
 
 
+def test_installed_packages_do_not_import_the_tools():
+    """tools/ (the microbenchmarks, the fuzzer) is run from a clone and not installed: it may
+    import pipelines and compare, but nothing installed imports it (issue 42)."""
+    bad = [f"{p.relative_to(ROOT)}: {m}" for pkg in ("pipelines", "compare", "data_gen")
+           for p, m in _imports(pkg) if m.split(".")[0] == "tools"]
+    assert bad == []
+
+
 def _is_module(dotted: str) -> bool:
     rel = ROOT.joinpath(*dotted.split("."))
     return rel.with_suffix(".py").is_file() or (rel / "__init__.py").is_file()
 
 
 def test_compare_imports_modules_not_the_roots_internals():
-    """The suite imports modules, not the package root's internals: from ``pipelines`` itself
-    only the names in ``pipelines.__all__`` (or a submodule); anything else from the module
-    that holds it (``from pipelines.torch_backend.shm import fit_to_shm``), and never a
-    private name or module (``_x``)."""
+    """The suite and tools/ import modules, not the package root's internals: from
+    ``pipelines`` itself only the names in ``pipelines.__all__`` (or a submodule); anything
+    else from the module that holds it (``from pipelines.torch_backend.shm import
+    fit_to_shm``), and never a private name or module (``_x``)."""
     import pipelines
 
     bad = []
-    for path, node in _import_nodes("compare"):
+    for path, node in [n for pkg in ("compare", "tools") for n in _import_nodes(pkg)]:
         where = path.relative_to(ROOT)
         if isinstance(node, ast.Import):
             mods = [a.name for a in node.names if a.name.split(".")[0] == "pipelines"]

@@ -505,8 +505,9 @@ def test_cold_on_tmpfs_is_refused_before_timing(tiny_root, tmp_path, capsys, no_
 # -- class 2: RANK and WORLD_SIZE as a pair, in every CLI ---------------------------------------
 
 def _cli_calls(data: Path, out: Path):
-    from compare import doctor, memory, microbench
-    from compare.fuzz import cli as fuzz_cli
+    from compare import doctor, memory
+    from tools import microbench
+    from tools.fuzz import cli as fuzz_cli
 
     return {
         "run": lambda: compare_main.main(["--data", str(data), *FAST, "--out", str(out)]),

@@ -31,7 +31,7 @@ batch whose files are all bad is not fed; its record rides with the next fed bat
 NOTE [feeding cost]
 The per-batch feed runs on the consumer's thread (inside ``next()``), so it is kept small:
 labels and indices travel as one dense ``N x 2`` array, and the path buffers are handed over
-with ``no_copy=True`` (``python -m compare.microbench feed``). ``no_copy`` makes us responsible
+with ``no_copy=True`` (``python -m tools.microbench feed``). ``no_copy`` makes us responsible
 for keeping every fed buffer alive until DALI has consumed it: the last ``keep_alive`` batches are
 held in a ring (at least ``prefetch_queue_depth`` + 1, per DALI's ``external_source``
 documentation).

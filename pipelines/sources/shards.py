@@ -51,7 +51,7 @@ The torch backends read the shards with the same index, not with the ``webdatase
 it streams each shard as an ``IterableDataset`` (shards split over ranks and workers, a shuffle
 buffer), which cannot give every rank equal steps, exactly-once epochs and exact resume through
 the shared plan; and reading the bytes through it was the slower of the two
-(``python -m compare.microbench shard-read``, docs/results/cpu/README.md).
+(``python -m tools.microbench shard-read``, docs/results/cpu/README.md).
 
 NOTE [bad input]
 A shard that cannot be opened, that is not a tar, that is truncated (a member ends past the

@@ -12,7 +12,7 @@ dimension. The walk accepts what libjpeg-turbo and PIL accept: fill and stray by
 segments, and data after the end-of-image marker. The torch backends also treat a decoder
 exception as bad; DALI finds a file that fails inside its decoder by its recovery
 (``pipelines.dali.loader`` NOTE [recovery]). Where the decoders themselves disagree on corrupt
-data is listed in the README's "Bad files" section, measured by ``python -m compare fuzz``.
+data is listed in the README's "Bad files" section, measured by ``python -m tools.fuzz``.
 """
 from __future__ import annotations
 

@@ -33,10 +33,10 @@ def decode_rgb(data: bytes) -> torch.Tensor:
     """Decode encoded image bytes to a ``uint8`` ``3 x H x W`` RGB tensor on the CPU.
 
     JPEGs go through ``torchvision.io`` (libjpeg-turbo), which is faster than PIL here
-    (``python -m compare.microbench decode``, docs/results/cpu/microbench.json). Anything else
+    (``python -m tools.microbench decode``, docs/results/cpu/microbench.json). Anything else
     (a PNG named .jpg) goes through PIL: torchvision's PNG decoder crashes the process with a
     segmentation fault on corrupt PNG data (libpng's error longjmp; found by
-    ``python -m compare fuzz``), where PIL raises. Grayscale and CMYK come out as RGB and the
+    ``python -m tools.fuzz``), where PIL raises. Grayscale and CMYK come out as RGB and the
     EXIF orientation is applied, as DALI's decoders do by default.
     """
     if decode_image is None or not data.startswith(b"\xff\xd8"):

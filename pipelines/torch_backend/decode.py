@@ -181,7 +181,7 @@ def _draft(im: Image.Image, width: int, height: int, k: int) -> None:
 def reduced_decode(data: bytes, k: int, library: str | None = None) -> np.ndarray:
     """The JPEG ``data`` decoded whole at ``1/k`` (8, 4, 2 or 1) of its size, ``H x W x 3``
     uint8, in ``library`` (default: ``jpeg_library()``): the decode under every scaled crop
-    (``python -m compare.microbench decode`` times it alone)."""
+    (``python -m tools.microbench decode`` times it alone)."""
     library = library or jpeg_library()
     if library == "simplejpeg":
         import simplejpeg

@@ -4,7 +4,7 @@ A segfault or a hang then ends that epoch only, and what it leaves behind is see
 process reports progress and its result as JSON lines on a pipe; a pipe closed without a result
 is a death (the signal is named), a pipe silent past the timeout is a hang (the group is killed),
 and a child process or ``dali-read`` thread alive after ``close()``, or a process left in the
-group after the epoch exits, is a leak (NOTE [fuzz invariants] in ``compare.fuzz``).
+group after the epoch exits, is a leak (NOTE [fuzz invariants] in ``tools.fuzz``).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``python -m compare.microbench {decode,validate,feed,...} --data DIR``: the small measurements
+"""``python -m tools.microbench {decode,validate,feed,...} --data DIR``: the small measurements
 behind design choices quoted in the README and docstrings (single thread, median of repeats).
 
 * ``decode``: decode + RandomResizedCrop(224) + flip per image (``--mode eval``: decode +
@@ -34,7 +34,7 @@ behind design choices quoted in the README and docstrings (single thread, median
   rate against the smallest P's. Per-process rates that fall as P grows mean the cores are not
   independent (SMT siblings on the host, shared caches or memory bandwidth), so half of the
   cores is more than half of the host.
-* ``host-probe``: the suite's host CPU probe (``compare.hostprobe.probe_ms``, one core
+* ``host-probe``: the host CPU probe (``tools.hostprobe.probe_ms``, one core
   decoding a fixed JPEG with PIL) on one core shared with each count of ``--busy`` processes
   that spin there: median and range of ``--repeats`` probes per count, and the median against
   the first count's. It shows that the probe follows the share of a core the host gives a
@@ -54,9 +54,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from compare import cli
 from pipelines import dali_available
-
-from . import cli
 
 
 def _median(fn, repeats: int) -> float:
@@ -247,7 +246,7 @@ def feed(paths, repeats, batch=256, iters=60):
     return {f"{m}_ms_per_batch": one(m) for m in ("lists", "dense", "dense_no_copy")}
 
 
-PROG = "python -m compare.microbench"
+PROG = "python -m tools.microbench"
 
 
 def listing(files: int, classes: int) -> dict:
@@ -387,7 +386,7 @@ def host_probe(busy, repeats: int) -> dict:
     import multiprocessing as mp
     import os
 
-    from .hostprobe import probe_ms
+    from tools.hostprobe import probe_ms
 
     ctx = mp.get_context("spawn")
     probe_ms()  # the probe's JPEG is made once, outside the timing

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..env import environment
+from compare.env import environment
+
 from .child import POLICIES, kill_live, run_backend
 from .corpus import make_corpus
 from .report import evaluate

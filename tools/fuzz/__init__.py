@@ -1,7 +1,7 @@
-"""Mutation fuzzer for the image loaders: ``python -m compare.fuzz`` or ``python -m compare fuzz``.
+"""Mutation fuzzer for the image loaders: ``python -m tools.fuzz`` from the repository root.
 
 Example:
-    python -m compare.fuzz --cases 300 --seed 0 --out runs/fuzz
+    python -m tools.fuzz --cases 300 --seed 0 --out runs/fuzz
 
 Modules, in the order a run uses them: ``mutations`` (one change to a valid JPEG or PNG),
 ``corpus`` (the mutated files of a seed), ``epoch`` (one loader epoch in a forked process
@@ -11,7 +11,7 @@ group), ``driver`` (one backend under one policy until every file has its verdic
 
 NOTE [fuzz invariants]
 Each backend runs under each ``BadFilePolicy`` in a child process of its own session
-(``python -m compare.fuzz --worker SPEC``, killed as a whole after ``--timeout``), with
+(``python -m tools.fuzz --worker SPEC``, killed as a whole after ``--timeout``), with
 ``shuffle=False``, ``batch_size=8``, CPU decoding, two workers (threads for DALI) and
 ``debug_indices=True``. The child runs every loader epoch in a forked process of its own group,
 so a segfault or a hang ends that epoch only, and what it leaves behind is seen:

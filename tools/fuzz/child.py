@@ -1,9 +1,9 @@
 """One backend under one policy in a child process of its own session (``run_backend``).
 
-The child is ``python -m compare.fuzz --worker SPEC`` (``worker``): it imports the backend once,
+The child is ``python -m tools.fuzz --worker SPEC`` (``worker``): it imports the backend once,
 runs a ``Driver`` and writes the result JSON that ``SPEC`` names. The parent kills the child's
 whole session when it runs past its timeout, and reports what the child could not: a hang, a
-death, processes left behind (NOTE [fuzz invariants] in ``compare.fuzz``).
+death, processes left behind (NOTE [fuzz invariants] in ``tools.fuzz``).
 """
 from __future__ import annotations
 
@@ -93,10 +93,10 @@ def run_backend(backend: str, root: str | os.PathLike, policy: str, timeout: flo
                                     "result": str(result), "epoch_timeout": epoch_timeout,
                                     "max_crashes": max_crashes}))
         env = dict(os.environ)
-        repo = str(Path(__file__).resolve().parents[2])  # compare/fuzz/child.py -> the repo
+        repo = str(Path(__file__).resolve().parents[2])  # tools/fuzz/child.py -> the repo
         env["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in [env.get("PYTHONPATH")] if p])
         t0 = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "compare.fuzz", "--worker", str(spec)],
+        child = subprocess.Popen([sys.executable, "-m", "tools.fuzz", "--worker", str(spec)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                                  start_new_session=True)
         _LIVE.add(child.pid)

@@ -1,4 +1,4 @@
-"""``python -m compare.fuzz``: mutate valid JPEG/PNG files and check that every loader copes.
+"""``python -m tools.fuzz``: mutate valid JPEG/PNG files and check that every loader copes.
 
 Exit status 0 when every invariant holds, 1 on an invariant failure, 2 on bad usage (one line).
 """
@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parse(argv) -> argparse.Namespace:
-    p = _Parser(prog="fuzz", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m tools.fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", type=int, default=300, help="mutated files (default 300)")
     p.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")
     p.add_argument("--out", required=True, help="output folder (corpus/ and fuzz.json)")
@@ -76,13 +76,13 @@ def _parse(argv) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    """``python -m compare.fuzz``: 0 when every invariant holds, 1 on a failure, 2 on bad usage."""
+    """``python -m tools.fuzz``: 0 when every invariant holds, 1 on a failure, 2 on bad usage."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"] and len(argv) == 2:
         return worker(argv[1])
     try:
         a = _parse(argv)
-        from ..cli import check_dist_env
+        from compare.cli import check_dist_env
 
         check_dist_env()  # RANK and WORLD_SIZE come as a pair, before any work
     except (_UsageError, ValueError) as e:

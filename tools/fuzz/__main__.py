@@ -1,4 +1,4 @@
-"""``python -m compare.fuzz``: see ``compare.fuzz.cli``."""
+"""``python -m tools.fuzz``: see ``tools.fuzz.cli``."""
 import sys
 
 from .cli import main

@@ -2,7 +2,7 @@
 
 Under ``skip`` one epoch names every file decoded or bad; under ``error`` a fresh loader resumes
 after each ``BadFileError``; an epoch that crashes or hangs is pinned to a file by bisection and
-the search goes on without it (NOTE [fuzz invariants] in ``compare.fuzz``). Each epoch runs in a
+the search goes on without it (NOTE [fuzz invariants] in ``tools.fuzz``). Each epoch runs in a
 forked process group (``epoch.fork_epoch``).
 """
 from __future__ import annotations

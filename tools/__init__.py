@@ -1,0 +1,1 @@
+"""Developer tools, run from a clone, not installed: ``python -m tools.microbench``, ``tools.fuzz``."""
