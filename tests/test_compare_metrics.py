@@ -42,9 +42,10 @@ def test_fast_loader_means_no_idle():
 
 
 def test_loader_only_rate():
-    lo = loader_only(sleepy_loader(0.01, bs=8), steps=10, warmup=1, device=CPU)
-    assert lo.rate == pytest.approx(800, rel=0.25)
-    assert lo.halves[0] == pytest.approx(800, rel=0.25) and lo.halves[1] == pytest.approx(800, rel=0.25)
+    # 40 ms a batch: a sleep's overshoot on a loaded machine (a few ms) stays inside the tolerance
+    lo = loader_only(sleepy_loader(0.04, bs=8), steps=10, warmup=1, device=CPU)
+    assert lo.rate == pytest.approx(200, rel=0.2)
+    assert lo.halves[0] == pytest.approx(200, rel=0.2) and lo.halves[1] == pytest.approx(200, rel=0.2)
 
 
 def test_loader_only_halves_show_a_ramp():
