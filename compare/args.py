@@ -60,6 +60,7 @@ import argparse
 
 from . import cli
 from .cli import PRESETS
+from .probes import PROBES
 
 # NOTE [fast --help]: the options are parsed without importing torch, so ``--help`` and usage
 # errors return at once. Defaults that depend on the machine are ``None`` in the parser and
@@ -107,7 +108,7 @@ what is checked before timing."""
 
 # NOTE [short and full help]: ``--help`` shows the options the README and docs/benchmarking.md
 # teach, each in a line or two, so a newcomer reads one screen (issue 42). The lab options
-# (steady-state windows, cold page cache, traces, wait sites, ...) parse the same but their
+# (steady-state windows, cold page cache, traces) parse the same but their
 # help is ``argparse.SUPPRESS`` there; ``--help-all`` builds the parser again with every option
 # and its full help, and the module docstring as the description.
 
@@ -217,38 +218,8 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
     # the lab options: in --help-all only (NOTE [short and full help])
     add("--order-seed", type=int, default=0, metavar="N", lab=True,
         help="the seed of the interleaved order of --isolate (recorded)")
-    add("--long", action="store_true", lab=True,
-        help="time a window of at least 10x each loader's queue, across an epoch "
-             "boundary (the steady-state check)")
-    add("--paired-long", action="store_true", lab=True,
-        help="the steady-state check in one process: each repeat also times a "
-             "--long pair of windows on the same loader, between its default pair "
-             "and a second one, and the summary gives long / default per row, with "
-             "the drift within the process taken out "
-             "(compare.runner NOTE [paired long])")
-    add("--loader-only-last", action="store_true", lab=True,
-        help="time the loader alone after the model step, not before it, with the "
-             "DataLoader workers as training left them (compare.runner NOTE "
-             "[loader-only last]); the summary and diff say which")
-    add("--trace", action="store_true", lab=True,
-        help="after the first repeat of each variant (and of the ceiling), trace one "
-             "more training window with torch.profiler into OUT/trace: the waits, "
-             "the CUDA calls and stream activity in flight during the long ones; "
-             "its numbers are not in the results")
-    add("--wait-sites", action="store_true", lab=True,
-        help="sample the training loop's Python stack while it waits for data and "
-             "list, per row, where it waited: DALI's share_outputs, the "
-             "DataLoader's queue, a CUDA event (compare.waitsites)")
-    add("--cold", action="store_true", lab=True,
-        help="evict the dataset's files from the page cache before each timed run "
-             "(posix_fadvise, no root) and check with mincore that it took "
-             "(compare.pagecache); refused before timing where it cannot take (tmpfs), "
-             "and the report marks a row cold only where every eviction took")
-    add("--compute-stream", choices=("default", "side", "high"), default="default", lab=True,
-        help="the CUDA stream the model step runs on: the default stream (as a plain "
-             "script has it), a new stream (side) or a new one at the highest "
-             "priority (high), so the loader's GPU work yields to the step "
-             "(compare.runner.ComputeStream; recorded)")
+    for probe in PROBES:  # one file each in compare/probes
+        probe.add_arguments(add)
     return p
 
 

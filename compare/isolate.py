@@ -75,8 +75,9 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from .probes import Active
 from .results import Repeat, VariantResult
 
 
@@ -110,15 +111,9 @@ class Job:
     classes: int
     steps: int
     warmup: int
-    long: bool = False
     user_step: str | None = None  # --step MODULE:FUNCTION
-    cold: bool = False               # --cold: evict the dataset before each timed run
-    compute: str = "default"         # --compute-stream (runner.ComputeStream)
-    fit: bool = False                # --steps not given: runner.window's FIT_QUEUES x the queue
-    loader_only_last: bool = False   # --loader-only-last (NOTE [loader-only last] in runner)
-    trace: str | None = None      # --trace: the folder of the traces (NOTE [trace])
-    wait_sites: bool = False         # --wait-sites (NOTE [wait sites] in compare.waitsites)
-    paired_long: bool = False        # --paired-long (NOTE [paired long] in runner)
+    fit: bool = False             # --steps not given: runner.window's FIT_QUEUES x the queue
+    probes: Active = Active()     # the lab probes the run turned on (compare.probes)
 
 
 def _step(job: Job):
@@ -153,71 +148,39 @@ def timed_unit(job: Job, unit: Unit, phases: Phases | None = None):
     """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches, loader)``;
     the loader is still open (``None`` for a ceiling unit, which takes one batch and closes
     its loader before the clock starts). On an error the loader is closed, then it raises."""
-    from .runner import ComputeStream, device_of, on_compute_stream
+    from . import runner as rn
 
     phases = phases if phases is not None else Phases()
     t = time.perf_counter()
     v = job.variants[unit.index]
     cfg = v.config_of(job.base)
-    device = device_of(cfg)
+    device = rn.device_of(cfg)
     step = _step(job)
-    with on_compute_stream(ComputeStream(job.compute), device):
-        return _timed(job, unit, v, cfg, device, step, phases, t)
-
-
-def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
-    from .hostprobe import probe_ms
-    from .runner import (
-        ceiling_repeat,
-        endless,
-        first_epoch,
-        one_repeat,
-        open_loader,
-        queue_depth,
-        settle_of,
-        trace_base,
-        wave_period,
-        window,
-        with_decoder,
-    )
-
-    # the first repeat of each variant, and of the ceiling, is traced (NOTE [trace])
-    trace = trace_base(job.trace, f"{'ceiling' if unit.ceiling else v.label} #1") \
-        if job.trace is not None and unit.repeat == 0 else None
-
     if unit.ceiling:
-        with open_loader(v, cfg) as loader:
-            it = endless(loader)
+        with rn.open_loader(v, cfg) as loader:
+            it = rn.endless(loader)
             x, y = next(it)
             batch = (x.clone(), y.clone())
             it.close()
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
-        rep = ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup, device=device,
-                             trace=trace)
+        rep = rn.ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup,
+                                device=device, probes=job.probes,
+                                first_repeat=unit.repeat == 0)
         phases.timed = time.perf_counter() - t
         return rep, 0.0, None, None
-    probe = probe_ms()  # before the loader's threads and workers start (NOTE [host speed])
-    loader = open_loader(v, cfg)
+    loader = rn.open_loader(v, cfg)
     try:
-        queue = queue_depth(loader)
-        it = endless(loader)
-        n = window(job.steps, job.long, queue, len(loader), job.fit)
-        cold = None
-        if job.cold:
-            from .pagecache import evictor
-
-            cold = evictor(cfg.root)
+        queue = rn.queue_depth(loader)
+        it = rn.endless(loader)
+        n = rn.window(job.steps, queue, len(loader), job.fit, job.probes)
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
-        kw = dict(warmup=job.warmup, device=device, cold=cold, queue=queue,
-                  first=first_epoch(len(loader), n), settle=settle_of(loader, queue),
-                  period=wave_period(loader), loader_only_last=job.loader_only_last,
-                  trace=trace, wait_sites=job.wait_sites)
-        got = one_repeat(it, step, steps=n, **kw, long_steps=(
-            window(job.steps, True, queue, len(loader), job.fit) if job.paired_long else None))
-        rep = with_decoder(got, loader)
-        rep = replace(rep, cpu_probe_ms=probe)
+        got = rn.time_repeat(it, step, steps=n, warmup=job.warmup, device=device,
+                             queue=queue, first=rn.first_epoch(len(loader), n),
+                             settle=rn.settle_of(loader, queue), period=rn.wave_period(loader),
+                             probes=job.probes, unit=v.label, first_repeat=unit.repeat == 0)
+        rep = rn.with_decoder(got, loader)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()
         it.close()
