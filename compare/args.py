@@ -14,45 +14,29 @@ Commands (``python -m compare COMMAND --help`` for each):
   report   write the summary of a results.json again, with this version's report
   fuzz     mutated image files against every loader
 
-Under ``torchrun --nproc_per_node N -m compare ...`` every rank runs every variant on its shard
-with a DDP model step, on ``cuda:LOCAL_RANK``; rank 0 writes the job's totals and each rank's
-figures (``compare.ddp``). ``--batch-size`` and ``--workers`` are per rank.
+Under ``torchrun
+--nproc_per_node N -m compare ...`` every rank runs every variant on its shard with a DDP step;
+``--batch-size`` and ``--workers`` are per rank (``compare.ddp``).
 
 Which variants run:
 
 * By default one per backend of ``--backends`` (default: every backend installed here).
-  A backend listed twice runs once (a one-line note); an empty list (``--backends ,``) is refused.
 * ``--preset seeds``: pageable, pin-only and pinned (2 streams) on the PIL decoder, pinned
-  torchvision, pinned scaled and dali; ``--preset large``: pageable, pinned (torchvision's
-  decoder), pinned scaled, dali, dali hw 1 x2 (the hardware decoder, two pipelines; dropped
-  with a note below two workers) and dali calibrated on a default set of 2000-4000 px photos.
-  Either is restricted to the ``--backends`` given. A preset is a fixed set of variants, so
-  ``--preset`` with ``--sweep`` is refused.
+  torchvision, pinned scaled and dali; ``--preset large``: pageable, pinned, pinned scaled, dali,
+  dali hw 1 x2 and dali calibrated on 2000-4000 px photos. Not with ``--sweep``.
 * ``--sweep "KEY=V1,V2 ..."``: every combination, per backend. A key is ``num_workers`` or a
-  field of a backend's options (``TorchOptions``: prefetch_factor, persistent_workers, and for
-  pinned queue_depth, streams, cpu_binding; ``DaliOptions``: queue_depth, reader_threads,
-  hw_decoder_load, pipelines, use_mmap, ...; booleans are on/off). A key is swept only on the
-  backends that honour it. A backend runs once for the keys it does
-  not honour (a note says "no effect on <backend>"), so identical setups are never timed twice;
-  a key that no backend of the run honours is refused. ``pin=on,off`` picks pinned / pageable:
-  without ``--backends`` it chooses them, with ``--backends`` it must name the same torch
-  backends (``--sweep pin=on,off --backends dali`` is refused). Repeated values run once.
-  Example: ``--sweep "num_workers=4,8 hw_decoder_load=0,1"``.
+  field of ``TorchOptions``/``DaliOptions`` (booleans on/off); ``pin=on,off`` picks pinned /
+  pageable. A key runs only on the backends that honour it (the others once, noted); a key no
+  backend of the run honours is refused.
 
 NOTE [one validation pass, incremental results]
-Every input is checked before the first timed batch (and, where the answer does not need its
-files, before the default dataset is generated): each variant's ``LoaderConfig`` (so a sweep
-value the config refuses is caught up front), the dataset against the batch size and
-last-batch policy (listed once, under the run's ``--on-bad-file``), the model, the transform,
-``RANK`` and ``WORLD_SIZE`` (both or neither), and that ``--out`` can be written, lies outside
-``--data`` (by real paths: ``cd DATA; python -m compare --data .`` is refused) and holds no
-file at a name the run writes that the suite did not write (compare.owned).
-An error is one line naming the option and the variant; exit status 2. While the suite runs,
-``results.json`` (``"complete": false``) and ``summary.md`` are rewritten after each finished
-variant, so a late failure loses nothing: it exits 1 with one line that says where the partial
-results are, and leaves the traceback in ``error.log`` beside them (``error-N.log`` when
-``error.log`` is a file the suite did not write: it is never replaced, nor deleted by a later
-successful run; compare.owned NOTE [files the suite owns]).
+Every input is checked before the first timed batch: each variant's ``LoaderConfig``, the
+dataset against the batch size, the model, the transform, ``RANK``/``WORLD_SIZE`` (both or
+neither), and that ``--out`` can be written, lies outside ``--data`` and holds no file the
+suite did not write (compare.owned). An error is one line naming the option and the variant;
+exit status 2. ``results.json`` (``"complete": false``) and ``summary.md`` are rewritten after
+each variant, so a late failure exits 1 and keeps the partial results, with the traceback in
+``error.log`` beside them.
 """
 from __future__ import annotations
 

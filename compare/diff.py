@@ -1,55 +1,22 @@
 """``python -m compare diff A/results.json B/results.json``: did B get faster or slower than A?
 
-Refuses to compare runs whose setups differ in what decides the numbers (the GPU, the data,
-the model, the batch size, the dtype, the image size, the number of ranks: ``compare scaling``
-compares rank counts); ``--force`` compares them anyway and says
-which differ, field by field (``data.num_images: 1000 -> 2000``). The same generated images
-as a folder and as tar shards (``data_gen --format``)
-count as the same data, so ``diff FOLDER SHARDS`` gives the row of each backend for the two
-sources. Runs of different commits compare like any others: only the setup has to match.
-The ceiling row shows whether the model step itself moved.
+Refuses runs whose setups differ in what decides the numbers (GPU, data, model, batch size,
+dtype, augmentation, device, ranks; ``--force`` compares them anyway and lists the fields).
+The same images as a folder and as tar shards count as the same data. Rows are paired by their
+whole configuration (``pair_rows``: backend, every loader option, workers, decoder), not by
+label alone; a label whose rows differ is not compared, and a note says why.
 
-Rows are paired by their whole configuration, not by label alone (``pair_rows``): the backend,
-every loader option (its default where not overridden), the workers and the decoder the
-repeats recorded. A plain run's ``pinned`` (torchvision's decoder, one stream) and ``--preset
-seeds``' ``pinned`` (PIL, two streams) share a label but not a configuration: that row is not
-compared, and a note names the fields that differ (``--force`` compares it anyway, with the
-note). A row of the same configuration under another label is paired with it.
-A ``results.json`` that is not shaped as the suite writes it (a list, ``null`` where a list or
-an object belongs, a rate that is a string) is refused in one line, exit status 2.
+For each pair: A's and B's median, B/A, a 95% bootstrap interval of B/A (10 000 resamples, a
+fixed seed) and a verdict. ``faster`` / ``slower`` only when (1) ``|B/A - 1|`` is at least
+``MIN_EFFECT`` (2%; ``ONE_PROCESS_MIN_EFFECT``, 5%, when a row's repeats shared one process),
+(2) the interval excludes 1 and (3) the gap of the medians exceeds the noise floor: the largest
+spread across repeats or within a window (``within_as_range``). Otherwise ``no significant
+difference``, with the reason; fewer than 2 repeats on a side is never called. With 3-10
+repeats the bootstrap is coarse and one outlier moves a median, so neither (2) nor (3) alone is
+trusted (docs/benchmarking.md, ``diff``).
 
-For each pair of rows it prints A's and B's median samples/s, their ratio B/A, a 95%
-bootstrap confidence interval of that ratio and a verdict, ``faster``, ``slower`` or
-``no significant difference``. The interval resamples each run's repeats with replacement
-(10 000 times, a fixed seed, so the same files give the same interval) and takes the 2.5th and
-97.5th percentiles of median(B*) / median(A*). The verdict rule:
-
-* ``faster`` / ``slower`` only when all three hold: (1) the change ``|B/A - 1|`` is at least
-  ``MIN_EFFECT`` (2%; ``ONE_PROCESS_MIN_EFFECT``, 5%, when either run kept all of the row's
-  repeats in one process, whose spread says nothing of the next run's); (2) the interval
-  excludes 1.0; (3) the gap between the medians exceeds the noise floor: the largest of the
-  two runs' spreads across repeats (max - min over them: across processes when the repeats
-  ran in fresh processes, within one process otherwise) and of their spreads within a window,
-  put on the same scale (``within_as_range``).
-* otherwise ``no significant difference``, with the reason on a ``note:`` line under the table;
-  a row with fewer than 2 repeats in either run is always ``no significant difference``
-  (``too few repeats``): one value has no spread and no interval.
-
-Why both (2) and (3): with the 3 to 10 repeats a run has, the bootstrap is coarse (with 3
-repeats the interval is about [min B / max A, max B / min A]) and a single outlier moves a
-median, so neither test alone is trusted. Why ``MIN_EFFECT``: a run's own spread understates
-how much the same command moves from run to run (the runs recorded in
-``docs/results/h200/README.md`` and ``shards-vs-folder/`` show the model step alone and DALI
-moving by more than each run's spread), so small changes are not called; the CPU-bound torch
-backends swing more than that between runs (``refactor-ab/``), which only repeats in fresh
-processes (a wider spread) or repeated, interleaved runs can show.
-
-``--metric loader-only`` judges the loader-only rate (img/s) by the same rule instead, with the
-loader-only window's two stretches as its spread within a window; it has no ceiling row. A
-loader change that slows the loader but not a training step bound by the GPU shows there only.
-
-``--json`` prints the rows as strict JSON (a number that is not finite is ``null``).
-Exit status: 0, or 2 for a usage error or incompatible runs.
+``--metric loader-only`` judges the loader-only rate instead (no ceiling row). ``--json``
+prints the rows as strict JSON. Exit status: 0, or 2 for a usage error or incompatible runs.
 """
 from __future__ import annotations
 

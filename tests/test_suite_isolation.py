@@ -49,6 +49,10 @@ def test_isolated_repeats_run_in_fresh_processes_in_the_recorded_order(tiny_root
     assert s["order"] == [u.name(labels) for u in isolate.order(2, 2, True, 7)]
     assert all(rep["steps"] == 4 and rep["window_s"] > 0 for v in r["variants"]
                for rep in v["repeats"])  # 2 steps, rounded up to a whole 4-batch epoch
+    summary = (tmp_path / "iso" / "summary.md").read_text()
+    assert not any(s[k] for k in ("long", "cold", "trace"))  # nor their summary sections
+    assert not any(x in summary for x in ("**Long windows**", "**Cold page cache**",
+                                          "**Traces**", "(cold)"))
 
 
 @pytest.mark.parametrize("how", ["--isolate", "--no-isolate"])
@@ -188,6 +192,8 @@ def test_long_windows_are_ten_queues_and_cross_an_epoch(tiny_root, tmp_path):
     assert q == 2  # 1 worker x prefetch 2
     epoch = 37 // 8  # last_batch="drop"
     assert v["repeats"][0]["steps"] == max(2, 10 * q, epoch + 1)
+    assert r["setup"]["long"] is True
+    assert "**Long windows** (`--long`)" in (tmp_path / "long" / "summary.md").read_text()
 
 
 def test_the_reference_row_is_the_plain_imagefolder_recipe(tiny_root, tmp_path, capsys):
