@@ -13,45 +13,29 @@ Commands (``python -m compare COMMAND --help`` for each):
   plot     redraw the PNGs of a results.json
   report   write the summary of a results.json again, with this version's report
 
-Under ``torchrun --nproc_per_node N -m compare ...`` every rank runs every variant on its shard
-with a DDP model step, on ``cuda:LOCAL_RANK``; rank 0 writes the job's totals and each rank's
-figures (``compare.ddp``). ``--batch-size`` and ``--workers`` are per rank.
+Under ``torchrun
+--nproc_per_node N -m compare ...`` every rank runs every variant on its shard with a DDP step;
+``--batch-size`` and ``--workers`` are per rank (``compare.ddp``).
 
 Which variants run:
 
 * By default one per backend of ``--backends`` (default: every backend installed here).
-  A backend listed twice runs once (a one-line note); an empty list (``--backends ,``) is refused.
 * ``--preset seeds``: pageable, pin-only and pinned (2 streams) on the PIL decoder, pinned
-  torchvision, pinned scaled and dali; ``--preset large``: pageable, pinned (torchvision's
-  decoder), pinned scaled, dali, dali hw 1 x2 (the hardware decoder, two pipelines; dropped
-  with a note below two workers) and dali calibrated on a default set of 2000-4000 px photos.
-  Either is restricted to the ``--backends`` given. A preset is a fixed set of variants, so
-  ``--preset`` with ``--sweep`` is refused.
+  torchvision, pinned scaled and dali; ``--preset large``: pageable, pinned, pinned scaled, dali,
+  dali hw 1 x2 and dali calibrated on 2000-4000 px photos. Not with ``--sweep``.
 * ``--sweep "KEY=V1,V2 ..."``: every combination, per backend. A key is ``num_workers`` or a
-  field of a backend's options (``TorchOptions``: prefetch_factor, persistent_workers, and for
-  pinned queue_depth, streams, cpu_binding; ``DaliOptions``: queue_depth, reader_threads,
-  hw_decoder_load, pipelines, use_mmap, ...; booleans are on/off). A key is swept only on the
-  backends that honour it. A backend runs once for the keys it does
-  not honour (a note says "no effect on <backend>"), so identical setups are never timed twice;
-  a key that no backend of the run honours is refused. ``pin=on,off`` picks pinned / pageable:
-  without ``--backends`` it chooses them, with ``--backends`` it must name the same torch
-  backends (``--sweep pin=on,off --backends dali`` is refused). Repeated values run once.
-  Example: ``--sweep "num_workers=4,8 hw_decoder_load=0,1"``.
+  field of ``TorchOptions``/``DaliOptions`` (booleans on/off); ``pin=on,off`` picks pinned /
+  pageable. A key runs only on the backends that honour it (the others once, noted); a key no
+  backend of the run honours is refused.
 
 NOTE [one validation pass, incremental results]
-Every input is checked before the first timed batch (and, where the answer does not need its
-files, before the default dataset is generated): each variant's ``LoaderConfig`` (so a sweep
-value the config refuses is caught up front), the dataset against the batch size and
-last-batch policy (listed once, under the run's ``--on-bad-file``), the model, the transform,
-``RANK`` and ``WORLD_SIZE`` (both or neither), and that ``--out`` can be written, lies outside
-``--data`` (by real paths: ``cd DATA; python -m compare --data .`` is refused) and holds no
-file at a name the run writes that the suite did not write (compare.owned).
-An error is one line naming the option and the variant; exit status 2. While the suite runs,
-``results.json`` (``"complete": false``) and ``summary.md`` are rewritten after each finished
-variant, so a late failure loses nothing: it exits 1 with one line that says where the partial
-results are, and leaves the traceback in ``error.log`` beside them (``error-N.log`` when
-``error.log`` is a file the suite did not write: it is never replaced, nor deleted by a later
-successful run; compare.owned NOTE [files the suite owns]).
+Every input is checked before the first timed batch: each variant's ``LoaderConfig``, the
+dataset against the batch size, the model, the transform, ``RANK``/``WORLD_SIZE`` (both or
+neither), and that ``--out`` can be written, lies outside ``--data`` and holds no file the
+suite did not write (compare.owned). An error is one line naming the option and the variant;
+exit status 2. ``results.json`` (``"complete": false``) and ``summary.md`` are rewritten after
+each variant, so a late failure exits 1 and keeps the partial results, with the traceback in
+``error.log`` beside them.
 """
 from __future__ import annotations
 
@@ -59,6 +43,7 @@ import argparse
 
 from . import cli
 from .cli import PRESETS
+from .probes import PROBES
 
 # NOTE [fast --help]: the options are parsed without importing torch, so ``--help`` and usage
 # errors return at once. Defaults that depend on the machine are ``None`` in the parser and
@@ -106,7 +91,7 @@ what is checked before timing."""
 
 # NOTE [short and full help]: ``--help`` shows the options the README and docs/benchmarking.md
 # teach, each in a line or two, so a newcomer reads one screen (issue 42). The lab options
-# (steady-state windows, cold page cache, traces, wait sites, ...) parse the same but their
+# (steady-state windows, cold page cache, traces) parse the same but their
 # help is ``argparse.SUPPRESS`` there; ``--help-all`` builds the parser again with every option
 # and its full help, and the module docstring as the description.
 
@@ -216,38 +201,8 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
     # the lab options: in --help-all only (NOTE [short and full help])
     add("--order-seed", type=int, default=0, metavar="N", lab=True,
         help="the seed of the interleaved order of --isolate (recorded)")
-    add("--long", action="store_true", lab=True,
-        help="time a window of at least 10x each loader's queue, across an epoch "
-             "boundary (the steady-state check)")
-    add("--paired-long", action="store_true", lab=True,
-        help="the steady-state check in one process: each repeat also times a "
-             "--long pair of windows on the same loader, between its default pair "
-             "and a second one, and the summary gives long / default per row, with "
-             "the drift within the process taken out "
-             "(compare.runner NOTE [paired long])")
-    add("--loader-only-last", action="store_true", lab=True,
-        help="time the loader alone after the model step, not before it, with the "
-             "DataLoader workers as training left them (compare.runner NOTE "
-             "[loader-only last]); the summary and diff say which")
-    add("--trace", action="store_true", lab=True,
-        help="after the first repeat of each variant (and of the ceiling), trace one "
-             "more training window with torch.profiler into OUT/trace: the waits, "
-             "the CUDA calls and stream activity in flight during the long ones; "
-             "its numbers are not in the results")
-    add("--wait-sites", action="store_true", lab=True,
-        help="sample the training loop's Python stack while it waits for data and "
-             "list, per row, where it waited: DALI's share_outputs, the "
-             "DataLoader's queue, a CUDA event (compare.waitsites)")
-    add("--cold", action="store_true", lab=True,
-        help="evict the dataset's files from the page cache before each timed run "
-             "(posix_fadvise, no root) and check with mincore that it took "
-             "(compare.pagecache); refused before timing where it cannot take (tmpfs), "
-             "and the report marks a row cold only where every eviction took")
-    add("--compute-stream", choices=("default", "side", "high"), default="default", lab=True,
-        help="the CUDA stream the model step runs on: the default stream (as a plain "
-             "script has it), a new stream (side) or a new one at the highest "
-             "priority (high), so the loader's GPU work yields to the step "
-             "(compare.runner.ComputeStream; recorded)")
+    for probe in PROBES:  # one file each in compare/probes
+        probe.add_arguments(add)
     return p
 
 

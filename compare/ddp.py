@@ -20,8 +20,7 @@ from typing import Any
 
 import torch
 
-from .results import VariantResult, role_means
-from .waitsites import merge as merge_sites
+from .results import VariantResult
 
 RANK_FIELDS = ("samples_per_s", "loader_only_per_s", "wait_p50_ms", "wait_p95_ms", "idle_pct")
 
@@ -107,20 +106,6 @@ def wrap(module: torch.nn.Module, job: Job) -> torch.nn.Module:
     return DDP(module, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def _paired(rs) -> Any:
-    """The job's long pair (``Repeat.paired_long``): the ranks' rates summed, like samples/s."""
-    got = [r.paired_long for r in rs]
-    if not all(got):
-        return None
-    rates = ("samples_per_s", "loader_only_per_s")
-    out = {k: x for k, x in got[0].items() if k != "after"}
-    out.update({k: sum(g[k] for g in got) for k in rates},
-               settled=all(g.get("settled") is not False for g in got))
-    if all("after" in g for g in got):  # the second default pair (NOTE [paired long])
-        out["after"] = {**got[0]["after"], **{k: sum(g["after"][k] for g in got) for k in rates}}
-    return out
-
-
 def merge(parts: list[VariantResult]) -> VariantResult:
     """One ``VariantResult`` from every rank's (module NOTE); one part is returned as it is."""
     if len(parts) == 1:
@@ -131,7 +116,6 @@ def merge(parts: list[VariantResult]) -> VariantResult:
         mean = lambda k, rs=rs: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
         cpu = [r.cpu_util_pct for r in rs if r.cpu_util_pct is not None]
         nv = [r.nvml_util_pct for r in rs if r.nvml_util_pct is not None]
-        steal = [r.cpu_steal_pct for r in rs if r.cpu_steal_pct is not None]
         reps.append(replace(
             rs[0],
             samples_per_s=sum(r.samples_per_s for r in rs),
@@ -140,10 +124,6 @@ def merge(parts: list[VariantResult]) -> VariantResult:
             idle_pct=mean("idle_pct"),
             cpu_util_pct=statistics.fmean(cpu) if cpu else None,
             nvml_util_pct=statistics.fmean(nv) if nv else None,
-            cpu_steal_pct=max(steal) if steal else None,  # the worst host of the job's
-            cpu_roles=role_means([r.cpu_roles for r in rs]),  # a rank's, on average
-            wait_sites=merge_sites(r.wait_sites for r in rs) or None,  # the ranks' mean
-            paired_long=_paired(rs),
             waits_ms=tuple(w for r in rs for w in r.waits_ms),
             ranks=tuple({k: getattr(r, k) for k in RANK_FIELDS} for r in rs),
             halves=(tuple(sum(h) for h in zip(*(r.halves for r in rs)))

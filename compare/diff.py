@@ -1,60 +1,22 @@
 """``python -m compare diff A/results.json B/results.json``: did B get faster or slower than A?
 
-Refuses to compare runs whose setups differ in what decides the numbers (the GPU, the data,
-the model, the batch size, the dtype, the image size, the number of ranks: ``compare scaling``
-compares rank counts); ``--force`` compares them anyway and says
-which differ, field by field (``data.num_images: 1000 -> 2000``). The same generated images
-as a folder and as tar shards (``data_gen --format``)
-count as the same data, so ``diff FOLDER SHARDS`` gives the row of each backend for the two
-sources. Runs of different commits compare like any others: only the setup has to match.
-The ceiling row shows whether the model step itself moved.
+Refuses runs whose setups differ in what decides the numbers (GPU, data, model, batch size,
+dtype, augmentation, device, ranks; ``--force`` compares them anyway and lists the fields).
+The same images as a folder and as tar shards count as the same data. Rows are paired by their
+whole configuration (``pair_rows``: backend, every loader option, workers, decoder), not by
+label alone; a label whose rows differ is not compared, and a note says why.
 
-Rows are paired by their whole configuration, not by label alone (``pair_rows``): the backend,
-every loader option (its default where not overridden), the workers and the decoder the
-repeats recorded. A plain run's ``pinned`` (torchvision's decoder, one stream) and ``--preset
-seeds``' ``pinned`` (PIL, two streams) share a label but not a configuration: that row is not
-compared, and a note names the fields that differ (``--force`` compares it anyway, with the
-note). A row of the same configuration under another label is paired with it.
-A ``results.json`` that is not shaped as the suite writes it (a list, ``null`` where a list or
-an object belongs, a rate that is a string) is refused in one line, exit status 2.
+For each pair: A's and B's median, B/A, a 95% bootstrap interval of B/A (10 000 resamples, a
+fixed seed) and a verdict. ``faster`` / ``slower`` only when (1) ``|B/A - 1|`` is at least
+``MIN_EFFECT`` (2%; ``ONE_PROCESS_MIN_EFFECT``, 5%, when a row's repeats shared one process),
+(2) the interval excludes 1 and (3) the gap of the medians exceeds the noise floor: the largest
+spread across repeats or within a window (``within_as_range``). Otherwise ``no significant
+difference``, with the reason; fewer than 2 repeats on a side is never called. With 3-10
+repeats the bootstrap is coarse and one outlier moves a median, so neither (2) nor (3) alone is
+trusted (docs/benchmarking.md, ``diff``).
 
-For each pair of rows it prints A's and B's median samples/s, their ratio B/A, a 95%
-bootstrap confidence interval of that ratio and a verdict, ``faster``, ``slower`` or
-``no significant difference``. The interval resamples each run's repeats with replacement
-(10 000 times, a fixed seed, so the same files give the same interval) and takes the 2.5th and
-97.5th percentiles of median(B*) / median(A*). The verdict rule:
-
-* ``faster`` / ``slower`` only when all three hold: (1) the change ``|B/A - 1|`` is at least
-  ``MIN_EFFECT`` (2%; ``ONE_PROCESS_MIN_EFFECT``, 5%, when either run kept all of the row's
-  repeats in one process, whose spread says nothing of the next run's); (2) the interval
-  excludes 1.0; (3) the gap between the medians exceeds the noise floor: the largest of the
-  two runs' spreads across repeats (max - min over them: across processes when the repeats
-  ran in fresh processes, within one process otherwise) and of their spreads within a window,
-  put on the same scale (``within_as_range``).
-* and (4) the change is not one the host alone can make: when both runs probed the host's CPU
-  (``compare.hostprobe``), every probe of one run was slower than every probe of the other,
-  and their medians differ by more than 5%, a change in the same direction no larger than
-  the host's is ``no significant difference`` (the host's): a CPU-bound rate follows the
-  CPU's speed at most in proportion (NOTE [host speed] there).
-* otherwise ``no significant difference``, with the reason on a ``note:`` line under the table;
-  a row with fewer than 2 repeats in either run is always ``no significant difference``
-  (``too few repeats``): one value has no spread and no interval.
-
-Why both (2) and (3): with the 3 to 10 repeats a run has, the bootstrap is coarse (with 3
-repeats the interval is about [min B / max A, max B / min A]) and a single outlier moves a
-median, so neither test alone is trusted. Why ``MIN_EFFECT``: a run's own spread understates
-how much the same command moves from run to run (the runs recorded in
-``docs/results/h200/README.md`` and ``shards-vs-folder/`` show the model step alone and DALI
-moving by more than each run's spread), so small changes are not called; the CPU-bound torch
-backends swing more than that between runs (``refactor-ab/``), which only repeats in fresh
-processes (a wider spread) or repeated, interleaved runs can show.
-
-``--metric loader-only`` judges the loader-only rate (img/s) by the same rule instead, with the
-loader-only window's two stretches as its spread within a window; it has no ceiling row. A
-loader change that slows the loader but not a training step bound by the GPU shows there only.
-
-``--json`` prints the rows as strict JSON (a number that is not finite is ``null``).
-Exit status: 0, or 2 for a usage error or incompatible runs.
+``--metric loader-only`` judges the loader-only rate instead (no ceiling row). ``--json``
+prints the rows as strict JSON. Exit status: 0, or 2 for a usage error or incompatible runs.
 """
 from __future__ import annotations
 
@@ -67,8 +29,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import cli
-from .hostprobe import HOST_TOLERANCE, explained_by_host, host_shift, host_speed, median_ms
-from .results import FIT_QUEUES, STEAL_WARN_PCT, SuiteResult, steal_span, strict
+from .probes import PROBES
+from .results import FIT_QUEUES, SuiteResult, strict
 
 PROG = "python -m compare diff"
 METRIC = "samples_per_s"
@@ -118,27 +80,17 @@ def host_changes(a: SuiteResult, b: SuiteResult) -> list[str]:
 
 
 # How a run was timed, where two runs may differ on purpose (the point of the comparison):
-# (setup key, what it is, its words for a run without and with it).
-MODES = (("cold", "page cache", ("warm", "cold (--cold)")),
-         ("long", "window", ("default", "long (--long)")),
-         ("loader_only_last", "loader-only window", ("before training",
-                                                     "after training (--loader-only-last)")),
-         ("fit_queue", "window length", ("--steps batches",
-                                         f"at least {FIT_QUEUES}x the queue (no --steps)")),
-         ("compute_stream", "model step's stream", None),
-         ("wait_sites", "wait sampling", ("off", "on (--wait-sites)")),
-         ("paired_long", "long windows", ("none", "paired in each repeat (--paired-long)")))
+# (setup key, what it is, its words for a run without it, with it); the probes' own included.
+MODES = (("fit_queue", "window length", "--steps batches",
+          f"at least {FIT_QUEUES}x the queue (no --steps)"),
+         *((p.name, *p.mode) for p in PROBES if p.mode))
 
 
 def mode_changes(a: SuiteResult, b: SuiteResult) -> list[str]:
     """A note for each way of timing (``MODES``) that differs between the two runs."""
     out = []
-    for key, what, words in MODES:
-        va, vb = a.setup.get(key), b.setup.get(key)
-        if words:
-            va, vb = words[bool(va)], words[bool(vb)]
-        else:
-            va, vb = va or "default", vb or "default"
+    for key, what, *words in MODES:
+        va, vb = words[bool(a.setup.get(key))], words[bool(b.setup.get(key))]
         if va != vb:
             out.append(f"{what}: {va} in A, {vb} in B")
     return out
@@ -262,21 +214,10 @@ def within_as_range(v, metric: str = METRIC) -> float:
     return gap * D2[min(n, 10)] / 1.349  # beyond 10 repeats: d2(10), a slight underestimate
 
 
-def _probes(r: SuiteResult) -> list[float | None]:
-    return [x.cpu_probe_ms for v in r.variants for x in v.repeats]
-
-
-def run_speed(a: SuiteResult, b: SuiteResult) -> float | None:
-    """How much faster B's host CPU ran than A's, when the two runs' probes tell the hosts
-    apart (``compare.hostprobe.host_shift``); else ``None``."""
-    return host_shift(_probes(a), _probes(b))
-
-
-def judge(va, vb, speed: float | None = None, metric: str = METRIC) -> Judgement:
+def judge(va, vb, metric: str = METRIC) -> Judgement:
     """The verdict of B's ``VariantResult`` against A's (the rule in the module docstring) on
-    ``metric`` (a ``Repeat`` field of ``METRICS``); ``speed``: B's host CPU speed over A's
-    (``run_speed``). The minimum effect is ``ONE_PROCESS_MIN_EFFECT`` when either row ran
-    all its repeats in one process."""
+    ``metric`` (a ``Repeat`` field of ``METRICS``). The minimum effect is
+    ``ONE_PROCESS_MIN_EFFECT`` when either row ran all its repeats in one process."""
     min_effect = ONE_PROCESS_MIN_EFFECT if _in_one_process(va) or _in_one_process(vb) \
         else MIN_EFFECT
     a, b = _finite(va.values(metric)), _finite(vb.values(metric))
@@ -305,10 +246,6 @@ def judge(va, vb, speed: float | None = None, metric: str = METRIC) -> Judgement
         return Judgement(ratio, lo, hi, NO_DIFF,
                          f"the gap of the medians ({abs(mb - ma):.1f}) is within the largest "
                          f"spread ({noise:.1f}, across repeats or within a window)")
-    if explained_by_host(ratio, speed):
-        return Judgement(ratio, lo, hi, NO_DIFF,
-                         f"the change ({change:+.1%}) is no larger than the host's: its CPU ran "
-                         f"{speed:.2f}x as fast in B by the probe (compare.hostprobe)")
     return Judgement(ratio, lo, hi, "faster" if mb > ma else "slower", "")
 
 
@@ -435,9 +372,8 @@ def table_rows(a: SuiteResult, b: SuiteResult, metric: str = METRIC,
     both = a.ceiling and b.ceiling and metric == METRIC
     pairs = [("ceiling", a.ceiling, b.ceiling)] if both else []
     pairs += pair_rows(a, b, force).pairs
-    speed = run_speed(a, b)
     for label, va, vb in pairs:
-        j = judge(va, vb, speed, metric)
+        j = judge(va, vb, metric)
         xa, xb = _finite(va.values(metric)), _finite(vb.values(metric))
         out.append(Row(label, _median(xa), _median(xb), j.ratio, j.lo, j.hi, j.verdict, j.note,
                        len(xa), len(xb)))
@@ -475,18 +411,6 @@ def _load(path: str, option: str) -> SuiteResult:
         raise ValueError(f"{option} {path!r} is not a compare results.json ({why})") from None
 
 
-def steal_notes(a: SuiteResult, b: SuiteResult) -> list[str]:
-    """A note when either run's training windows lost more than ``STEAL_WARN_PCT`` of the CPU
-    to other guests (compare.metrics NOTE [steal]): their CPU-bound rows moved with it."""
-    spans = {name: steal_span(r) for name, r in (("A", a), ("B", b))}
-    if not any(sp is not None and sp[1] > STEAL_WARN_PCT for sp in spans.values()):
-        return []
-    said = "; ".join(f"{name} {sp[0]:.1f}-{sp[1]:.1f}%" if sp else f"{name} not recorded"
-                     for name, sp in spans.items())
-    return [f"CPU steal in the training windows ({said}): the host's other guests took CPU "
-            "time, and a CPU-bound row's verdict can be theirs"]
-
-
 def _ci(r: Row) -> str:
     if not (math.isfinite(r.lo) and math.isfinite(r.hi)):
         return "-"
@@ -519,21 +443,6 @@ def main(argv: list[str] | None = None) -> int:
     if sa != sb:  # the same images (data_gen's statistics match) read from another source
         notes.append(f"the same images, read from a {sa} in A and from {sb} in B")
     notes += mode_changes(a, b)
-    speed = run_speed(a, b)
-    medians = host_speed(median_ms(_probes(a)), median_ms(_probes(b)))
-    if speed is not None:
-        notes.append(f"host CPU probe: B's ran {speed:.2f}x as fast as A's, every probe of one "
-                     "run beyond every probe of the other"
-                     + (" (the same host speed)" if abs(speed - 1) <= HOST_TOLERANCE else
-                        ": a CPU-bound row can move that much with no change in the code"))
-    elif medians is not None:
-        notes.append(f"host CPU probe: B's ran {medians:.2f}x as fast as A's by the medians, "
-                     f"within the probes' spread (or fewer than 2 probes a run): no row is "
-                     "judged against it")
-    else:
-        notes.append("host CPU probe: not in both runs, so a change of the host's speed between "
-                     "them cannot be told from a change of the code")
-    notes += steal_notes(a, b)
     field, unit, _ = METRICS[args.metric]
     table = table_rows(a, b, field, args.force)
     paired = pair_rows(a, b, args.force)

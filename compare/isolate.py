@@ -1,68 +1,24 @@
 """Each timed repeat in a fresh process, in a seeded interleaved order (pyperf's way).
 
 NOTE [isolation and order]
-Run in one process, every repeat of a variant shares that process's warm state: its CUDA
-context and allocator, its DataLoader workers and their queues, DALI's pipeline and its
-buffers. Run in a fixed order, a variant always follows the same other one, and anything that
-drifts over a run (clocks, the page cache, another tenant on the host) lands on the same
-variant every time. Either way the repeats agree with each other more than two runs agree,
-and the spread understates the real uncertainty. Here every (variant, repeat) and every
-ceiling repeat is one *unit*; the units are shuffled with ``random.Random(seed)`` and each one
-runs in a new process (``multiprocessing`` spawn: nothing inherited), which builds the model
-step and the loader from nothing, warms up, and times one repeat. The order, the seed and
-each repeat's process id are kept in ``results.json`` (``setup["order"]``,
-``setup["order_seed"]``, ``Repeat.pid``), so the spread over repeats is the spread across
-processes. A unit's error is raised in the suite with the unit's name; a unit whose process
-dies is reported with its exit code. Under torchrun the ranks are the job's processes, and
-the suite runs in them (isolation is off there).
-
-NOTE [unit processes]
-A unit's process puts itself and its loader's workers in a process group of its own. It
-sends its measurement as soon as the timed run ends, then closes the loader for at most
-``TEARDOWN_S`` and exits with ``os._exit`` (no interpreter teardown). The suite then kills
-whatever is left of the group, so no worker of one unit decodes during the next one's window.
-A loader that fails or hangs while closing keeps the measurement and is reported in a
-warning. Each unit's log line says where its time went (``Phases``). A unit whose suite dies
-(killed by ``timeout``, say, which cannot reach a group of its own) kills its group within
-half a second (``die_with_parent``): on the H200 an orphaned unit's workers once decoded
-through the next run's windows (docs/results/h200/seeds-reference).
+In one process every repeat shares its warm state (CUDA context, DataLoader workers, DALI's
+pipeline), and in a fixed order anything that drifts lands on the same variant, so the spread
+understates the uncertainty. Here every (variant, repeat) and ceiling repeat is a *unit*,
+shuffled with ``random.Random(seed)``, each run in a new spawned process that builds the step
+and the loader from nothing. The order, the seed and each repeat's pid are kept in
+``results.json``. A unit puts itself and its loader's workers in a process group of its own,
+sends its measurement, closes the loader within ``TEARDOWN_S`` and ``os._exit``s; the suite
+kills what is left of the group, and a unit whose suite dies kills its group
+(``die_with_parent``). Under torchrun the ranks are the processes (isolation is off).
 
 NOTE [steady state]
-A loader fills its queue whenever the consumer pauses: ``queue_depth`` batches (DataLoader
-workers x prefetch factor, plus the CUDA prefetch of ``pinned``; DALI's queue per pipeline). A
-window that starts on a full queue counts those batches as if they were made at the steady
-rate, which a loader-only window (the consumer never waits for a step) never is. Every repeat
-primes the step before its windows, so the loader-only window drains a whole queue before its
-warm-up (``runner.time_repeat``). Before that drain, the loader-only rates of the default
-windows of ``pageable`` and ``pinned`` ran above ``--long`` ones on the H200, as a queue counted
-in a shorter window would (docs/results/h200/seeds-reference/README.md, steady/). The training
-window needs no drain: it follows the loader-only window, which leaves the queue empty, and in
-training a queue is full in steady state only when the loader outruns the step.
-A loader's first epoch also does one-time work: ``dali`` checks each file's bytes in Python the
-first time it reaches it (pipelines.dali.source NOTE [validated once]). The loader-only window
-timed that on the H200: with ``--model none`` a DALI row's loader-only rate, taken first,
-ran well below its training window's, taken later in the same process, and matched it once
-the warm-up passed the first epoch (docs/results/h200/README.md, dali-first-epoch). So a new
-loader first runs the rest of its first epoch when the epoch is at most twice the window
-(``runner.first_epoch``); a longer first epoch holds the windows, as it would a job's first
-hours. Each repeat records its window in batches and seconds
-(``Repeat.steps``, ``Repeat.window_s``) and each variant its queue (``VariantResult.
-queue_batches``); ``--long`` times at least 10x the queue, across an epoch boundary
-(``runner.window``).
-An epoch boundary costs something (a loader that restarts its workers each epoch, as the
-plain DataLoader and ``pageable`` do, stalls there), and a window of a fixed number of batches
-holds a number of boundaries that depends on how it falls, not on its share of the run, and
-``pageable`` then disagreed with a ``--long`` window on the H200
-(docs/results/h200/seeds-reference). So a window is rounded up to whole
-epochs when an epoch is at most twice its length: any k x E consecutive batches hold exactly k
-epoch starts. Longer epochs are left alone, as their boundaries are rare in training too.
-Without ``--steps`` a window also holds at least ``FIT_QUEUES`` times its loader's queue: a
-CPU-bound loader's batches come in waves of its workers, and a window of about two queues
-swings with where it falls among them (docs/results/h200/seeds-reference/README.md, steady/).
-The step's first calls set up CUDA and cuDNN and take seconds; run inside the training
-warm-up, they let the loader fill its whole queue, and a window that then starts counts those
-batches. So every repeat first primes the step on one batch, before any window
-(``runner.time_repeat``). docs/results/h200/suite-steady-state shows the effect on the H200.
+A loader fills its queue whenever the consumer pauses, so every repeat primes the step first
+and drains the queue before the loader-only window (``runner.time_repeat``); a new loader first
+runs the rest of its first epoch when the epoch is at most twice the window (one-time work such
+as DALI's file checks: docs/results/h200/README.md, dali-first-epoch). A window is rounded up to
+whole epochs when an epoch is at most twice its length (any k x E batches hold k epoch starts),
+and without ``--steps`` holds at least ``FIT_QUEUES`` x its queue (``runner.window``).
+docs/benchmarking.md (Steady state) gives the H200 runs behind each rule.
 """
 from __future__ import annotations
 
@@ -75,8 +31,9 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from .probes import Active
 from .results import Repeat, VariantResult
 
 
@@ -110,15 +67,9 @@ class Job:
     classes: int
     steps: int
     warmup: int
-    long: bool = False
     user_step: str | None = None  # --step MODULE:FUNCTION
-    cold: bool = False               # --cold: evict the dataset before each timed run
-    compute: str = "default"         # --compute-stream (runner.ComputeStream)
-    fit: bool = False                # --steps not given: runner.window's FIT_QUEUES x the queue
-    loader_only_last: bool = False   # --loader-only-last (NOTE [loader-only last] in runner)
-    trace: str | None = None      # --trace: the folder of the traces (NOTE [trace])
-    wait_sites: bool = False         # --wait-sites (NOTE [wait sites] in compare.waitsites)
-    paired_long: bool = False        # --paired-long (NOTE [paired long] in runner)
+    fit: bool = False             # --steps not given: runner.window's FIT_QUEUES x the queue
+    probes: Active = Active()     # the lab probes the run turned on (compare.probes)
 
 
 def _step(job: Job):
@@ -153,71 +104,39 @@ def timed_unit(job: Job, unit: Unit, phases: Phases | None = None):
     """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches, loader)``;
     the loader is still open (``None`` for a ceiling unit, which takes one batch and closes
     its loader before the clock starts). On an error the loader is closed, then it raises."""
-    from .runner import ComputeStream, device_of, on_compute_stream
+    from . import runner as rn
 
     phases = phases if phases is not None else Phases()
     t = time.perf_counter()
     v = job.variants[unit.index]
     cfg = v.config_of(job.base)
-    device = device_of(cfg)
+    device = rn.device_of(cfg)
     step = _step(job)
-    with on_compute_stream(ComputeStream(job.compute), device):
-        return _timed(job, unit, v, cfg, device, step, phases, t)
-
-
-def _timed(job: Job, unit: Unit, v, cfg, device, step, phases: Phases, t: float):
-    from .hostprobe import probe_ms
-    from .runner import (
-        ceiling_repeat,
-        endless,
-        first_epoch,
-        one_repeat,
-        open_loader,
-        queue_depth,
-        settle_of,
-        trace_base,
-        wave_period,
-        window,
-        with_decoder,
-    )
-
-    # the first repeat of each variant, and of the ceiling, is traced (NOTE [trace])
-    trace = trace_base(job.trace, f"{'ceiling' if unit.ceiling else v.label} #1") \
-        if job.trace is not None and unit.repeat == 0 else None
-
     if unit.ceiling:
-        with open_loader(v, cfg) as loader:
-            it = endless(loader)
+        with rn.open_loader(v, cfg) as loader:
+            it = rn.endless(loader)
             x, y = next(it)
             batch = (x.clone(), y.clone())
             it.close()
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
-        rep = ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup, device=device,
-                             trace=trace)
+        rep = rn.ceiling_repeat(batch, step, steps=job.steps, warmup=job.warmup,
+                                device=device, probes=job.probes,
+                                first_repeat=unit.repeat == 0)
         phases.timed = time.perf_counter() - t
         return rep, 0.0, None, None
-    probe = probe_ms()  # before the loader's threads and workers start (NOTE [host speed])
-    loader = open_loader(v, cfg)
+    loader = rn.open_loader(v, cfg)
     try:
-        queue = queue_depth(loader)
-        it = endless(loader)
-        n = window(job.steps, job.long, queue, len(loader), job.fit)
-        cold = None
-        if job.cold:
-            from .pagecache import evictor
-
-            cold = evictor(cfg.root)
+        queue = rn.queue_depth(loader)
+        it = rn.endless(loader)
+        n = rn.window(job.steps, queue, len(loader), job.fit, job.probes)
         phases.setup = time.perf_counter() - t
         t = time.perf_counter()
-        kw = dict(warmup=job.warmup, device=device, cold=cold, queue=queue,
-                  first=first_epoch(len(loader), n), settle=settle_of(loader, queue),
-                  period=wave_period(loader), loader_only_last=job.loader_only_last,
-                  trace=trace, wait_sites=job.wait_sites)
-        got = one_repeat(it, step, steps=n, **kw, long_steps=(
-            window(job.steps, True, queue, len(loader), job.fit) if job.paired_long else None))
-        rep = with_decoder(got, loader)
-        rep = replace(rep, cpu_probe_ms=probe)
+        got = rn.time_repeat(it, step, steps=n, warmup=job.warmup, device=device,
+                             queue=queue, first=rn.first_epoch(len(loader), n),
+                             settle=rn.settle_of(loader, queue), period=rn.wave_period(loader),
+                             probes=job.probes, unit=v.label, first_repeat=unit.repeat == 0)
+        rep = rn.with_decoder(got, loader)
         phases.timed = time.perf_counter() - t
         h2d = loader.h2d_bytes_per_sample()
         it.close()

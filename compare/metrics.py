@@ -25,7 +25,25 @@ from typing import NamedTuple
 
 import torch
 
-from .waves import out_of_step
+# A data wait is *long* above max(LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES x the window's median).
+LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES = 20.0, 4.0
+
+
+def long_waits(waits_ms) -> list[int]:
+    """The indices of a window's long waits (``LONG_WAIT_*``): a loader-bound window, where
+    every batch waits about as long, has none."""
+    w = list(waits_ms)
+    if not w:
+        return []
+    floor = max(LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES * sorted(w)[len(w) // 2])
+    return [i for i, x in enumerate(w) if x > floor]
+
+
+def out_of_step(waits_ms, period: int) -> bool:
+    """Whether the last ``3 x period`` waits hold fewer than three long ones: fewer than three
+    waves of ``period`` workers delivering in step (NOTE [settling] in compare.runner)."""
+    w = list(waits_ms)[-3 * period:]
+    return len(w) >= 3 * period and len(long_waits(w)) < 3
 
 
 @dataclass(frozen=True)
@@ -43,7 +61,7 @@ class RunMeasure:
     settle_batches: int | None = None
     settled: bool | None = None
     # ``mark``: each timed step's (wait start, wait end, step launched) on the host's clock, in
-    # ns since the epoch (``time.time_ns``), which is the profiler's clock (compare.trace)
+    # ns since the epoch (``time.time_ns``), the profiler's clock (compare.probes.trace)
     marks_ns: list[tuple[int, int, int]] = field(default_factory=list)
 
     def halves(self) -> tuple[float, float] | None:
@@ -84,8 +102,7 @@ def percentile(xs: list[float], q: float) -> float:
 
 def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
             device: torch.device, settle: tuple[int, int] | None = None,
-            agree: Callable[[bool], bool] | None = None, mark: bool = False,
-            sites=None) -> RunMeasure:
+            agree: Callable[[bool], bool] | None = None, mark: bool = False) -> RunMeasure:
     """Run ``warmup`` untimed then ``steps`` timed steps of ``step(images, labels)``.
 
     ``batches`` yields ``(images, labels)``; it must not run out (see ``runner.endless``).
@@ -94,8 +111,7 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
     have run (NOTE [settling] in compare.runner). ``agree`` turns this process's verdict into
     the job's (``Job.all_agree`` under torchrun), so every rank settles for as many steps.
     ``mark``: keep each timed step's wait and step on the host's clock for a profiler's trace
-    (``RunMeasure.marks_ns``; ``compare.trace``). ``sites``: a ``waitsites.WaitSites`` whose
-    ``waiting`` is set around each timed ``next()`` (NOTE [wait sites]).
+    (``RunMeasure.marks_ns``; ``compare.probes.trace``).
     """
     cuda = device.type == "cuda"
     seen: list[float] = []  # the warm-up's data waits, which settling reads
@@ -131,12 +147,8 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
         if not cuda:
             starts.append((t - t0) * 1e3)
         w0 = time.time_ns() if mark else 0
-        if sites is not None:
-            sites.waiting = True
         x, y = next(batches)
         t1 = time.perf_counter()
-        if sites is not None:
-            sites.waiting = False
         w1 = time.time_ns() if mark else 0
         waits.append((t1 - t) * 1e3)
         if cuda:
@@ -223,27 +235,16 @@ def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device
 
 
 class CpuUtil:
-    """Whole-machine CPU utilisation between ``start()`` and ``stop()`` from ``/proc/stat``,
-    and the share the hypervisor gave other guests (``steal_pct``).
-
-    NOTE [steal]
-    On a VM the host's other tenants take CPU time from this guest, and the kernel counts it
-    as *steal* (the 8th field of ``/proc/stat``'s ``cpu`` line). Over a timed window it is the
-    host's noise itself, for the whole window and at no cost, where the host probe
-    (compare.hostprobe) is a fraction of a second before it. Each repeat records it for its
-    training window (``Repeat.cpu_steal_pct``, ``None`` where the kernel gives no such
-    field); the summary gives its range and warns past ``results.STEAL_WARN_PCT``."""
+    """Whole-machine CPU utilisation between ``start()`` and ``stop()``, from ``/proc/stat``."""
 
     PATH = "/proc/stat"
 
     def __init__(self) -> None:
         self._a = None
-        self.steal_pct: float | None = None
 
     @classmethod
-    def _read(cls) -> tuple[int, int, int | None] | None:
-        """``(busy, total, steal)`` jiffies of the ``cpu`` line (``steal`` ``None`` when the
-        line has no such field); guest time is already in user and nice, so it is not added."""
+    def _read(cls) -> tuple[int, int] | None:
+        """``(busy, total)`` jiffies of the ``cpu`` line (guest time is in user and nice)."""
         try:
             with open(cls.PATH) as f:
                 v = [int(x) for x in f.readline().split()[1:]]
@@ -252,19 +253,16 @@ class CpuUtil:
         if len(v) < 4:
             return None
         total = sum(v[:8])
-        idle = v[3] + (v[4] if len(v) > 4 else 0)
-        return total - idle, total, (v[7] if len(v) > 7 else None)
+        return total - v[3] - (v[4] if len(v) > 4 else 0), total
 
     def start(self) -> None:
         self._a = self._read()
 
     def stop(self) -> float | None:
-        """The busy share of the CPU since ``start()``, in %; sets ``steal_pct``."""
+        """The busy share of the CPU since ``start()``, in %."""
         b, a = self._read(), self._a
         if a is None or b is None or b[1] == a[1]:
             return None
-        if a[2] is not None and b[2] is not None:
-            self.steal_pct = 100.0 * (b[2] - a[2]) / (b[1] - a[1])
         return 100.0 * (b[0] - a[0]) / (b[1] - a[1])
 
 

@@ -5,9 +5,11 @@ import json
 import math
 import os
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from .probes import FIELDS
 
 SCHEMA = "gpu-feed.compare/1"
 # the default window (no --steps) holds at least this many times the loader's queue, long
@@ -47,9 +49,6 @@ class Repeat:
     steps: int | None = None       # the timed window, in batches (training run)
     window_s: float | None = None  # the timed window, in seconds (training run)
     pid: int | None = None         # the process that ran this repeat (compare.isolate)
-    # --cold: the share of the dataset's pages still cached after the eviction that preceded
-    # the training run (compare.pagecache); None in a warm run
-    cold_resident: float | None = None
     # samples/s over the training window's first and second halves (metrics.RunMeasure.halves)
     halves: tuple[float, float] | None = None
     # img/s over the loader-only window's first and last stretches of whole worker waves
@@ -64,30 +63,14 @@ class Repeat:
     # DALI with hw_decoder_load=None: the calibration's decisions in this repeat's process,
     # oldest first (``Decision.describe``; NOTE [calibration] in pipelines.dali.calibrate)
     calibration: tuple[str, ...] = ()
-    # the host's CPU speed in this repeat's process: ms for one core to decode a fixed JPEG
-    # (compare.hostprobe NOTE [host speed]), taken before the loader; None in runs before the
-    # probe, and for the repeats after the first of a variant whose repeats share a process
-    cpu_probe_ms: float | None = None
-    # the share of the CPU the hypervisor gave other guests during the training window, in %
-    # (/proc/stat's steal; metrics.CpuUtil NOTE [steal]); None without it and in older runs
-    cpu_steal_pct: float | None = None
-    # --trace: the digest of one more training window traced after this repeat's windows
-    # (compare.trace.digest; NOTE [trace]); None when not traced
-    trace: dict[str, Any] | None = None
-    # the CPU each window took, in cores, by role: {"training": {...}, "loader_only": {...}},
-    # each {"main", "workers", "threads"}, with the workers' run queue, kernel time and page
-    # faults and the process's memory where read (compare.cpuroles NOTE [cpu roles]); the training
-    # window's includes its warm-up and settling; None without /proc and in older runs
-    cpu_roles: dict[str, dict[str, float]] | None = None
-    # --wait-sites: the training window's data waits by where the loop's thread waited, each
-    # site's share of the samples (compare.waitsites NOTE [wait sites]); None when not sampled
-    wait_sites: dict[str, float] | None = None
-    # --paired-long: the long pair of windows timed beside this repeat's in its process
-    # (compare.runner NOTE [paired long]): {"steps", "samples_per_s", "loader_only_per_s",
-    # "settled", "cpu_roles", "after": the second default pair's {"samples_per_s",
-    # "loader_only_per_s", "cpu_roles"}} (cpu_roles as this repeat's; under torchrun rank 0's)
-    # (runs before 2026-12-02's bracket: "long_first" and no "after"); None when not asked for
-    paired_long: dict[str, Any] | None = None
+    # what the lab probes it ran with added (compare.probes: a probe's ``fields``), written
+    # into the repeat's object in results.json beside the fields above
+    probes: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        extra = d.pop("probes")
+        return {**d, **extra}
 
 
 @dataclass(frozen=True)
@@ -188,30 +171,40 @@ class SuiteResult:
             return None
         return v.median("samples_per_s") / b.median("samples_per_s")
 
+    def to_dict(self) -> dict[str, Any]:
+        def row(v):
+            return None if v is None else {**asdict(v), "repeats": [r.to_dict() for r in v.repeats]}
+
+        return {**asdict(self), "ceiling": row(self.ceiling),
+                "variants": [row(v) for v in self.variants]}
+
     def dump(self, path: str | Path) -> None:
         """Write strict JSON (a metric that is not a number, NaN or infinite, is ``null``)
         atomically (a sibling file renamed over ``path``): a reader or a crash mid-write
         never sees half a file."""
         path = Path(path)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(strict(asdict(self)), indent=1, default=str, allow_nan=False))
+        tmp.write_text(json.dumps(strict(self.to_dict()), indent=1, default=str, allow_nan=False))
         os.replace(tmp, path)
 
     @classmethod
     def from_dict(cls, d: dict) -> SuiteResult:
-        check_doc(d)  # a ValueError naming the first malformed field
+        check_doc(d)  # a ValueError naming the first malformed field; unknown fields (those of
+        # probes since removed, or of a later version) are ignored
         if d.get("schema") != SCHEMA:
             raise ValueError(f"schema={d.get('schema')!r} is not {SCHEMA!r}")
 
         def var(v):
             if v is None:
                 return None
-            reps = tuple(Repeat(**{**r, "waits_ms": tuple(r.get("waits_ms", ())),
+            reps = tuple(Repeat(**{**{k: x for k, x in r.items() if k in REPEAT_FIELDS},
+                                   "waits_ms": tuple(r.get("waits_ms", ())),
                                    "ranks": tuple(r.get("ranks", ())),
                                    "calibration": tuple(r.get("calibration", ())),
                                    "halves": tuple(r["halves"]) if r.get("halves") else None,
                                    "loader_only_halves": (tuple(r["loader_only_halves"])
-                                                          if r.get("loader_only_halves") else None)})
+                                                          if r.get("loader_only_halves") else None),
+                                   "probes": {k: x for k, x in r.items() if k in FIELDS}})
                          for r in v["repeats"])
             return VariantResult(v["label"], v["backend"], dict(v["overrides"]),
                                  v["h2d_bytes_per_sample"], reps, v.get("queue_batches"))
@@ -228,10 +221,8 @@ class SuiteResult:
 # Repeat fields by the JSON type they hold (``null`` is allowed for each: a number that was not
 # finite is written as null, and older runs lack the newer fields)
 _NUMBERS = ("samples_per_s", "loader_only_per_s", "wait_p50_ms", "wait_p95_ms", "idle_pct",
-            "cpu_util_pct", "nvml_util_pct", "steps", "window_s", "pid", "cold_resident",
-            "settle_batches", "cpu_probe_ms", "cpu_steal_pct")
+            "cpu_util_pct", "nvml_util_pct", "steps", "window_s", "pid", "settle_batches")
 _PAIRS = ("halves", "loader_only_halves")
-_DICTS = ("trace", "cpu_roles", "wait_sites", "paired_long")
 
 
 def _is_number(x) -> bool:
@@ -297,90 +288,8 @@ def check_doc(d) -> None:
                 if not isinstance(rk, dict) or not all(y is None or _is_number(y)
                                                        for y in rk.values()):
                     raise bad(f"{at}.ranks[{n}]", rk, "an object of numbers")
-            for k in _DICTS:
-                if r.get(k) is not None and not isinstance(r[k], dict):
-                    raise bad(f"{at}.{k}", r[k], "an object")
             if r.get("decoder") is not None and not isinstance(r["decoder"], str):
                 raise bad(f"{at}.decoder", r["decoder"], "a string")
 
 
-STEAL_WARN_PCT = 3.0  # CPU steal in a training window above this (% of the CPU) is reported
-
-
-def role_means(splits) -> dict[str, dict[str, float]] | None:
-    """The mean of several ``Repeat.cpu_roles`` (ranks' or repeats'), role by role; ``None``
-    unless every one has them."""
-    if not splits or any(not s for s in splits):
-        return None
-    return {w: {k: round(statistics.fmean(s[w][k] for s in splits), 3)
-                for k in _common(s[w] for s in splits)} for w in splits[0]}
-
-
-def _common(dicts) -> list[str]:
-    """The keys every one of ``dicts`` has, in the first one's order (a window without
-    workers has no ``workers_runq``: compare.cpuroles)."""
-    ds = list(dicts)
-    return [k for k in ds[0] if all(k in d for d in ds[1:])]
-
-
-def role_medians(v: VariantResult) -> dict[str, dict[str, float]] | None:
-    """The median over ``v``'s repeats of each window's CPU by role (compare.cpuroles NOTE
-    [cpu roles]), ``None`` when no repeat has them."""
-    got = [r.cpu_roles for r in v.repeats if r.cpu_roles]
-    if not got:
-        return None
-    return {w: {k: round(statistics.median(s[w][k] for s in got), 2)
-                for k in _common(s[w] for s in got)} for w in got[0]}
-
-
-def per_worker_core(v: VariantResult, least: float = 0.5) -> tuple[float, float] | None:
-    """The median over ``v``'s repeats of each window's rate over the cores its workers used:
-    ``(training, loader-only)`` samples per worker-core second (compare.cpuroles NOTE [cpu
-    roles]). Two windows whose workers had as many cores and made unequal rates did unequal
-    work per CPU second: the host's speed, not the loader's share of it. ``None`` without the
-    split, or when the workers used under ``least`` cores in a window (DALI has none)."""
-    pairs = []
-    for r in v.repeats:
-        roles = r.cpu_roles
-        if not roles:
-            continue
-        tw, lw = roles["training"]["workers"], roles["loader_only"]["workers"]
-        if tw < least or lw < least or math.isnan(r.loader_only_per_s):
-            return None
-        pairs.append((r.samples_per_s / tw, r.loader_only_per_s / lw))
-    if not pairs:
-        return None
-    return (round(statistics.median(p[0] for p in pairs), 1),
-            round(statistics.median(p[1] for p in pairs), 1))
-
-
-def worker_kernel(v: VariantResult, least: float = 0.5
-                  ) -> dict[str, tuple[float, float]] | None:
-    """The median over ``v``'s repeats of each window's workers' kernel time, as a % of their
-    CPU time, and their minor page faults per sample: ``{"training": (%, faults),
-    "loader_only": (%, faults)}`` (compare.cpuroles NOTE [cpu roles]). ``None`` without them
-    (runs before these fields), or when the workers used under ``least`` cores in a window."""
-    from .cpuroles import FAULTS, SYS
-
-    rows = {"training": [], "loader_only": []}
-    for r in v.repeats:
-        roles = r.cpu_roles
-        if not roles:
-            continue
-        for w, rate in (("training", r.samples_per_s), ("loader_only", r.loader_only_per_s)):
-            m = roles[w]
-            if SYS not in m or FAULTS not in m or m["workers"] < least or not rate > 0:
-                return None
-            rows[w].append((100 * m[SYS] / m["workers"], m[FAULTS] / rate))
-    if not rows["training"]:
-        return None
-    return {w: (round(statistics.median(x for x, _ in xs), 1),
-                round(statistics.median(f for _, f in xs), 1)) for w, xs in rows.items()}
-
-
-def steal_span(res: SuiteResult) -> tuple[float, float] | None:
-    """``(lowest, highest)`` CPU steal of the run's training windows, in % of the CPU
-    (``Repeat.cpu_steal_pct``; compare.metrics NOTE [steal]), or ``None`` without any."""
-    got = [r.cpu_steal_pct for v in res.variants for r in v.repeats
-           if r.cpu_steal_pct is not None]
-    return (min(got), max(got)) if got else None
+REPEAT_FIELDS = frozenset(f.name for f in fields(Repeat)) - {"probes"}

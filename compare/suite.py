@@ -21,9 +21,10 @@ from . import cli, ddp, owned
 from .args import PROG, parse_args
 from .env import environment
 from .models import parse_model
+from .probes import PROBES, Active
 from .report import markdown, plots, table, verdict_lines, warnings_for
 from .results import FIT_QUEUES, SuiteResult
-from .runner import ComputeStream, device_of, make_step, on_compute_stream, run_ceiling, run_variant
+from .runner import make_step, run_ceiling, run_variant
 from .variants import ORDER, Variant, parse_sweep, preset
 
 
@@ -122,9 +123,6 @@ def _variants(a, note: Callable[[str], None]) -> list[Variant]:
 def _backend_variants(a, note: Callable[[str], None]) -> list[Variant]:
     chosen = a.backends is not None
     backs = cli.parse_backends(a.backends, note=note) if chosen else available_backends()
-    if getattr(a, "paired_long", False) and getattr(a, "long", False):
-        raise ValueError("--paired-long times a default and a --long window in each repeat; "
-                         "drop --long")
     if a.preset and a.sweep is not None:
         raise ValueError(f"--preset {a.preset} is a fixed set of variants and cannot be combined "
                          "with --sweep; use one of them")
@@ -368,6 +366,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
     job = job or ddp.Job()
     base, out = p.base, p.out
     man = _manifest(root, read_manifest)
+    probes = Active.of(a, out, root)
     setup = {
         "data": str(root), "source": source_kind(root).value,
         "dataset": (man or {}).get("stats", {}), "model": a.model,
@@ -378,13 +377,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
         "mix": repr(base.mix) if base.mix is not None else None,
         "device": a.device, "variants": [v.label for v in p.variants], "notes": list(p.notes),
         "world_size": job.world, "local_world_size": job.local_world, "nodes": job.nodes,
-        "step": getattr(a, "step", None), "long": bool(getattr(a, "long", False)),
-        "loader_only_last": bool(getattr(a, "loader_only_last", False)),
-        "trace": bool(getattr(a, "trace", False)),
-        "wait_sites": bool(getattr(a, "wait_sites", False)),
-        "paired_long": bool(getattr(a, "paired_long", False)),
-        "isolate": bool(getattr(a, "isolate", False)), "cold": bool(getattr(a, "cold", False)),
-        "compute_stream": getattr(a, "compute_stream", "default"),
+        "step": getattr(a, "step", None), "isolate": bool(getattr(a, "isolate", False)),
+        **{p.name: p.name in probes.on for p in PROBES},
         # --steps not given: each window is at least FIT_QUEUES x its loader's queue
         "fit_queue": getattr(a, "given_steps", a.steps) is None,
     }
@@ -430,21 +424,10 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
         f"(+{a.warmup} warm-up), workers {base.num_workers}{ranks}")
     t0 = time.perf_counter()
     stage = "setup"
-    long = bool(getattr(a, "long", False))
-    traces = out / "trace" if setup["trace"] else None  # NOTE [trace] in compare.trace
-    cold = None
-    if getattr(a, "cold", False):
-        from .pagecache import evictor
-
-        try:
-            cold = evictor(base.root)
-        except RuntimeError as e:
-            return late(2, str(e))
-        trial = cold()  # before any timing: an eviction that cannot take (tmpfs) is refused
-        if trial.files and not trial.took:
-            return late(2, f"--cold: the page cache of {base.root} cannot be evicted here "
-                           f"({trial.describe()}); a tmpfs or a network filesystem keeps the "
-                           "files in memory: drop --cold, or put the data on a local disk")
+    try:
+        probes.check()  # before any timing: a probe that cannot work here (--cold on tmpfs)
+    except ValueError as e:
+        return late(2, str(e))
     try:
         if getattr(a, "isolate", False):
             from . import isolate
@@ -455,11 +438,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
             setup["order_seed"] = getattr(a, "order_seed", 0)
             setup["order"] = [u.name(labels) for u in units]
             work = isolate.Job(tuple(p.variants), base, a.model, p.classes, a.steps, a.warmup,
-                               long, getattr(a, "step", None), cold is not None,
-                               setup["compute_stream"], setup["fit_queue"],
-                               setup["loader_only_last"],
-                               str(traces) if traces is not None else None,
-                               setup["wait_sites"], setup["paired_long"])
+                               getattr(a, "step", None), setup["fit_queue"], probes)
 
             def done(got, c):
                 nonlocal ceiling
@@ -472,26 +451,21 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
         else:
             setup["order"] = [f"{v.label} #{r + 1}" for v in p.variants
                               for r in range(a.repeats)]
-            with on_compute_stream(ComputeStream(setup["compute_stream"]), device_of(base)):
-                for v in p.variants:
-                    stage = _where(v)
-                    want = None if (captured or a.no_ceiling or a.model == "none") else captured
-                    mine = run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
-                                       repeats=a.repeats, log=log, capture=want,
-                                       sync=job.barrier, long=long, cold=cold,
-                                       agree=job.all_agree if job.group else None,
-                                       fit=setup["fit_queue"],
-                                       loader_only_last=setup["loader_only_last"],
-                                       trace=traces, wait_sites=setup["wait_sites"],
-                                       paired_long=setup["paired_long"])
-                    results.append(ddp.merge(job.gather(mine)))
-                    save(False)
-                if captured:
-                    stage = "the ceiling run"
-                    mine = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
-                                       repeats=a.repeats, device=captured[0][0].device,
-                                       log=log, sync=job.barrier, trace=traces)
-                    ceiling = ddp.merge(job.gather(mine))
+            for v in p.variants:
+                stage = _where(v)
+                want = None if (captured or a.no_ceiling or a.model == "none") else captured
+                mine = run_variant(v, base, step, steps=a.steps, warmup=a.warmup,
+                                   repeats=a.repeats, log=log, capture=want, sync=job.barrier,
+                                   agree=job.all_agree if job.group else None,
+                                   fit=setup["fit_queue"], probes=probes)
+                results.append(ddp.merge(job.gather(mine)))
+                save(False)
+            if captured:
+                stage = "the ceiling run"
+                mine = run_ceiling(captured[0], step, steps=a.steps, warmup=a.warmup,
+                                   repeats=a.repeats, device=captured[0][0].device, log=log,
+                                   sync=job.barrier, probes=probes)
+                ceiling = ddp.merge(job.gather(mine))
     except KeyboardInterrupt:
         return late(130, f"interrupted during {stage}")
     except Exception as e:  # noqa: BLE001 - reported in one line, traceback kept in error.log

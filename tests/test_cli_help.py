@@ -15,8 +15,7 @@ from compare.results import Repeat, SuiteResult, VariantResult
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests/fixtures/results/h200/seeds-reference"
 HELP_MAX_LINES = 60
-LAB = ("--order-seed", "--long", "--paired-long", "--loader-only-last", "--trace",
-       "--wait-sites", "--cold", "--compute-stream")
+LAB = ("--order-seed", "--long", "--trace", "--cold")
 
 
 def _compare(*argv: str) -> subprocess.CompletedProcess:
@@ -48,18 +47,23 @@ def test_help_all_lists_the_lab_options_and_the_full_description():
         assert flag in r.stdout, flag
     flat = " ".join(r.stdout.split())
     assert "Which variants run:" in flat and "NOTE [one validation pass" in flat
-    assert "compare.runner NOTE [paired long]" in flat  # a lab option's full help
+    assert "compare.probes.cold" in flat  # a lab option's full help
 
 
 def test_hidden_options_still_parse():
-    a = build_parser().parse_args(["--data", "D", "--trace", "--paired-long", "--cold",
-                                   "--order-seed", "7", "--compute-stream", "high",
-                                   "--loader-only-last", "--wait-sites", "--long"])
-    assert (a.trace, a.paired_long, a.cold, a.loader_only_last, a.wait_sites, a.long) == (
-        True,) * 6
-    assert a.order_seed == 7 and a.compute_stream == "high" and a.data == "D"
+    a = build_parser().parse_args(["--data", "D", "--trace", "--cold", "--order-seed", "7",
+                                   "--long"])
+    assert (a.trace, a.cold, a.long) == (True,) * 3
+    assert a.order_seed == 7 and a.data == "D"
     plain = build_parser().parse_args([])
-    assert (plain.trace, plain.order_seed, plain.compute_stream) == (False, 0, "default")
+    assert (plain.trace, plain.order_seed, plain.cold, plain.long) == (False, 0, False, False)
+
+
+@pytest.mark.parametrize("flag", ["--paired-long", "--loader-only-last", "--wait-sites",
+                                  "--compute-stream"])
+def test_removed_probes_are_refused(flag):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([flag])
 
 
 def test_an_error_in_a_hidden_option_names_it_and_points_at_help_all():
@@ -87,7 +91,7 @@ def test_the_summary_opens_with_the_verdict_then_the_table_then_the_research():
     table = text.index("| backend | samples/s |")
     assert text.index("**Verdict:**") < text.index("- GPU:") < table
     for research in ("**Order of the repeats**", "**Spreads of samples/s**",
-                     "**Long data waits**", "**Warnings**"):
+                     "**Timed windows**", "**Warnings**"):
         assert text.index(research) > table, research
 
 

@@ -28,35 +28,6 @@ def test_compare_writes_table_json_png_and_summary(tiny_root, tmp_path, capsys):
     assert "| pinned |" in summary and summary.splitlines()[2].startswith("**Verdict:** ")
 
 
-def test_compute_stream_is_recorded_and_said(tiny_root, tmp_path):
-    out = tmp_path / "out"
-    rc = main(["--data", str(tiny_root), "--steps", "2", "--warmup", "1", "--repeats", "1",
-               "--batch-size", "4", "--image-size", "32", "--workers", "0", "--model", "tinycnn",
-               "--device", "cpu", "--out", str(out), "--backends", "pageable",
-               "--compute-stream", "high", "--no-isolate"])
-    assert rc == 0
-    assert SuiteResult.load(out / "results.json").setup["compute_stream"] == "high"
-    assert "model step on the high stream" in (out / "summary.md").read_text()
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("which", ["side", "high"])
-def test_gpu_compute_stream_is_current_inside_and_waited_for(which):
-    import torch
-
-    from compare.runner import ComputeStream, on_compute_stream
-
-    dev = torch.device("cuda", 0)
-    x = torch.randn(2048, 2048, device=dev)
-    with on_compute_stream(ComputeStream(which), dev):
-        s = torch.cuda.current_stream(dev)
-        assert s != torch.cuda.default_stream(dev)
-        assert s.priority == (min(torch.cuda.Stream.priority_range()) if which == "high" else 0)
-        y = x @ x  # x was made on the default stream: the entry synchronised it
-    assert torch.cuda.current_stream(dev) == torch.cuda.default_stream(dev)
-    assert torch.allclose(y, (x @ x), rtol=1e-3, atol=1e-2)
-
-
 @pytest.mark.parametrize("args, msg", [
     (["--model", "no_such_net"], "model='no_such_net'"),
     (["--backends", "ffcv"], "valid backends"),

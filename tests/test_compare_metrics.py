@@ -181,47 +181,6 @@ def test_a_step_slowed_by_the_loaders_gpu_work_is_reported():
     assert "ran slower beside" not in markdown(cpu)
 
 
-def _waves(period, n=62, at=3, long=250.0, short=2.0):
-    return [long if i % period == at else short for i in range(n)]
-
-
-def test_waits_in_waves_of_the_worker_count_are_in_step():
-    from compare.waves import in_step
-
-    assert in_step(_waves(14), 14)
-    jittered = _waves(14)
-    jittered[17], jittered[18] = 2.0, 250.0  # one wave a batch late still counts
-    assert in_step(jittered, 14)
-    assert not in_step(_waves(14), 8)                  # another period
-    assert not in_step([60.0] * 62, 14)                # a loader-bound row: every batch waits
-    assert not in_step([2.0] * 62, 14)                 # no wait at all
-    assert not in_step(_waves(14, n=30), 14)           # under three waves
-    spread = [250.0 if i in (3, 10, 22, 29, 41, 50) else 2.0 for i in range(62)]
-    assert not in_step(spread, 14)                     # long waits on no common phase
-    few = [250.0 if i % 3 == (i // 3) % 3 else 2.0 for i in range(30)]  # phases 0, 1, 2, ...
-    assert not in_step(few, 3) and in_step(_waves(3, n=30, at=1), 3)  # 3 workers: exact phase
-
-
-def test_pinned_rows_in_step_are_warned_and_pageable_ones_are_not():
-    from compare.report import in_step_lines
-
-    def row(label, backend, waits, **ov):
-        return VariantResult(label, backend, ov, 1.0, tuple(
-            Repeat(3000.0, 4000.0, 2.0, 200.0, 20.0, waits_ms=tuple(waits)) for _ in range(3)))
-
-    res = SuiteResult({"gpu": "H200", "cuda_available": True},
-                      {"device": "cuda", "workers": 14},
-                      None, (row("pinned", "pinned", _waves(14)),
-                             row("pageable", "pageable", _waves(14)),
-                             row("pinned nw8", "pinned", _waves(8), num_workers=8),
-                             row("pinned off", "pinned", _waves(14), epoch_stream=False),
-                             row("pinned flat", "pinned", [2.0] * 62)))
-    lines = in_step_lines(res)
-    assert [x.split(":")[0] for x in lines] == ["pinned", "pinned nw8"]
-    assert "every 8 batches" in lines[1] and "--long" in lines[0]
-    assert lines[0] in warnings_for(res)
-
-
 def _wavy(period, until, sleep_s=0.03):
     """Batches whose every ``period``-th one comes late, up to batch ``until``."""
     i = 0
@@ -234,7 +193,7 @@ def _wavy(period, until, sleep_s=0.03):
 
 def test_settling_warms_up_until_the_workers_are_out_of_step():
     """NOTE [settling] in compare.runner: the window starts once the waves are over."""
-    from compare.waves import long_waits
+    from compare.metrics import long_waits
 
     cpu = torch.device("cpu")
     m = measure(_wavy(5, 60), lambda x, y: None, 20, 2, cpu, settle=(5, 200))
@@ -274,22 +233,6 @@ def test_only_a_loader_whose_workers_run_across_epochs_settles():
     assert settle_of(NS(num_workers=14, epoch_stream=False), 28) is None  # pageable
     assert settle_of(NS(num_workers=1, epoch_stream=True), 4) is None
     assert settle_of(NS(queue_batches=2), 2) is None  # DALI's recipe, no DataLoader
-
-
-def test_the_h200_windows_that_timed_the_start_up_waves_are_warned():
-    """docs/results/h200/seeds-reference (copies in tests/fixtures): in C the torchvision-decoded
-    pinned row waited every 14th batch; in B its loader ran ahead of the step and hardly waited;
-    dali never."""
-    from pathlib import Path
-
-    from compare.report import in_step_lines
-
-    here = Path(__file__).resolve().parent / "fixtures/results/h200/seeds-reference"
-    c = in_step_lines(SuiteResult.load(here / "C/results.json"))
-    b = in_step_lines(SuiteResult.load(here / "B/results.json"))
-    assert any(x.startswith("pinned torchvision:") for x in c)
-    assert not any(x.startswith("pinned torchvision:") for x in b)
-    assert not any(x.startswith(("dali", "pageable")) for x in c + b)
 
 
 def test_cpu_runs_say_so_and_drop_the_gpu_idle_column(tmp_path):

@@ -42,35 +42,7 @@ def test_merge_sums_throughput_and_keeps_each_rank():
     assert m.h2d_bytes_per_sample == 200.0 and m.world == 2
     assert m.rank_median(1, "samples_per_s") == 31.0 and m.rank_median(0, "idle_pct") == 10.0
     assert m.repeats[0].waits_ms == (1.0, 1.0)
-    assert m.repeats[0].wait_sites is None  # not sampled on any rank
     assert ddp.merge([a]) is a
-
-
-def test_merge_averages_the_ranks_wait_sites():
-    from dataclasses import replace
-
-    a = VariantResult("v", "dali", {}, 1.0, (replace(_rep(10.0), wait_sites={"x": 1.0}),))
-    b = VariantResult("v", "dali", {}, 1.0,
-                      (replace(_rep(10.0), wait_sites={"x": 0.5, "y": 0.5}),))
-    assert ddp.merge([a, b]).repeats[0].wait_sites == {"x": 0.75, "y": 0.25}
-
-
-def test_merge_sums_the_ranks_long_pair():
-    from dataclasses import replace
-
-    def part(x, settled, after=True):
-        pl = {"steps": 40, "samples_per_s": x, "loader_only_per_s": 2 * x, "settled": settled}
-        if after:
-            pl["after"] = {"samples_per_s": x + 1, "loader_only_per_s": 2 * x + 1}
-        return VariantResult("v", "pinned", {}, 1.0, (replace(_rep(x), paired_long=pl),))
-
-    got = ddp.merge([part(10.0, True), part(12.0, False)]).repeats[0].paired_long
-    assert got == {"steps": 40, "samples_per_s": 22.0, "loader_only_per_s": 44.0,
-                   "settled": False, "after": {"samples_per_s": 24.0, "loader_only_per_s": 46.0}}
-    mixed = ddp.merge([part(10.0, True), part(12.0, True, after=False)]).repeats[0].paired_long
-    assert "after" not in mixed and mixed["samples_per_s"] == 22.0
-    one_without = [part(10.0, True), VariantResult("v", "pinned", {}, 1.0, (_rep(1.0),))]
-    assert ddp.merge(one_without).repeats[0].paired_long is None
 
 
 def _suite(world, values, ceiling):

@@ -470,7 +470,7 @@ def test_a_resumed_train_logs_where_it_resumed(tiny_root, tinycnn_checkpoint, tm
 
 def _cold_result(resident: float) -> SuiteResult:
     v = VariantResult("pageable", "pageable", {}, 1.0,
-                      tuple(Repeat(10.0, 10.0, 1.0, 1.0, 0.0, cold_resident=resident)
+                      tuple(Repeat(10.0, 10.0, 1.0, 1.0, 0.0, probes={"cold_resident": resident})
                             for _ in range(2)))
     return SuiteResult({"gpu": None}, {"cold": True, "model": "none", "batch_size": 4}, None,
                        (v,))
@@ -485,7 +485,7 @@ def test_a_row_whose_eviction_did_not_take_is_not_labelled_cold():
 @pytest.mark.skipif(not (Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK)),
                     reason="no writable /dev/shm (tmpfs)")
 def test_cold_on_tmpfs_is_refused_before_timing(tiny_root, tmp_path, capsys, no_timing):
-    from compare.pagecache import available
+    from compare.probes.cold import available
 
     if not available():
         pytest.skip("no posix_fadvise / mincore here")

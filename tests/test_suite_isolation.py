@@ -38,15 +38,21 @@ def test_isolated_repeats_run_in_fresh_processes_in_the_recorded_order(tiny_root
     assert {rep["decoder"] for v in r["variants"] for rep in v["repeats"]} == {"pil",
                                                                               "torchvision"}
     assert len(pids) == 6 and len(set(pids)) == 6 and os.getpid() not in pids
-    # each unit probed its host's CPU before its loader (compare.hostprobe); the ceiling not
-    assert all(rep["cpu_probe_ms"] > 0 for v in r["variants"] for rep in v["repeats"])
-    assert all(rep["cpu_probe_ms"] is None for rep in r["ceiling"]["repeats"])
+    # no lab probe asked for: no probe's field in any row (compare.probes)
+    from compare.probes import FIELDS
+
+    assert not any(FIELDS & set(rep) for v in r["variants"] + [r["ceiling"]]
+                   for rep in v["repeats"])
     s = r["setup"]
     assert s["isolate"] is True and s["order_seed"] == 7
     labels = ["pageable", "pinned"]
     assert s["order"] == [u.name(labels) for u in isolate.order(2, 2, True, 7)]
     assert all(rep["steps"] == 4 and rep["window_s"] > 0 for v in r["variants"]
                for rep in v["repeats"])  # 2 steps, rounded up to a whole 4-batch epoch
+    summary = (tmp_path / "iso" / "summary.md").read_text()
+    assert not any(s[k] for k in ("long", "cold", "trace"))  # nor their summary sections
+    assert not any(x in summary for x in ("**Long windows**", "**Cold page cache**",
+                                          "**Traces**", "(cold)"))
 
 
 @pytest.mark.parametrize("how", ["--isolate", "--no-isolate"])
@@ -68,8 +74,6 @@ def test_without_isolation_one_process_runs_every_repeat(tiny_root, tmp_path):
              "2", "--repeats", "2")
     assert {rep["pid"] for rep in r["variants"][0]["repeats"]} == {os.getpid()}
     assert r["setup"]["isolate"] is False
-    first, second = (rep["cpu_probe_ms"] for rep in r["variants"][0]["repeats"])
-    assert first > 0 and second is None  # one host probe per process (compare.hostprobe)
 
 
 def test_an_error_in_an_isolated_repeat_is_raised_with_its_name(tiny_root, tmp_path, capsys):
@@ -117,7 +121,7 @@ def test_the_step_example_runs_and_a_bad_step_is_named(tiny_root, tmp_path, caps
         assert msg in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not __import__("compare.pagecache").pagecache.available(),
+@pytest.mark.skipif(not __import__("compare.probes.cold").probes.cold.available(),
                     reason="needs Linux posix_fadvise and mincore")
 def test_cold_runs_evict_check_and_say_so(tiny_root, tmp_path):
     from compare.report import rows
@@ -140,6 +144,20 @@ def test_cold_runs_evict_check_and_say_so(tiny_root, tmp_path):
     assert "A cold window needs at least 72 images" in md
 
 
+class _Evicts:
+    """``compare.probes.Active`` with a probe that logs an eviction before each window."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def before_window(self):
+        self.events.append("cold")
+        return {}
+
+    def after_windows(self, rerun, unit, first):
+        return {}
+
+
 def _logged(events):
     """An endless fake loader that logs each batch it hands out in ``events``."""
     import torch
@@ -159,7 +177,7 @@ def test_a_cold_window_starts_after_the_queue_filled_during_the_eviction():
     events = []
 
     time_repeat(_logged(events), lambda x, y: events.append("step"), steps=3, warmup=2,
-                device=torch.device("cpu"), cold=lambda: events.append("cold"), queue=4)
+                device=torch.device("cpu"), probes=_Evicts(events), queue=4)
     first, second = [i for i, e in enumerate(events) if e == "cold"]
     assert events[first + 1:second] == ["batch"] * (4 + 2 + 3)  # drain, then loader-only
     assert events[second + 1:second + 6] == ["batch"] * 4 + ["batch"]  # drain, then the step
@@ -174,6 +192,8 @@ def test_long_windows_are_ten_queues_and_cross_an_epoch(tiny_root, tmp_path):
     assert q == 2  # 1 worker x prefetch 2
     epoch = 37 // 8  # last_batch="drop"
     assert v["repeats"][0]["steps"] == max(2, 10 * q, epoch + 1)
+    assert r["setup"]["long"] is True
+    assert "**Long windows** (`--long`)" in (tmp_path / "long" / "summary.md").read_text()
 
 
 def test_the_reference_row_is_the_plain_imagefolder_recipe(tiny_root, tmp_path, capsys):
@@ -327,60 +347,6 @@ def test_the_step_runs_its_first_calls_before_any_window():
     assert events[3:3 + 5] == ["batch"] * 5  # loader-only: warm-up 2 + 3 timed
 
 
-def test_loader_only_last_times_the_step_first_then_the_loader_alone():
-    """``--loader-only-last`` (NOTE [loader-only last] in compare.runner): after the priming,
-    the queue is drained, the model step is timed (warm-up + window), then the queue is
-    drained again and the loader alone is timed; by default the loader-only window comes
-    first. With ``--cold`` each window still follows an eviction and a drain."""
-    import torch
-
-    from compare.runner import time_repeat
-
-    def order(**kw):
-        events = []
-        time_repeat(_logged(events), lambda x, y: events.append("step"), steps=3, warmup=2,
-                    device=torch.device("cpu"), queue=4, **kw)
-        return "".join({"batch": "b", "step": "s", "cold": "c"}[e] for e in events)
-
-    primed = "bss"
-    assert order() == primed + "b" * (4 + 2 + 3) + "bs" * (2 + 3)
-    assert order(loader_only_last=True) == primed + "b" * 4 + "bs" * (2 + 3) + "b" * (4 + 2 + 3)
-    cold = order(loader_only_last=True, cold=lambda: None)
-    assert cold == order(loader_only_last=True)  # the same batches; the evictions are calls
-    events = []
-    time_repeat(_logged(events), lambda x, y: events.append("step"), steps=3, warmup=2,
-                device=torch.device("cpu"), queue=4, loader_only_last=True,
-                cold=lambda: events.append("cold"))
-    tags = "".join({"batch": "b", "step": "s", "cold": "c"}[e] for e in events)
-    assert tags == primed + "c" + "b" * 4 + "bs" * 5 + "c" + "b" * 9
-
-
-def test_loader_only_last_is_recorded_summarised_and_noted_by_diff(tiny_root, tmp_path, capsys):
-    from compare import diff
-
-    last = _run(tiny_root, tmp_path / "last", "--no-isolate", "--backends", "pageable",
-                "--steps", "2", "--repeats", "2", "--loader-only-last")
-    assert last["setup"]["loader_only_last"] is True
-    assert last["variants"][0]["repeats"][0]["loader_only_per_s"] > 0
-    summary = (tmp_path / "last" / "summary.md").read_text()
-    assert "Loader-only window after training" in summary
-    roles = last["variants"][0]["repeats"][0]["cpu_roles"]  # compare.cpuroles, both windows
-    assert set(roles) == {"training", "loader_only"}
-    from compare import cpuroles
-
-    known = {*cpuroles.ROLES, cpuroles.RUNQ, cpuroles.SYS, cpuroles.FAULTS,
-             *cpuroles.MEMORY.values()}
-    assert all(set(cpuroles.ROLES) <= set(r) <= known and min(r.values()) >= 0
-               for r in roles.values())
-    assert roles["training"]["main"] > 0 and "**CPU by role**" in summary
-    _run(tiny_root, tmp_path / "first", "--no-isolate", "--backends", "pageable", "--steps", "2",
-         "--repeats", "2")
-    capsys.readouterr()
-    assert diff.main([str(tmp_path / "first"), str(tmp_path / "last")]) == 0
-    assert "loader-only window: before training in A, after training (--loader-only-last) in B" \
-        in capsys.readouterr().out
-
-
 def test_a_new_loader_runs_its_first_epoch_before_the_windows():
     """Regression (H200): DALI's one-time file checks of the first epoch fell inside the
     loader-only window, which then ran below the same process's later window. The rest of a
@@ -394,7 +360,7 @@ def test_a_new_loader_runs_its_first_epoch_before_the_windows():
     events = []
 
     time_repeat(_logged(events), lambda x, y: events.append("step"), steps=3, warmup=2,
-                device=torch.device("cpu"), cold=lambda: events.append("cold"), queue=2,
+                device=torch.device("cpu"), probes=_Evicts(events), queue=2,
                 first=5)
     assert events[:3] == ["batch", "step", "step"]  # primed on the first epoch's first batch
     cold = events.index("cold")
@@ -535,154 +501,10 @@ def test_windows_hold_whole_epochs_when_epochs_are_short(steps, long, queue, epo
     faster in the default window than in a --long one. Without --steps (``fit``) the window
     also holds FIT_QUEUES x the queue: two-epoch stretches of a --long window varied about
     three times as much as four-epoch ones (seeds-reference/README.md)."""
+    from compare.probes import Active
     from compare.runner import window
 
-    n = window(steps, long, queue, epoch, fit)
+    n = window(steps, queue, epoch, fit, Active({"long": True} if long else {}))
     assert n == want
     starts = {sum(1 for b in range(s, s + n) if b % epoch == 0) for s in range(epoch)}
     assert len(starts) == 1 or epoch > 2 * n  # every placement holds as many epoch starts
-
-
-def test_paired_long_brackets_the_long_window_between_two_default_ones():
-    """``--paired-long`` (NOTE [paired long] in compare.runner): on one loader a default pair
-    of windows, a long pair and a default pair again; the repeat keeps the first pair's
-    figures and records the long pair's, with the second default's as ``after``."""
-    import torch
-
-    from compare.runner import paired_repeat
-
-    events = []
-    rep = paired_repeat(_logged(events), lambda x, y: events.append("step"), steps=3,
-                        long_steps=7, warmup=1, device=torch.device("cpu"), queue=2)
-    tags = "".join({"batch": "b", "step": "s"}[e] for e in events)
-
-    def run(n):  # priming, loader-only (drain 2, warm-up 1, n), training (warm-up 1, n)
-        return "bs" + "b" * (2 + 1 + n) + "bs" * (1 + n)
-
-    assert tags == run(3) + run(7) + run(3) and rep.steps == 3
-    pl = rep.paired_long
-    assert pl["steps"] == 7 and "long_first" not in pl
-    after = pl["after"]
-    assert min(pl["samples_per_s"], pl["loader_only_per_s"], after["samples_per_s"],
-               after["loader_only_per_s"]) > 0
-    assert set(pl["after"]) == {"samples_per_s", "loader_only_per_s", "cpu_roles"}
-
-
-def test_paired_long_summary_takes_the_drift_out():
-    """Both readings of NOTE [paired long] (compare.report.paired_effect), with no window
-    effect and a later window always 10% slower. Bracketed repeats (default 100, long 90, default
-    again 81): the long window sits between the two, so each repeat reads 1.000 and the
-    drift is 0.81. The first run's pairs, by turns: default first reads 0.9 and long first
-    1/0.9; the plain median of three such pairs (two default first) would call the windows 10%
-    apart, the crossover reading gives 1.000 and the drift."""
-    from dataclasses import replace
-
-    from compare.report import paired_effect, paired_long_lines
-    from compare.results import Repeat, SuiteResult, VariantResult
-
-    assert paired_effect([(100.0, 90.0, 81.0, False), (200.0, 180.0, 162.0, False)]) \
-        == (pytest.approx(1.0), pytest.approx(0.81), pytest.approx(1.0), pytest.approx(1.0))
-    effect, drift, lo, hi = paired_effect([(1.0, 0.9, None, False), (1.0, 0.9, None, False),
-                                           (1.0, 1 / 0.9, None, True)])
-    assert (effect, drift, lo, hi) == (pytest.approx(1.0), pytest.approx(0.9), 0.9,
-                                       pytest.approx(1 / 0.9))
-    assert paired_effect([(1.0, 0.9, None, False), (1.0, 0.92, None, False)])[:2] \
-        == (pytest.approx(0.91), None)
-
-    def rep(rate, long_rate, again=None, long_first=False):
-        pl = {"steps": 310, "samples_per_s": long_rate, "loader_only_per_s": long_rate,
-              "settled": True}
-        pl.update({"after": {"samples_per_s": again, "loader_only_per_s": again}}
-                  if again else {"long_first": long_first})
-        return replace(Repeat(rate, rate, 1.0, 2.0, 10.0, waits_ms=(1.0,)), paired_long=pl)
-
-    def line(*reps):
-        [got] = paired_long_lines(SuiteResult({"gpu": "X"}, {"model": "m"}, None,
-                                              (VariantResult("p", "pinned", {}, 1.0, reps),)))
-        return got
-
-    got = line(rep(100.0, 90.0, 81.0), rep(100.0, 95.0, 90.25))
-    assert "long / default 1.000 in training (repeats 1.000-1.000; default again 0.856x" in got
-    assert "(each a default, a long and a default window again)" in got
-    # a move past 5% between the default windows: the bracket's linear reading, and each
-    # default window alone (what a step after or before the long window would give)
-    assert got.endswith("batches: within 5%; the rate moved 14% between the default windows, "
-                        "and the bracket assumes it moved linearly: long over the first "
-                        "default window alone and over the second read 0.925 and 1.082 in "
-                        "training; 0.925 and 1.082 loader-only")
-    step = line(rep(100.0, 100.0, 90.0), rep(100.0, 101.0, 92.0))  # a drop after the long one
-    assert step.endswith("and over the second read 1.005 and 1.104 in training; 1.005 and "
-                         "1.104 loader-only") and "1.054 in training" in step
-    assert "not within 5%" in step
-    small = line(rep(100.0, 100.0, 97.0), rep(100.0, 101.0, 98.0))
-    assert small.endswith("batches: within 5%")  # moved 2.5%: no second reading
-    got = line(rep(100.0, 90.0, long_first=False), rep(100.0, 90.0, long_first=False),
-               rep(90.0, 100.0, long_first=True))
-    assert "long / default 1.000 in training (pairs 0.900-1.111; later window 0.900x" in got
-    assert "(2 default first, 1 long first)" in got and got.endswith("within 5%")
-    assert line(rep(100.0, 80.0, 100.0), rep(100.0, 80.0, 100.0)).endswith("not within 5%")
-    drifting = line(rep(100.0, 80.0, 70.0), rep(100.0, 80.0, 70.0))  # 0.956, down 30%
-    assert "0.956 in training" in drifting and "batches: within 5%; the rate moved 30%" in \
-        drifting and "moving" not in drifting  # taken out: no caveat where it agrees
-    noisy = line(rep(100.0, 75.0, 90.0), rep(100.0, 75.0, 90.0))  # 0.791, down 10%
-    assert ("not within 5%, with the rate moving 10% from a process's earlier window to its "
-            "later one") in noisy
-
-
-def test_paired_long_summary_splits_a_drift_into_cores_and_rate_per_core():
-    """With the CPU split of all three windows, the line gives the training rate over the
-    workers' cores in each: here the rate fell by a fifth with the same cores, so each core
-    made a fifth less (a slower host or more kernel work, not fewer cores)."""
-    from dataclasses import replace
-
-    from compare.report import paired_long_lines
-    from compare.results import Repeat, SuiteResult, VariantResult
-
-    def roles(workers, rss=None):
-        return {w: {"main": 0.1, "workers": workers, "threads": 0.1,
-                    **({"rss_mib": rss} if rss else {})} for w in ("training", "loader_only")}
-
-    pl = {"steps": 310, "samples_per_s": 900.0, "loader_only_per_s": 900.0, "settled": True,
-          "cpu_roles": roles(9.0),
-          "after": {"samples_per_s": 800.0, "loader_only_per_s": 800.0, "cpu_roles": roles(10.0)}}
-    r = replace(Repeat(1000.0, 1000.0, 1.0, 2.0, 10.0, waits_ms=(1.0,), cpu_roles=roles(10.0)),
-                paired_long=pl)
-    [line] = paired_long_lines(SuiteResult({"gpu": "X"}, {}, None,
-                                           (VariantResult("p", "pageable", {}, 1.0, (r,)),)))
-    assert line.endswith("; training samples per worker core: default 100, long 100, "
-                         "default again 80")
-    grew = replace(r, cpu_roles=roles(10.0, 500.0), paired_long={
-        **pl, "after": {**pl["after"], "cpu_roles": roles(10.0, 612.4)}})
-    [line] = paired_long_lines(SuiteResult({"gpu": "X"}, {}, None,
-                                           (VariantResult("p", "pageable", {}, 1.0, (grew,)),)))
-    assert line.endswith("default again 80; the process's memory at the end of training: "
-                         "default 500 MiB, default again 612 MiB")
-    no_split = replace(r, paired_long={**pl, "cpu_roles": None})
-    [line] = paired_long_lines(SuiteResult({"gpu": "X"}, {}, None,
-                                           (VariantResult("p", "pageable", {}, 1.0, (no_split,)),)))
-    assert "per worker core" not in line
-
-
-def test_paired_long_is_recorded_summarised_refused_with_long_and_named_by_diff(
-        tiny_root, tmp_path, capsys):
-    r = _run(tiny_root, tmp_path / "pl", "--isolate", "--backends", "pageable", "--steps", "2",
-             "--repeats", "2", "--paired-long")
-    assert r["setup"]["paired_long"] is True
-    reps = r["variants"][0]["repeats"]
-    q = r["variants"][0]["queue_batches"]
-    assert all(set(p["paired_long"]["after"]) == {"samples_per_s", "loader_only_per_s",
-                                                   "cpu_roles"} for p in reps)
-    assert all(p["paired_long"]["steps"] >= 10 * q > p["steps"] for p in reps)
-    summary = (tmp_path / "pl" / "summary.md").read_text()
-    assert "**Default and long windows, paired**" in summary
-    assert "pageable: long / default" in summary and "over 2 repeats" in summary
-    assert "long window" in capsys.readouterr().out  # each repeat's line
-    assert suite(["--data", str(tiny_root), "--out", str(tmp_path / "x"), *FAST,
-                  "--long", "--paired-long"]) == 2
-    assert "--paired-long times a default and a --long window" in capsys.readouterr().err
-    _run(tiny_root, tmp_path / "plain", "--no-isolate", "--backends", "pageable", "--steps", "2",
-         "--repeats", "2")
-    capsys.readouterr()
-    diff([str(tmp_path / "plain"), str(tmp_path / "pl")])
-    assert "long windows: none in A, paired in each repeat (--paired-long) in B" \
-        in capsys.readouterr().out

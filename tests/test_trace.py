@@ -1,4 +1,4 @@
-"""``--trace`` (compare.trace, NOTE [trace]): the analysis of a marked window's Chrome trace,
+"""``--trace`` (compare.probes.trace, NOTE [trace]): the analysis of a marked window's Chrome trace,
 and the suite writing one per variant's first repeat and the ceiling's."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from compare import trace
+from compare.probes import trace
 from compare.suite import main as suite
 
 FAST = ["--model", "tinycnn", "--batch-size", "8", "--warmup", "1", "--device", "cpu",
@@ -137,7 +137,7 @@ def test_the_suite_traces_each_variants_first_repeat_and_the_ceiling(tiny_root, 
     assert r["setup"]["trace"] is True
     for v in r["variants"] + [r["ceiling"]]:
         first, second = v["repeats"]
-        assert second["trace"] is None
+        assert "trace" not in second
         d = first["trace"]
         summary = json.loads((out / d["file"]).read_text())
         assert summary["steps"] == d["steps"] == first["steps"]  # the same window length
@@ -149,6 +149,13 @@ def test_the_suite_traces_each_variants_first_repeat_and_the_ceiling(tiny_root, 
         assert "user_annotation" in cats and "cpu_op" not in cats  # slimmed
     text = (out / "summary.md").read_text()
     assert "**Traces**" in text and "- pinned: " in text and "- ceiling: " in text
+    plain = tmp_path / "plain"  # without --trace: no trace field, no section, no folder
+    assert suite(["--data", str(tiny_root), "--out", str(plain), *FAST, how, "--backends",
+                  "pageable", "--steps", "3", "--repeats", "1"]) == 0
+    r = json.loads((plain / "results.json").read_text())
+    assert r["setup"]["trace"] is False and not (plain / "trace").exists()
+    assert all("trace" not in rep for v in r["variants"] + [r["ceiling"]] for rep in v["repeats"])
+    assert "**Traces**" not in (plain / "summary.md").read_text()
 
 
 @pytest.mark.cuda

@@ -1,4 +1,4 @@
-"""compare.pagecache: mincore residency and fadvise eviction of a dataset's files (``--cold``)."""
+"""compare.probes.cold: mincore residency and fadvise eviction of a dataset's files (``--cold``)."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from compare import pagecache
-from compare.pagecache import FAILED_NAMES_KEPT, TOOK_THRESHOLD, available, evict, resident_fraction
+from compare.probes import cold as pagecache
+from compare.probes.cold import FAILED_NAMES_KEPT, TOOK_THRESHOLD, available, evict, resident_fraction
 
 linux_only = pytest.mark.skipif(not available(), reason="needs Linux posix_fadvise and mincore")
 

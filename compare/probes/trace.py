@@ -1,45 +1,22 @@
-"""``--trace``: a profiler timeline of one more training window per variant, and what was in
-flight while the step waited for data.
+"""``--trace``: a profiler timeline of one more training window after the first repeat of each
+row (and of the ceiling), and what was in flight while the step waited for data.
 
 NOTE [trace]
-The suite's numbers say how long the step waited; they cannot say why. DALI's hardware decoder,
-for one, makes the loader alone much faster than the step and still leaves the step
-waiting about a step's time now and then (docs/investigations/dali-hardware-decoder.md): a stall,
-not a lack of throughput. One suspect is a call that waits for the whole device, such as a free
-of device or pinned memory, made by the loader's threads while the step's kernels run; the GPU
-then finishes the step before the loader goes on. ``--trace`` records, for the first repeat of
-each variant (and the first ceiling repeat), one more training window after the timed ones,
-under ``torch.profiler``: CUDA activity only on a GPU (with CUDA synchronisation events where
-this torch has them), since recording every CPU operator as well slowed DALI's training steps
-more on the H200; CPU activity without one. Its numbers are not in the results. The profiler
-slows a loader that makes many CUDA calls (DALI's threads), and on the H200 the hardware
-decoder's stalls did not happen under it at all (docs/investigations/dali-hardware-decoder.md):
-what it catches is what survives that. The window's steps are marked on the host's clock,
-which is the profiler's (``RunMeasure.marks_ns``), and the marks are added to the trace as
-ranges (``MARK_WAIT`` around ``next(loader)``, ``MARK_STEP`` around the step's launch);
-``analyse`` reads the exported Chrome trace:
-
-* the waits of the marked steps, and the *stalls* among them: waits of at least
-  ``STALL_FLOOR_MS`` and ``STALL_FACTOR`` times the median wait;
-* every CUDA runtime and driver call in the window, by name (count, total, longest, threads),
-  with the allocation calls (``ALLOCATION``) counted apart: they can wait for every stream;
-* the CUDA synchronisation events (stream, event and device waits), by name;
-* for each stall: the host calls in flight during it (longest overlap first, with their thread's
-  name, as ``/proc`` gives it at the end of the window), how busy each GPU stream was, and the
-  longest time in it that no stream but the step's (the busiest) ran anything
-  (``others_quiet_ms``).
-
-The profiler sees what CUPTI reports and torch's profiler (Kineto) keeps: every kernel, copy
-and memset on every stream; CUDA runtime calls (a library's calls through a runtime it links
-statically may be missing); of the driver's calls only kernel launches (a free through the
-driver API is not seen); and, with the switch, stream, event and device synchronisations. The
-hardware JPEG decoder's own work is not a kernel. So an empty stall says that nothing the
-profiler sees was in flight, not that nothing was; a free that waited for the device shows
-as the loader's streams going quiet until the step's kernels end.
-
-The trace is written without the CPU operators (``<unit>.trace.json.gz``, for a viewer such as
-Perfetto) and the analysis beside it (``<unit>.summary.json``); each traced repeat's results
-keep a digest (``Repeat.trace``).
+The suite's numbers say how long the step waited, not why (a free of device or pinned memory
+by the loader's threads that waits for the whole device, for one:
+docs/investigations/dali-hardware-decoder.md). The window runs under ``torch.profiler`` with
+CUDA activity only on a GPU (CUDA synchronisation events where this torch has them), CPU
+activity without one; its numbers are not in the results, and the profiler slows a loader that
+makes many CUDA calls. The steps are marked on the host's clock, the profiler's
+(``RunMeasure.marks_ns``), as ``MARK_WAIT`` / ``MARK_STEP`` ranges, and ``analyse`` reads the
+exported Chrome trace: the waits and the *stalls* among them (at least ``STALL_FLOOR_MS`` and
+``STALL_FACTOR`` x the median); the CUDA runtime and driver calls by name, allocation calls
+(``ALLOCATION``) apart; the synchronisation events; and per stall the host calls in flight,
+each stream's busy time and the longest time no stream but the step's ran (``others_quiet_ms``).
+CUPTI does not see everything (a driver-API free, the hardware JPEG decoder), so an empty stall
+says only that nothing it sees was in flight. Files: ``<unit>.trace.json.gz`` (for Perfetto,
+without CPU operators) and ``<unit>.summary.json``; each traced repeat keeps a digest
+(``Repeat.probes["trace"]``).
 """
 from __future__ import annotations
 
@@ -54,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import torch
+from . import Probe
 
 T = TypeVar("T")
 
@@ -82,6 +59,8 @@ def slug(label: str) -> str:
 
 def _config():
     """CUDA synchronisation events, where this torch has the switch (``None`` otherwise)."""
+    import torch
+
     try:
         return torch._C._profiler._ExperimentalConfig(enable_cuda_sync_events=True)
     except (AttributeError, TypeError):  # pragma: no cover - an older torch
@@ -141,6 +120,7 @@ def record(run: Callable[[], T], base: Path) -> tuple[T, dict[str, Any]]:
     (``analyse``), and returns ``(run's result, the summary)``. The trace is extra to the run's
     timed windows, so a profiler that fails to start, stop or export gives a summary with its
     ``error`` instead of failing the run; an error of ``run()`` itself is raised."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     cuda = torch.cuda.is_available()
@@ -249,7 +229,7 @@ def analyse(trace: dict[str, Any], names: dict[int, str] | None = None) -> dict[
     waits, steps = _spans(events, MARK_WAIT), _spans(events, MARK_STEP)
     if not waits:
         raise ValueError(f"the trace has no {MARK_WAIT!r} range: it is not a window that "
-                         "compare.trace recorded")
+                         "compare.probes.trace recorded")
     t0, t1 = waits[0][0], max(max(b for _, b in waits), max((b for _, b in steps), default=0))
     inside = [e for e in events if _overlap(*_span(e), t0, t1) > 0 or t0 <= float(e["ts"]) <= t1]
     calls = [e for e in inside if e.get("cat") in HOST_CATS]
@@ -322,7 +302,7 @@ def _stall(a: float, b: float, calls: list[dict], gpu: list[dict], compute: str 
 
 
 def digest(summary: dict[str, Any], file: str) -> dict[str, Any]:
-    """The few facts of ``summary`` a repeat's results keep (``Repeat.trace``): the summary's
+    """The few facts of ``summary`` a repeat's results keep (``Repeat.probes["trace"]``): the summary's
     file, the stalls and the host calls most in flight during them, summed over the stalls;
     or the summary's ``error``."""
     if "error" in summary:
@@ -358,3 +338,48 @@ def describe(d: dict[str, Any]) -> str:
     quiet = (f"; no stream but the step's ran for {d['quiet_ms']:.1f} ms of them"
              if d["stalls"] else "")
     return f"{head}, {d['allocation_calls']} allocation calls{quiet}{during} (`{d['file']}`)"
+
+
+def unit_base(folder: str, unit: str) -> Path:
+    """Where ``unit``'s trace files go in ``folder``; under torchrun each rank has its own."""
+    import torch
+
+    dist = torch.distributed
+    rank = (f"-rank{dist.get_rank()}" if dist.is_available() and dist.is_initialized()
+            and dist.get_world_size() > 1 else "")
+    return Path(folder) / (slug(unit) + rank)
+
+
+class Trace(Probe):
+    name = "trace"
+    fields = ("trace",)  # digest(): the summary's file, the stalls, what was in flight
+
+    def add_arguments(self, add) -> None:
+        add("--trace", action="store_true", lab=True,
+            help="after the first repeat of each variant (and of the ceiling), trace one more "
+                 "training window with torch.profiler into OUT/trace: the waits, the CUDA "
+                 "calls and stream activity in flight during the long ones; its numbers are "
+                 "not in the results (compare.probes.trace)")
+
+    def setting(self, a, out):
+        return str(Path(out) / "trace") if getattr(a, "trace", False) else None
+
+    def after_windows(self, setting, rerun, unit, first) -> dict[str, Any]:
+        if not first:
+            return {}
+        base = unit_base(setting, f"{unit} #1")
+        _, summary = record(rerun, base)
+        return {"trace": digest(summary, f"{base.parent.name}/{base.name}.summary.json")}
+
+    def summary_lines(self, res) -> list[str]:
+        rows = ([res.ceiling] if res.ceiling is not None else []) + list(res.variants)
+        got = [f"- {v.label}: {describe(r.probes['trace'])}" for v in rows for r in v.repeats
+               if r.probes.get("trace")]
+        if not got:
+            return []
+        return ["**Traces** (`--trace`: one more training window after the first repeat, under "
+                "torch.profiler; not in the figures above; NOTE [trace] in "
+                "compare.probes.trace)", "", *got, ""]
+
+
+PROBE = Trace()

@@ -1,37 +1,18 @@
-"""The page cache of a dataset's files: how much of it is resident, and evicting it (``--cold``).
+"""``--cold``: evict the dataset's files from the page cache before each timed window.
 
-``resident_fraction(paths)`` measures, with ``mincore(2)`` on a mapping of each file, the fraction
-of the files' pages that are in this kernel's page cache (weighted by pages, not per file).
-``evict(paths)`` drops them with ``posix_fadvise(POSIX_FADV_DONTNEED)`` and measures again: the
-returned ``EvictReport`` says whether it took. ``available()`` says whether this OS has both calls.
+``resident_fraction(paths)`` measures with ``mincore(2)`` the share of the files' pages in this
+kernel's page cache (weighted by pages); ``evict(paths)`` drops them with
+``posix_fadvise(POSIX_FADV_DONTNEED)`` and measures again, and its ``EvictReport`` says whether
+it took. ``available()``: whether this OS has both calls.
 
-NOTE: why fadvise, what it cannot do, and why the check after it is the point.
-
-* ``posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`` needs no root, unlike
-  ``echo 3 > /proc/sys/vm/drop_caches``, and drops only the dataset's pages, not the whole host's
-  cache (the model code, the Python install and everyone else's files stay warm).
-* It drops only clean pages that nobody maps. It cannot drop pages that another process has
-  mapped or pinned (``mmap``/``mlock``, a loader still holding a mapping), nor dirty pages:
-  a dataset that was just generated may still be dirty, so a file whose pages survive the first
-  advice is ``fdatasync``-ed (allowed on a read-only descriptor on Linux) and advised again. The
-  sync is done only for such files, because on a journalling filesystem each ``fdatasync`` may cost
-  a device cache flush even for a clean file, which for a million-file dataset adds minutes.
-* What it acts on is this kernel's page cache. A network filesystem (NFS, SMB, FUSE, 9p,
-  virtiofs) may keep its own client or server cache; tmpfs/ramfs pages *are* the files, so
-  nothing can be dropped there; on overlayfs the advice reaches the underlying file only on
-  kernels that forward it (4.19+); ZFS reads go through its ARC, not the page cache, so mincore
-  shows nothing resident there even when the data is hot. Storage below the kernel (a VM host's
-  cache of its guest's disk image, a SAN, the drive's own DRAM) may still serve "cold" reads from
-  memory: cold here means "not in this kernel's page cache", and the report says only that.
-* So the advice proves nothing by itself: the ``mincore`` check afterwards is what shows that it
-  took. ``EvictReport.took`` is true only when at most ``TOOK_THRESHOLD`` of the files' pages are
-  still resident, and a cold run whose eviction did not take must be reported as such, not as
-  cold.
-
-Files that cannot be opened (or are not regular files) are skipped by ``resident_fraction`` and
-counted by ``evict`` in ``EvictReport.failed`` with the first ``FAILED_NAMES_KEPT`` names, never
-silently lost. Empty files have no pages and count for nothing; ``resident_fraction`` of no pages
-at all (``[]``, or only empty files) is 0.0: nothing is cached, so there is nothing to evict.
+NOTE [cold]
+fadvise needs no root and drops only the dataset's clean, unmapped pages; a file whose pages
+survive it (just written, dirty) is ``fdatasync``-ed and advised again. tmpfs pages are the
+files, a network filesystem or ZFS keeps its own cache, and storage below the kernel may still
+serve reads from memory: "cold" means "not in this kernel's page cache". So the advice proves
+nothing by itself; the ``mincore`` check after it does: ``took`` only when at most
+``TOOK_THRESHOLD`` of the pages are still resident, and the report marks a row cold only
+where every eviction took. Files that cannot be opened are counted in ``failed``.
 """
 from __future__ import annotations
 
@@ -46,15 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Union
 
-__all__ = ["TOOK_THRESHOLD", "FAILED_NAMES_KEPT", "EvictReport", "available", "evict", "resident_fraction"]
+from . import Probe
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-#: An eviction "took" when at most this fraction of the files' pages is still resident afterwards.
-#: Not 0.0: pages mapped or pinned by another process, or re-read by one (a desktop indexer, a
-#: backup, another job on the host) between the eviction and the check, are not the run's doing;
-#: up to 5% still cached moves a cold run's reads by at most that much, while an eviction that did
-#: not work (tmpfs, a network filesystem, a file held mapped) leaves far more.
+#: An eviction "took" when at most this share of the pages is still resident afterwards (not
+#: 0: another process may map or re-read a few; a failed eviction leaves far more).
 TOOK_THRESHOLD = 0.05
 
 #: How many names of files that could not be evicted ``EvictReport.failed_names`` keeps.
@@ -265,8 +243,99 @@ def dataset_files(root: PathLike) -> list:
     return [str(p) for p in open_source(root).names]
 
 
-def evictor(root: PathLike):
-    """A callable that evicts the dataset at ``root`` (``evict``) and returns its report;
-    ``RuntimeError`` at once where this OS cannot (``available``)."""
-    _require()
+@functools.cache
+def _evictor(root: str):
     return functools.partial(evict, dataset_files(root))
+
+
+COLD_SHARE = 0.5  # a row with less of its window read cold than this is warned about
+
+
+class Cold(Probe):
+    name = "cold"
+    fields = ("cold_resident",)  # the share of the pages still cached after the eviction
+    mode = ("page cache", "warm", "cold (--cold)")
+
+    def add_arguments(self, add) -> None:
+        add("--cold", action="store_true", lab=True,
+            help="evict the dataset's files from the page cache before each timed window "
+                 "(posix_fadvise, no root) and check with mincore that it took "
+                 "(compare.probes.cold); refused where it cannot take (tmpfs)")
+
+    def check(self, setting, root) -> None:
+        if not available():
+            raise ValueError(_UNAVAILABLE)
+        trial = _evictor(root)()
+        if trial.files and not trial.took:
+            raise ValueError(f"--cold: the page cache of {root} cannot be evicted here "
+                             f"({trial.describe()}); a tmpfs or a network filesystem keeps "
+                             "the files in memory: drop --cold, or put the data on a local disk")
+
+    def before_window(self, setting, root):
+        return {"cold_resident": round(_evictor(root)().after, 4)}
+
+    def row_suffix(self, res, v) -> str:
+        if not res.setup.get("cold"):
+            return ""
+        return " (cold)" if is_cold(res, v) else " (NOT cold: the eviction did not take)"
+
+    def warnings(self, res) -> list[str]:
+        w = []
+        for v in res.variants:
+            stale = [x for x in _resident(v) if x is not None and x > TOOK_THRESHOLD]
+            if stale:
+                w.append(f"{v.label}: the page-cache eviction did not take "
+                         f"({100 * max(stale):.1f}% of the dataset still cached after it): this "
+                         "row is not a cold run")
+            c = cold_share(res, v)
+            if c is not None and c[0] < COLD_SHARE:
+                w.append(f"{v.label}: at most {100 * c[0]:.0f}% of its window was read cold: "
+                         "the dataset is smaller than what the loader reads after the eviction. "
+                         f"A cold window needs at least {c[2]} images")
+        return w
+
+    def summary_lines(self, res) -> list[str]:
+        if not res.setup.get("cold"):
+            return []
+        lines = ["**Cold page cache** (`--cold`): the dataset's files were evicted before each "
+                 "timed window, then the loader's queue, filled from files read before, was "
+                 "drained. A window that reads more than the dataset reads files again, from "
+                 "the page cache:", ""]
+        for v in res.variants:
+            c = cold_share(res, v)
+            if c is not None:
+                lines.append(f"- {v.label}: at most {100 * c[0]:.0f}% of the window read cold "
+                             f"({c[1]} samples were read between the eviction and the window)")
+        return lines + [""]
+
+
+def _resident(v) -> list:
+    return [r.probes.get("cold_resident") for r in v.repeats]
+
+
+def is_cold(res, v) -> bool:
+    """Whether row ``v`` of a ``--cold`` run was timed cold: every repeat's eviction took."""
+    got = _resident(v)
+    return (bool(res.setup.get("cold")) and bool(got)
+            and all(x is not None and x <= TOOK_THRESHOLD for x in got))
+
+
+def cold_share(res, v) -> tuple[float, int, int] | None:
+    """``(share, read first, images needed)`` for row ``v`` of a ``--cold`` run: the largest
+    share of its window that can have been read from disk, the samples read between the
+    eviction and the window (the drained queue, the warm-up and settling), and the dataset size
+    a wholly cold window needs (a rank reads ``num_images / world_size``); ``None``: unknown."""
+    s = res.setup
+    data = s.get("dataset")
+    images = data.get("num_images") if isinstance(data, dict) else None
+    batch, warmup, world = s.get("batch_size") or 0, s.get("warmup") or 0, s.get("world_size") or 1
+    steps = max((r.steps or 0 for r in v.repeats), default=0)
+    if not (s.get("cold") and images and batch and steps):
+        return None
+    settle = max((r.settle_batches or 0 for r in v.repeats), default=0)
+    first = ((v.queue_batches or 0) + warmup + settle) * batch
+    share = (images / world - first) / (steps * batch)
+    return min(1.0, max(0.0, share)), first, (first + steps * batch) * world
+
+
+PROBE = Cold()
