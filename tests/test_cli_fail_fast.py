@@ -170,7 +170,7 @@ def test_the_module_entry_point_prints_one_line_and_exits_2(tmp_path):
     p = subprocess.run([sys.executable, "-m", "compare", "--backends", ",", "--out",
                         str(tmp_path)], capture_output=True, text=True, timeout=60,
                        cwd=Path(__file__).parents[1])
-    assert p.returncode == 2 and time.perf_counter() - t < 10
+    assert p.returncode == 2 and time.perf_counter() - t < 30  # no dataset made: a loaded CI VM
     assert "--backends" in one_line(p.stderr)
 
 
