@@ -161,7 +161,8 @@ def list_file(path, skip_bad: bool = False, target: Any = "class"
         if not rel:
             bad(n, "no path")
         elif cells and not columns and not cells[0]:
-            bad(n, f"no label for {rel!r}")
+            bad(n, ("target='multilabel': " if target == "multilabel" else "")
+                + f"no label for {rel!r}")
         else:
             good.append((n, os.path.join(base, rel) if not os.path.isabs(rel) else rel, cells))
     if not good:
