@@ -208,7 +208,7 @@ class LoaderBase:
                                          groups=self.data_source.groups)
         self._valid_of = functools.partial(config_valid, len(self.paths), config,
                                            groups=self.data_source.groups)
-        self.targets = build_targets(config.target, self.paths, config.root,
+        self.targets = build_targets(config.target, self.paths, root_base(config.root),
                                      self.data_source.targets)
         self.recipe = TransformPlan.of(config.augment, config.transform)
         self._res = self._want_res = config.augment  # set_resolution: in use, and asked for

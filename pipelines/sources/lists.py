@@ -31,7 +31,6 @@ path without whitespace).
 from __future__ import annotations
 
 import csv
-import math
 import os
 import warnings
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from pipelines.sources.targets import as_number, from_source, multi_hot, split_labels
+from pipelines.sources.targets import as_int, as_number, from_source, multi_hot, split_labels
 
 LIST_SUFFIXES = (".csv", ".tsv", ".txt")
 PATH_COLUMNS = ("path", "file", "filename", "image", "image_path")
@@ -238,18 +237,3 @@ def _classes(good: list[Row], bad: Callable[[int, str], None], path: Path
     classes = sorted({c[0] for _, _, c in good})
     index = {c: k for k, c in enumerate(classes)}
     return good, np.asarray([index[c[0]] for _, _, c in good], dtype=np.int64), classes
-
-
-def as_int(s: str) -> int | None:
-    """``s`` as an integer label: an integer, or an integer-valued float (``"3.0"``, as pandas
-    writes an int column that held a NaN); ``None`` when it is neither (a class name)."""
-    try:
-        return int(s)
-    except ValueError:
-        pass
-    try:
-        f = float(s)
-    except ValueError:
-        return None
-    return int(f) if math.isfinite(f) and f.is_integer() else None
-

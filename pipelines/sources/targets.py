@@ -76,8 +76,6 @@ def split_labels(cell: Any, limit: int) -> list[str]:
         ValueError: saying why (no label, a negative id, an id at or above ``limit``, a value
             that is neither an id nor a name).
     """
-    from pipelines.sources.lists import as_int
-
     items = cell if isinstance(cell, list) else [cell]
     tokens: list[str] = []
     for v in items:
@@ -100,6 +98,20 @@ def split_labels(cell: Any, limit: int) -> list[str]:
                              "pipelines.sources.lists.index_limit)")
         out.append(t if i is None else str(i))
     return out
+
+
+def as_int(s: str) -> int | None:
+    """``s`` as an integer label: an integer, or an integer-valued float (``"3.0"``, as pandas
+    writes an int column that held a NaN); ``None`` when it is neither (a class name)."""
+    try:
+        return int(s)
+    except ValueError:
+        pass
+    try:
+        f = float(s)
+    except ValueError:
+        return None
+    return int(f) if math.isfinite(f) and f.is_integer() else None
 
 
 def multi_hot(rows: Sequence[list[str]], where: str) -> tuple[np.ndarray, list[str]]:
@@ -135,14 +147,15 @@ def as_number(value: Any, column: str) -> float:
     return f
 
 
-def build_targets(target: Any, paths: Sequence[str], root: str | os.PathLike,
+def build_targets(target: Any, paths: Sequence[str], base: str | os.PathLike,
                   read: np.ndarray | None = None) -> torch.Tensor | None:
     """The targets of every sample (a CPU tensor indexed by dataset index), or ``None`` for
     ``"class"`` (the backends' own labels).
 
     Args:
         target: ``LoaderConfig.target``.
-        paths, root: the listing and its root (for a callable).
+        paths, base: the listing and the folder its paths are relative to
+            (``pipelines.sources.root.root_base``), for a callable.
         read: the float32 targets the source read (``"multilabel"``, column tuples).
 
     Raises:
@@ -158,9 +171,6 @@ def build_targets(target: Any, paths: Sequence[str], root: str | os.PathLike,
     if target == "none":
         return torch.arange(len(paths), dtype=torch.int64)
     fn: Callable[[str], Any] = target
-    from pipelines.sources.root import root_base
-
-    base = root_base(root)
     rows: list = []
     for p in paths:
         rel = os.path.relpath(p, base)
