@@ -36,6 +36,11 @@ def main(argv=None) -> int:
     p.add_argument("--shard-size", type=int, default=None, metavar="K",
                    help="samples per shard with --format wds (the last shard holds the rest; "
                         "default: 1000); refused with any other --format")
+    p.add_argument("--target", choices=("class", "multilabel", "regression"), default="class",
+                   help="with --format list or wds, what else each sample carries: multilabel "
+                        "(a labels column of class names joined by ';', or KEY.txt of class ids) "
+                        "or regression (width and height columns, or KEY.json keys); load with "
+                        "target='multilabel' or target=('width', 'height')")
     p.add_argument("--mix-formats", action="store_true",
                    help="write some images as PNG, WebP and BMP among the JPEGs")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
@@ -63,7 +68,7 @@ def main(argv=None) -> int:
             m = generate(GenConfig(
                 out=a.out, num_images=a.num_images, classes=a.classes, seed=a.seed,
                 width_range=a.width_range, quality_range=a.quality_range, workers=a.workers,
-                force=a.force, mix_formats=a.mix_formats, layout=a.layout,
+                force=a.force, mix_formats=a.mix_formats, layout=a.layout, target=a.target,
                 **({} if a.shard_size is None else {"shard_size": a.shard_size}),
             ), progress=False if a.quiet else None)
     except (ValueError, OSError) as e:  # user errors and unwritable folders: one line

@@ -58,6 +58,14 @@ class GenConfig:
             digits: ``--format wds``).
         shard_size: samples per shard with ``layout="wds"``, the last shard holding the rest
             (``--shard-size``); other layouts ignore it, and it is not part of their recipe.
+        target: ``"class"`` (default), ``"multilabel"`` or ``"regression"`` (``--target``;
+            list and wds layouts only): what else each sample carries besides its class.
+            ``multilabel``: the classes ``multilabels(i)`` (its own and at times a second), as
+            a ``labels`` column of class names joined by ``;`` in ``labels.csv``, or a
+            ``<key>.txt`` of class ids joined by spaces; ``regression``: the image's
+            ``width`` and ``height`` as numeric ``labels.csv`` columns, or in a ``<key>.json``
+            (``{"label": c, "width": w, "height": h}``). Load them with
+            ``LoaderConfig(target="multilabel")`` or ``target=("width", "height")``.
         workers: processes (default: all cores).
         force: write beside files that ``data_gen`` did not write (they stay; a warning counts
             them), and replace a data_gen output of another kind (``--force``).
@@ -72,6 +80,7 @@ class GenConfig:
     mix_formats: bool = False
     layout: str = "folder"
     shard_size: int = 1000
+    target: str = "class"
     workers: int | None = None
     force: bool = False
 
@@ -90,6 +99,12 @@ class GenConfig:
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout={self.layout!r} (--format) must be one of "
                              f"{', '.join(LAYOUTS)}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target={self.target!r} (--target) must be one of "
+                             f"{', '.join(TARGETS)}")
+        if self.target != "class" and self.layout == "folder":
+            raise ValueError(f"target={self.target!r} (--target) needs --format list or wds: a "
+                             "folder gives one class per image")
         lo, hi = _pair(self, "width_range")
         if not 16 <= lo <= hi <= 8192:
             raise ValueError(f"width_range={self.width_range} (--width-range) must satisfy "
@@ -101,10 +116,12 @@ class GenConfig:
 
     def recipe(self) -> dict:
         """The arguments that decide the bytes (not out, workers or force; shard_size only for
-        the wds layout)."""
+        the wds layout; target only when it is not ``"class"``, so older recipes still match)."""
         d = asdict(self)
         for k in ("out", "workers", "force") + (() if self.layout == "wds" else ("shard_size",)):
             d.pop(k)
+        if self.target == "class":
+            d.pop("target")
         return d
 
 
@@ -136,6 +153,8 @@ def _pair(cfg: GenConfig, name: str) -> tuple[int, int]:
 
 
 LAYOUTS = ("folder", "list", "wds")
+TARGETS = ("class", "multilabel", "regression")
+REGRESSION = ("width", "height")  # the columns / JSON keys of target="regression"
 LIST_FILE = "labels.csv"
 SHARD_SHUFFLE = 0x5AD  # the spawn key of the shard order's random stream
 MIXED = {1: "png", 3: "webp", 5: "bmp"}  # i % 8 -> format with --mix-formats; others JPEG
@@ -157,11 +176,32 @@ def class_name(label: int) -> str:
     return f"class_{label:04d}"
 
 
-def _label_list(folder: Path, images: list[dict]) -> dict[str, bytes]:
-    """``labels.csv`` of a ``layout="list"`` dataset: every image and its class name."""
-    rows = "".join(f"{r['path']},{class_name(r['label'])}\n"
-                   for r in sorted(images, key=lambda r: r["path"]))
-    return {LIST_FILE: ("path,label\n" + rows).encode()}
+def multilabels(i: int, classes: int) -> list[int]:
+    """The classes of image ``i`` with ``target="multilabel"``: its class ``i % classes``, and
+    every third image also ``(i // 3) % classes`` (sorted, distinct)."""
+    return sorted({i % classes} | ({(i // 3) % classes} if i % 3 == 0 else set()))
+
+
+def _index(rec: dict) -> int:
+    return int(Path(rec["path"]).stem.split("_")[-1])
+
+
+def _label_list(cfg: GenConfig, images: list[dict]) -> dict[str, bytes]:
+    """``labels.csv`` of a ``layout="list"`` dataset: every image, its class name and, with
+    ``cfg.target``, its multi-label cell or regression columns."""
+    head, rows = "path,label", []
+    if cfg.target == "multilabel":
+        head += ",labels"
+    elif cfg.target == "regression":
+        head += "," + ",".join(REGRESSION)
+    for r in sorted(images, key=lambda r: r["path"]):
+        row = f"{r['path']},{class_name(r['label'])}"
+        if cfg.target == "multilabel":
+            row += "," + ";".join(class_name(c) for c in multilabels(_index(r), cfg.classes))
+        elif cfg.target == "regression":
+            row += "," + ",".join(str(r[k]) for k in REGRESSION)
+        rows.append(row + "\n")
+    return {LIST_FILE: (head + "\n" + "".join(rows)).encode()}
 
 
 def shard_name(n: int) -> str:
@@ -243,6 +283,8 @@ def _write_shards(cfg: GenConfig, partial: Partial, images: list[dict],
                         cls = str(rec["label"]).encode("ascii")
                         tar.addfile(_member(f"{key}.{rec['format']}", len(data)), io.BytesIO(data))
                         tar.addfile(_member(f"{key}.cls", len(cls)), io.BytesIO(cls))
+                        for ext, extra in _extra_members(cfg, i, rec):
+                            tar.addfile(_member(f"{key}.{ext}", len(extra)), io.BytesIO(extra))
                         samples.append({"key": key, "shard": name,
                                         **{k: v for k, v in rec.items() if k != "path"}})
             shards.append({"path": name, "bytes": h.n, "sha256": h.sha.hexdigest(),
@@ -254,6 +296,16 @@ def _write_shards(cfg: GenConfig, partial: Partial, images: list[dict],
     for rec in images:  # only the shards go into place
         unlink_and_prune(partial.data, rec["path"])
     return shards, samples
+
+
+def _extra_members(cfg: GenConfig, i: int, rec: dict) -> list[tuple[str, bytes]]:
+    """A wds sample's members beside its image and ``.cls``, for ``cfg.target``."""
+    if cfg.target == "multilabel":
+        return [("txt", " ".join(map(str, multilabels(i, cfg.classes))).encode("ascii"))]
+    if cfg.target == "regression":
+        obj = {"label": rec["label"], **{k: rec[k] for k in REGRESSION}}
+        return [("json", json.dumps(obj, sort_keys=True).encode("ascii"))]
+    return []
 
 
 def _reencode(jpeg: bytes, fmt: str) -> bytes:
@@ -415,7 +467,7 @@ def generate(
             images = _render(cfg, partial, progress)
             more = extra(partial.data, images) if extra else {}
             if cfg.layout == "list":
-                more.update(_label_list(partial.data, images))
+                more.update(_label_list(cfg, images))
             stats, placed, samples = summarize(images), images, {}
             if cfg.layout == "wds":  # the shards go into place instead of the images
                 placed, recs = _write_shards(cfg, partial, images, progress)

@@ -205,9 +205,12 @@ class LoaderConfig:
             instead of raising, as ``ImageFolder(allow_empty=True)``.
         debug_indices: also record the dataset index of every yielded sample in
             ``loader.last_indices`` (used by the contract tests).
-        target: what ``Batch.labels`` holds: ``"class"`` (default), ``"none"`` (the dataset
-            indices) or a callable ``target_fn(relative_path) -> int | sequence of float``,
-            called once per sample when the loader is built (``pipelines.sources.targets``).
+        target: what ``Batch.labels`` holds: ``"class"`` (default), ``"multilabel"`` (float32
+            multi-hot ``N x C`` from a list's cell or a shard's ``.txt``/``.cls``/``.json``), a
+            tuple of column names or JSON keys (float32 ``N x K``, regression), ``"none"`` (the
+            dataset indices) or a callable ``target_fn(relative_path) -> int | sequence of
+            float``, called once per sample when the loader is built
+            (``pipelines.sources.targets``).
     """
 
     root: str | os.PathLike
@@ -255,9 +258,9 @@ class LoaderConfig:
         s("mix", as_mix_spec(self.mix))
         from pipelines.sources.targets import check_target
         s("target", check_target(self.target))
-        if self.mix is not None and self.target != "class":
-            raise ValueError(f"mix mixes class targets; target={self.target!r} is not one: "
-                             "drop mix, or mix the targets in your step")
+        if self.mix is not None and not (self.target == "class" or self.target == "multilabel"):
+            raise ValueError(f"mix mixes class and multi-label targets; target={self.target!r} "
+                             "is neither: drop mix, or mix the targets in your step")
         s("extensions", check_extensions(self.extensions))
         if not isinstance(self.augment, AugmentSpec):
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")

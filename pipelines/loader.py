@@ -189,7 +189,8 @@ class LoaderBase:
         self.options = options
         self.data_source = from_rank0(functools.partial(  # NOTE [listing once]
             open_source, config.root, allow_empty=config.allow_empty_classes,
-            extensions=config.extensions, skip_bad=config.on_bad_file is BadFilePolicy.SKIP),
+            extensions=config.extensions, skip_bad=config.on_bad_file is BadFilePolicy.SKIP,
+            target=config.target),
             self.placement)
         self.paths, self.labels, self.classes = (self.data_source.names, self.data_source.labels,
                                                  self.data_source.classes)
@@ -207,7 +208,8 @@ class LoaderBase:
                                          groups=self.data_source.groups)
         self._valid_of = functools.partial(config_valid, len(self.paths), config,
                                            groups=self.data_source.groups)
-        self.targets = build_targets(config.target, self.paths, config.root)
+        self.targets = build_targets(config.target, self.paths, root_base(config.root),
+                                     self.data_source.targets)
         self.recipe = TransformPlan.of(config.augment, config.transform)
         self._res = self._want_res = config.augment  # set_resolution: in use, and asked for
         self.mix = config.mix  # a MixSpec or None (pipelines.transforms.mix)
@@ -420,15 +422,14 @@ class LoaderBase:
                 if valid is not None and self._pos[1] < len(valid):
                     ok = valid[self._pos[1]]
                     ok = None if ok.all() or len(ok) != len(batch.images) else ok
-                if self.mix is not None:  # on the device, the same for every backend
-                    batch = Batch(*mix_batch(batch.images, batch.labels, self.mix,
-                                             len(self.classes),
-                                             mix_rng(c.seed, epoch, cast(int, c.rank), self._pos[1])))
-                labels = batch.labels
+                images, labels = batch.images, batch.labels
                 if self.targets is not None:  # pipelines.sources.targets: gathered by index
                     labels = self.targets[torch.as_tensor(np.asarray(indices, np.int64))].to(
-                        batch.images.device, non_blocking=True)
-                batch = Batch(batch.images, labels, indices, ok)
+                        images.device, non_blocking=True)
+                if self.mix is not None:  # on the device, the same for every backend
+                    images, labels = mix_batch(images, labels, self.mix, len(self.classes),
+                                               mix_rng(c.seed, epoch, cast(int, c.rank), self._pos[1]))
+                batch = Batch(images, labels, indices, ok)
                 if seen is not None and indices is not None:
                     seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
                     self.last_batch_indices = seen[-1]

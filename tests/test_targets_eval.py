@@ -111,7 +111,7 @@ def test_targets_from_every_source_are_the_same_on_every_backend(sources, source
 
 
 def test_bad_targets_are_refused_naming_target(tiny_root):
-    for bad in ("multi", 3, ("a",)):
+    for bad in ("multi", 3, (), ("a", "A"), ("a", 1)):
         with pytest.raises(ValueError, match="target="):
             _cfg(tiny_root, target=bad)
     calls = []

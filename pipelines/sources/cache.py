@@ -4,21 +4,22 @@ NOTE [listing cache]
 Walking a large ImageFolder on a network filesystem is slow, and every loader on every rank did
 it again (docs/results/cpu/listing-1m.json measures a walk and a cache hit). ``cached_listing``
 keeps each folder's listing (paths, labels, classes, and the warnings the walk gave) in
-``<cache>/listings/<key>.npz``, keyed by the root's real path, the extensions and
-``allow_empty``. The paths are stored relative to the root and joined, on every read, onto the
-root as this caller spells it: one entry serves a relative root from any working directory, a
-symlinked root and a second mount of the same folder, and each gets exactly the paths its own
-walk would give (so the resume fingerprint, ``LoaderBase._plan_id``, matches with the cache on
-or off). The warnings are stored with the walk's spelling of the root and given back with the
-caller's. The entry also records the modification time of the root and of every folder
-the walk entered (by real path): adding, removing or renaming a file or a folder changes its
-parent's mtime, so a later call stats those folders (a few thousand ``stat`` calls, not a walk)
-and walks again when any changed or vanished. Editing a file's bytes changes no listing and
-keeps the entry. A folder changed in the last ``RACY_S`` seconds before the walk ended is not
-trusted (a file system may not tick its mtime between two quick changes): such a listing is not
-cached, so the next call walks again. The cache folder is ``$GPU_FEED_LISTING_CACHE``, else
-``$GPU_FEED_CACHE/listings``, else ``$XDG_CACHE_HOME/gpu-feed/listings`` (``~/.cache``);
-``GPU_FEED_LISTING_CACHE=off`` turns it off.
+``<cache>/listings/<key>.npz``, keyed by the root's real path, the extensions, ``allow_empty``
+and, for a flat folder (no class folders: ``walk_folder(flat=True)``), that. The paths are
+stored relative to the root and joined, on every read, onto the root as this caller spells it:
+one entry serves a relative root from any working directory, a symlinked root and a second mount
+of the same folder, and each gets exactly the paths its own walk would give (so the resume
+fingerprint, ``LoaderBase._plan_id``, matches with the cache on or off). The warnings are stored
+with the walk's spelling of the root and given back with the caller's. The entry also records
+the modification time of the root and of every folder the walk entered (by real path): adding,
+removing or renaming a file or a folder changes its parent's mtime, so a later call stats those
+folders (a few thousand ``stat`` calls, not a walk) and walks again when any changed or
+vanished. Editing a file's bytes changes no listing and keeps the entry. A folder changed in the
+last ``RACY_S`` seconds before the walk ended is not trusted (a file system may not tick its
+mtime between two quick changes): such a listing is not cached, so the next call walks again.
+The cache folder is ``$GPU_FEED_LISTING_CACHE``, else ``$GPU_FEED_CACHE/listings``, else
+``$XDG_CACHE_HOME/gpu-feed/listings`` (``~/.cache``); ``GPU_FEED_LISTING_CACHE=off`` turns it
+off.
 
 The cache can only cost a walk, never change or refuse a listing. An entry that cannot be read
 for any reason (zero bytes, truncated, not an ``.npz``, arrays missing, of the wrong type or of
@@ -64,8 +65,9 @@ def cache_base() -> Path:
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "gpu-feed"))
 
 
-def _key(root: str, extensions: tuple[str, ...], allow_empty: bool) -> str:
+def _key(root: str, extensions: tuple[str, ...], allow_empty: bool, flat: bool = False) -> str:
     raw = f"{VERSION}\0{os.path.realpath(root)}\0{','.join(extensions)}\0{allow_empty}"
+    raw += "\0flat" if flat else ""  # a flat listing (no classes) is not a class listing
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
@@ -157,7 +159,7 @@ def _load(file: Path, prefix: str) -> tuple[Listing, list[str]] | None:
     except Exception:  # noqa: BLE001 - zero bytes, truncated, garbage, missing arrays: a miss
         return None
     if (len(old) != 1 or not rel or labels.dtype != np.int64 or labels.shape != (len(rel),)
-            or int(labels.min()) < 0 or int(labels.max()) >= len(classes)
+            or int(labels.min()) < 0 or int(labels.max()) >= max(len(classes), 1)
             or any(not r or os.path.isabs(r) for r in rel)):
         return None
     paths = [prefix + r for r in rel]
@@ -181,18 +183,18 @@ def _save(file: Path, prefix: str, listing: Listing, dirs: list[str], notes: lis
 
 
 def cached_listing(root, extensions: tuple[str, ...], allow_empty: bool,
-                   walk: Callable[[], tuple[Listing, list[str]]]) -> Listing:
+                   walk: Callable[[], tuple[Listing, list[str]]], flat: bool = False) -> Listing:
     """The listing of ``root``: from the cache when every folder it saw is unchanged, else
     from ``walk()`` (which returns the listing and the folders it entered), then cached. The
     paths are those ``walk()`` gives for ``root`` as spelled here, whichever spelling made the
     entry (module NOTE). The walk's warnings are given again when the listing comes from the
-    cache."""
+    cache. ``flat``: the walk lists a folder without classes (a key of its own)."""
     try:
         prefix = _prefix(root)
     except TypeError:  # not a path: the walk says so
         return walk()[0]
     folder = cache_dir()
-    file = folder / f"{_key(str(root), extensions, allow_empty)}.npz" if folder else None
+    file = folder / f"{_key(str(root), extensions, allow_empty, flat)}.npz" if folder else None
     hit = _load(file, prefix) if file is not None else None
     if hit is not None:
         listing, notes = hit

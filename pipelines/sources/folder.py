@@ -20,6 +20,8 @@ skipped, counted and named in one warning. Beyond that:
   same warning); the target is listed under its real class.
 * A class folder with no image raises, as in ``ImageFolder``, unless ``allow_empty=True``
   (``LoaderConfig.allow_empty_classes``).
+* A root with no class folder raises, unless ``flat=True`` (``LoaderConfig.target="none"`` or a
+  callable: no class is needed): its image files are then the samples, with no classes.
 """
 from __future__ import annotations
 
@@ -139,6 +141,22 @@ def check_extensions(extensions) -> tuple[str, ...]:
     return tuple(e.lower() for e in extensions)
 
 
+def class_folders(root: str | os.PathLike) -> list[str]:
+    """The sorted class folder names of ``root`` (its visible sub-folders)."""
+    return sorted(e.name for e in os.scandir(os.fspath(root))
+                  if not _ignored(e.name) and e.is_dir(follow_symlinks=True))
+
+
+def _walk_flat(root: Path, extensions: tuple[str, ...]
+               ) -> tuple[tuple[list[str], np.ndarray, list[str]], list[str]]:
+    walker = _Walker(root, [], extensions)
+    paths = walker.files(str(root))
+    if not paths:
+        raise DatasetRootError(f"root={str(root)!r} holds no {'/'.join(extensions)} files")
+    walker.warn_skipped(root)
+    return (paths, np.zeros(len(paths), np.int64), []), sorted(walker.visited)
+
+
 def list_samples(root: str | os.PathLike, allow_empty: bool = False,
                  extensions: tuple[str, ...] = IMAGE_EXTENSIONS
                  ) -> tuple[list[str], np.ndarray, list[str]]:
@@ -147,7 +165,7 @@ def list_samples(root: str | os.PathLike, allow_empty: bool = False,
 
 
 def walk_folder(root: str | os.PathLike, allow_empty: bool = False,
-                extensions: tuple[str, ...] = IMAGE_EXTENSIONS
+                extensions: tuple[str, ...] = IMAGE_EXTENSIONS, flat: bool = False
                 ) -> tuple[tuple[list[str], np.ndarray, list[str]], list[str]]:
     """List an ImageFolder root (see the module note), and name every folder entered (the
     listing cache, ``pipelines.sources.cache``, checks their modification times).
@@ -156,6 +174,7 @@ def walk_folder(root: str | os.PathLike, allow_empty: bool = False,
         root: a directory with one sub-directory per class.
         allow_empty: keep class folders with no image (their index is kept) instead of raising.
         extensions: the file extensions that are images (any case).
+        flat: a root with no class folder lists its own image files, label 0, no classes.
 
     Returns:
         ``((paths, labels, classes), folders)``: the sorted paths, their int64 class indices and
@@ -175,8 +194,9 @@ def walk_folder(root: str | os.PathLike, allow_empty: bool = False,
         raise DatasetRootError(f"root={str(root)!r} does not exist")
     if not root.is_dir():
         raise DatasetRootError(f"root={str(root)!r} is not a directory")
-    classes = sorted(e.name for e in os.scandir(root)
-                     if not _ignored(e.name) and e.is_dir(follow_symlinks=True))
+    classes = class_folders(root)
+    if not classes and flat:
+        return _walk_flat(root, check_extensions(extensions))
     if not classes:
         raise DatasetRootError(
             f"root={str(root)!r} has no class sub-folders; expected ImageFolder layout root/<class>/*.jpg"

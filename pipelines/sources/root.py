@@ -28,9 +28,16 @@ import numpy as np
 from PIL import Image
 
 from pipelines.sources.cache import cached_listing
-from pipelines.sources.folder import IMAGE_EXTENSIONS, DatasetRootError, check_extensions, walk_folder
+from pipelines.sources.folder import (
+    IMAGE_EXTENSIONS,
+    DatasetRootError,
+    check_extensions,
+    class_folders,
+    walk_folder,
+)
 from pipelines.sources.lists import is_file_list, list_file
 from pipelines.sources.shards import ShardReader, is_shard_root, list_shards
+from pipelines.sources.targets import from_source
 
 SIZE_SAMPLE = 16  # files whose headers stand for a dataset's image sizes
 # scheme "://" (or ":/": ``Path`` folds the two slashes, and LoaderConfig stores a Path); one
@@ -114,9 +121,12 @@ class Source:
         kind: folder, file list or tar shards.
         names: each sample's path (for shards ``<shard>/<key>.<ext>``): messages, bad-file
             reports and the resume fingerprint.
-        labels, classes: the labels and the class names (index = label).
+        labels, classes: the labels and the class names (index = label); with no class
+            (a flat folder, a path-only list, column targets) zeros and ``[]``.
         read: ``read(i) -> bytes``, sample ``i``'s encoded image (picklable).
         groups: samples per shard, in order (the plan's ``groups``); ``None`` unless shards.
+        targets: the float32 targets read from the files for a ``"multilabel"`` or column
+            ``target`` (``pipelines.sources.targets``), else ``None``.
     """
 
     kind: SourceKind
@@ -125,6 +135,7 @@ class Source:
     classes: list[str]
     read: Callable[[int], bytes]
     groups: np.ndarray | None = None
+    targets: np.ndarray | None = None
 
     @property
     def by_path(self) -> bool:
@@ -143,17 +154,36 @@ def source_kind(root) -> SourceKind:
 
 
 def open_source(root: str | os.PathLike, *, allow_empty: bool = False,
-                extensions: tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False
-                ) -> Source:
-    """The ``Source`` of ``root`` (arguments as ``list_dataset``'s)."""
+                extensions: tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False,
+                target: object = "class") -> Source:
+    """The ``Source`` of ``root`` (arguments as ``list_dataset``'s; ``target`` as
+    ``LoaderConfig.target``: which labels the files must hold, ``pipelines.sources.targets``).
+
+    Raises:
+        ValueError: naming ``target``: a ``"multilabel"`` or column target for a folder root.
+    """
     check_local_root(root)
     if is_shard_root(root):
-        s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad)
-        return Source(SourceKind.SHARDS, s.names, s.labels, s.classes,
-                      ShardReader(s.shards, s.shard_of, s.offsets, s.sizes), s.groups)
+        s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target)
+        labels, targets = _split_targets(s.labels)
+        return Source(SourceKind.SHARDS, s.names, labels, s.classes,
+                      ShardReader(s.shards, s.shard_of, s.offsets, s.sizes), s.groups, targets)
     kind = source_kind(root)
-    paths, labels, classes = _list_files(root, allow_empty, extensions, skip_bad)
-    return Source(kind, paths, labels, classes, FileReader(paths))
+    if kind is SourceKind.FOLDER and from_source(target):
+        raise ValueError(f"target={target!r} needs a file list or tar shards; root={str(root)!r} is "
+                         "a folder, which gives one class per image (use target='class', 'none' "
+                         "or a target_fn)")
+    paths, labels, classes = _list_files(root, allow_empty, extensions, skip_bad, target)
+    labels, targets = _split_targets(labels)
+    return Source(kind, paths, labels, classes, FileReader(paths), None, targets)
+
+
+def _split_targets(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(int64 labels, float32 targets or None)``: a listing's 2-D labels are targets, and the
+    backends then carry zeros."""
+    if labels.ndim == 2:
+        return np.zeros(len(labels), np.int64), labels.astype(np.float32)
+    return labels, None
 
 
 def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
@@ -179,10 +209,10 @@ def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
     return s.names, s.labels, s.classes
 
 
-def _list_files(root, allow_empty: bool, extensions, skip_bad: bool
+def _list_files(root, allow_empty: bool, extensions, skip_bad: bool, target: object = "class"
                 ) -> tuple[list[str], np.ndarray, list[str]]:
     if root is not None and not isinstance(root, bool) and is_file_list(root):
-        paths, labels, classes, _ = list_file(root, skip_bad=skip_bad)
+        paths, labels, classes, _ = list_file(root, skip_bad=skip_bad, target=target)
         return paths, labels, classes
     extensions = check_extensions(extensions)
     try:
@@ -191,5 +221,7 @@ def _list_files(root, allow_empty: bool, extensions, skip_bad: bool
         missing = True
     if missing:  # no cache entry for what is not a folder: the walk gives the error
         return walk_folder(root, allow_empty, extensions)[0]
+    # "none" and a target_fn need no class: a folder without class folders is then flat
+    flat = target != "class" and not class_folders(root)
     return cached_listing(root, extensions, allow_empty,
-                          lambda: walk_folder(root, allow_empty, extensions))
+                          lambda: walk_folder(root, allow_empty, extensions, flat), flat)

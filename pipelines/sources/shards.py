@@ -8,11 +8,17 @@ up to the first ``.`` of its base name, WebDataset's convention): one image (an 
 (an object with an integer ``"label"`` or ``"cls"``). An integer-valued float (``2.0``) is that
 integer. The class names are ``"0"`` to the largest label, so a label must be a plausible class
 index: below ``pipelines.sources.lists.index_limit`` of the set's sample count (a label at or above it
-is a bad label, NOTE [bad input]).
+is a bad label, NOTE [bad input]). With another ``LoaderConfig.target``
+(``pipelines.sources.targets``) a sample needs no class label: ``"multilabel"`` reads its
+``KEY.txt``, ``KEY.cls`` or ``KEY.json`` (the first present), a tuple of keys reads its
+``KEY.json``, and ``"none"`` or a callable read nothing; a sample whose target is missing or bad
+is a bad sample as a bad class label is.
 
 NOTE [index]
 Indexing a shard walks its tar headers and reads only the labels: every image's byte offset and
-size go into an index, so a sample is one ``os.pread`` of the shard, in any order. The index of
+size, and where its ``.cls`` / ``.txt`` / ``.json`` members lie, go into an index (targets other
+than class labels are read from those members at each listing, never from the cache), so a
+sample is one ``os.pread`` of the shard, in any order. The index of
 each shard is cached in ``<listing cache>/shards/`` (``pipelines.sources.cache.cache_dir``), keyed by
 the shard's real path and checked against its size and mtime; a shard modified in the last
 ``RACY_S`` seconds is not cached. The same index serves every rank, epoch and backend. The index
@@ -84,8 +90,10 @@ import numpy as np
 from pipelines.sources.cache import RACY_S, _join, cache_dir, write_npz
 from pipelines.sources.folder import IMAGE_EXTENSIONS, DatasetRootError
 from pipelines.sources.lists import MAX_CLASS_LIMIT, as_int, index_limit
+from pipelines.sources.targets import as_number, from_source, multi_hot, split_labels
 
-INDEX_VERSION = 2  # 2: integer-valued float labels, labels >= 2**31 refused
+INDEX_VERSION = 3  # 2: integer-valued float labels, labels >= 2**31 refused; 3: label members
+LABEL_MEMBERS = ("cls", "txt", "json")  # ShardIndex.members: where each lies in the shard
 INDEXED = frozenset({e[1:] for e in IMAGE_EXTENSIONS}
                     | {"tif", "tiff", "jp2", "j2k", "jpx", "pnm", "ppm", "pgm"})
 _BLOCK = 512
@@ -171,7 +179,9 @@ class ShardIndex:
         keys, exts: each sample's key and image extension (``""`` when it has no image).
         offsets, sizes: the image's byte range in the shard.
         labels: the label, ``-1`` when missing or invalid (``problems`` says why).
-        problems: ``(key, why)`` of samples that cannot be used.
+        members: ``N x 3 x 2``: the ``(offset, size)`` of each sample's ``LABEL_MEMBERS``,
+            offset ``-1`` when it has none.
+        problems: ``(key, why)`` of samples that cannot be used (as class-labelled samples).
         damage: why the shard is truncated or corrupt, ``""`` when it is whole.
     """
 
@@ -180,6 +190,7 @@ class ShardIndex:
     offsets: np.ndarray
     sizes: np.ndarray
     labels: np.ndarray
+    members: np.ndarray
     problems: list[tuple[str, str]]
     damage: str
 
@@ -223,6 +234,7 @@ def index_shard(path: str) -> ShardIndex:
     offsets: list[int] = []
     sizes: list[int] = []
     labels: list[int] = []
+    members: list[list[list[int]]] = []
     problems: list[tuple[str, str]] = []
     why: dict[int, str] = {}
     damage = ""
@@ -253,7 +265,10 @@ def index_shard(path: str) -> ShardIndex:
                     offsets.append(0)
                     sizes.append(0)
                     labels.append(-1)
+                    members.append([[-1, 0], [-1, 0], [-1, 0]])
                 k = len(keys) - 1
+                if ext in LABEL_MEMBERS and members[k][LABEL_MEMBERS.index(ext)][0] < 0:
+                    members[k][LABEL_MEMBERS.index(ext)] = [m.offset_data, m.size]
                 if ext in image_exts and not exts[k]:
                     exts[k], offsets[k], sizes[k] = ext, m.offset_data, m.size
                 elif ext in ("cls", "json") and labels[k] < 0:
@@ -272,7 +287,8 @@ def index_shard(path: str) -> ShardIndex:
         elif labels[k] < 0:
             problems.append((key, why.get(k, "no .cls or .json label")))
     return ShardIndex(keys, exts, np.asarray(offsets, np.int64), np.asarray(sizes, np.int64),
-                      np.asarray(labels, np.int64), problems, damage)
+                      np.asarray(labels, np.int64),
+                      np.asarray(members, np.int64).reshape(len(keys), 3, 2), problems, damage)
 
 
 def _tail_damage(path: str, end: int, size: int) -> str:
@@ -320,9 +336,12 @@ def _load_index(file: Path, stamp: np.ndarray) -> ShardIndex | None:
             if not np.array_equal(z["stamp"], stamp):
                 return None
             offsets, sizes, labels = z["offsets"], z["sizes"], z["labels"]
+            members = z["members"]
             n = int(offsets.shape[0]) if offsets.ndim == 1 else -1
             if n < 0 or any(a.dtype != np.int64 or a.shape != (n,)
                             for a in (offsets, sizes, labels)):
+                return None
+            if members.dtype != np.int64 or members.shape != (n, 3, 2):
                 return None
             nprob = int(z["nproblems"])
             probs = _split(z["problems"], nprob)
@@ -332,7 +351,7 @@ def _load_index(file: Path, stamp: np.ndarray) -> ShardIndex | None:
             if damage.dtype.kind != "U" or damage.shape != ():
                 return None
             return ShardIndex(_split(z["keys"], n), _split(z["exts"], n), offsets, sizes,
-                              labels, list(zip(probs[0::2], probs[1::2])), str(damage))
+                              labels, members, list(zip(probs[0::2], probs[1::2])), str(damage))
     except Exception:  # noqa: BLE001 - zero bytes, truncated, garbage, missing arrays: a miss
         return None
 
@@ -351,6 +370,7 @@ def cached_index(path: str) -> ShardIndex:
         try:
             write_npz(file, stamp=stamp, keys=_join(idx.keys), exts=_join(idx.exts),
                       offsets=idx.offsets, sizes=idx.sizes, labels=idx.labels,
+                      members=idx.members,
                       problems=_join([x for p in idx.problems for x in p]),
                       nproblems=np.int64(2 * len(idx.problems)), damage=np.str_(idx.damage))
         except (OSError, ValueError):
@@ -381,8 +401,11 @@ class ShardSet:
     groups: np.ndarray
 
 
-def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> ShardSet:
-    """The samples of the shards of ``root`` (module NOTEs [index] and [bad input]).
+def list_shards(root, extensions: Sequence[str], skip_bad: bool = False,
+                target: object = "class") -> ShardSet:
+    """The samples of the shards of ``root`` (module NOTEs [index] and [bad input]); with a
+    ``"multilabel"`` or column ``target`` the ``labels`` are float32 ``N x C`` / ``N x K``
+    (``pipelines.sources.targets``), and without ``"class"`` a sample needs no class label.
 
     Raises:
         ShardError: no shard matches; or, without ``skip_bad``, a bad shard or sample (a
@@ -396,6 +419,8 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
     dropped: list[str] = []
     other: dict[str, int] = {}
     usable: list[tuple[int, str, ShardIndex, np.ndarray]] = []
+    by_class = target == "class"
+    values: list = []  # the targets read from the files (from_source(target))
     for s, path in enumerate(shards):
         try:
             idx = cached_index(path)
@@ -410,13 +435,15 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
                              "samples, counted)")
         if idx.damage:
             dropped.append(f"{path}: {idx.damage}")
-        bad = dict(idx.problems)
+        problems = idx.problems if by_class else [(k, "no image member")
+                                                  for k, e in zip(idx.keys, idx.exts) if not e]
+        bad = dict(problems)
         keep = np.asarray([bool(e) and e in exts and k not in bad
                            for k, e in zip(idx.keys, idx.exts)], dtype=bool)
         for k, e in zip(idx.keys, idx.exts):
             if e and e not in exts and k not in bad:
                 other[e] = other.get(e, 0) + 1
-        for k, why in idx.problems:
+        for k, why in problems:
             if not skip_bad:
                 raise ShardError(f"shard {path!r}, sample {k!r}: {why} (on_bad_file='skip' "
                                  "drops it, counted)")
@@ -425,7 +452,9 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
     total = sum(len(rows) for *_, rows in usable)
     limit = index_limit(total)
     for s, path, idx, rows in usable:
-        over = rows[idx.labels[rows] >= limit]
+        if from_source(target):
+            rows = _read_targets(path, idx, rows, target, limit, values, dropped, skip_bad)
+        over = rows[idx.labels[rows] >= limit] if by_class else rows[:0]
         for i in over.tolist():
             why = (f"label {int(idx.labels[i])} is too large to be a class index of a set of "
                    f"{total} samples (labels must be below {limit:,}: "
@@ -438,7 +467,7 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
             rows = rows[idx.labels[rows] < limit]
         groups[s] = len(rows)
         names += [f"{path}/{idx.keys[i]}.{idx.exts[i]}" for i in rows.tolist()]
-        cols["labels"].append(idx.labels[rows])
+        cols["labels"].append(np.maximum(idx.labels[rows], 0))
         cols["shard_of"].append(np.full(len(rows), s, np.int32))
         cols["offsets"].append(idx.offsets[rows])
         cols["sizes"].append(idx.sizes[rows])
@@ -456,10 +485,58 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False) -> Shar
         raise ShardError(f"root={os.fspath(root)!r}: the {len(shards)} shards hold no sample "
                          f"with an image ({', '.join(sorted(exts))}) and a label")
     cat = {k: np.concatenate(v) for k, v in cols.items()}
-    labels = cat["labels"].astype(np.int64)
+    labels: np.ndarray = cat["labels"].astype(np.int64)
     classes = [str(c) for c in range(int(labels.max()) + 1)]
+    if isinstance(target, tuple):
+        labels, classes = np.asarray(values, np.float32).reshape(len(names), len(target)), []
+    elif from_source(target):
+        try:
+            labels, classes = multi_hot(values, f"root={os.fspath(root)!r}")
+        except ValueError as e:
+            raise ShardError(str(e)) from None
     return ShardSet(tuple(shards), names, labels, classes, cat["shard_of"].astype(np.int32),
                     cat["offsets"].astype(np.int64), cat["sizes"].astype(np.int64), groups)
+
+
+def _read_targets(path: str, idx: ShardIndex, rows: np.ndarray, target, limit: int,
+                  values: list, dropped: list[str], skip_bad: bool) -> np.ndarray:
+    """The ``rows`` of one shard whose multi-label or column target reads and parses (appended
+    to ``values``); the others are bad samples (raised, or named in ``dropped``)."""
+    keep = []
+    with open(path, "rb") as f:
+        for i in rows.tolist():
+            got = {ext: os.pread(f.fileno(), int(size), int(off))
+                   for ext, (off, size) in zip(LABEL_MEMBERS, idx.members[i].tolist()) if off >= 0}
+            try:
+                values.append(_target_value(got, target, limit))
+                keep.append(i)
+            except (ValueError, UnicodeDecodeError) as e:
+                why = f"target={target!r}: {e}"
+                if not skip_bad:
+                    raise ShardError(f"shard {path!r}, sample {idx.keys[i]!r}: {why} "
+                                     "(on_bad_file='skip' drops it, counted)") from None
+                dropped.append(f"{path}/{idx.keys[i]}: {why}")
+    return np.asarray(keep, np.int64)
+
+
+def _target_value(members: dict[str, bytes], target, limit: int) -> list:
+    """One sample's multi-label tokens or column values from its label members (module doc)."""
+    obj = json.loads(members["json"]) if "json" in members else None
+    if isinstance(target, tuple):
+        if not isinstance(obj, dict):
+            raise ValueError("no .json object" if obj is None else ".json is not an object")
+        return [as_number(obj.get(k), k) for k in target]
+    for ext in ("txt", "cls"):
+        if ext in members:
+            return split_labels(members[ext].decode("utf-8"), limit)
+    if isinstance(obj, dict):
+        key = next((k for k in ("labels", "label", "cls") if k in obj), None)
+        if key is None:
+            raise ValueError("no 'labels', 'label' or 'cls' in .json")
+        return split_labels(obj[key], limit)
+    if obj is None:
+        raise ValueError("no .txt, .cls or .json labels")
+    return split_labels(obj, limit)
 
 
 class ShardReader:

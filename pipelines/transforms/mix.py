@@ -5,6 +5,9 @@
 ``LoaderBase.__iter__``: one code path for ``pageable``, ``pinned`` and ``dali``, so the three
 mix identically given the same images. ``Batch.labels`` is then a float32 ``N x C`` tensor of
 soft targets (each row sums to 1), which ``torch.nn.functional.cross_entropy`` takes as it is.
+With ``LoaderConfig(target="multilabel")`` the float32 multi-hot rows are mixed as they are, with
+the same ``lam`` and box: row ``i`` becomes ``lam * y_i + (1 - lam) * y_(i-1)``, so it sums to
+``lam * k_i + (1 - lam) * k_(i-1)`` for ``k`` labels per row (``BCEWithLogitsLoss`` takes it).
 
 NOTE [the rule, as torchvision's]
 Per batch, with the random draws below: the partner of image ``i`` is image ``i - 1`` (the
@@ -14,7 +17,8 @@ and half-sides ``int(r * W)``, ``int(r * H)`` with ``r = sqrt(1 - lam) / 2``; th
 to the image, is pasted from the partner and ``lam`` becomes ``1 - box area / image area``. The
 labels mix with the same ``lam``. With both on, CutMix is chosen with ``switch_prob``
 (``RandomChoice([MixUp, CutMix])``: 0.5); ``prob`` is the chance a batch is mixed at all;
-``label_smoothing`` smooths the one-hot targets first (timm's ``Mixup``).
+``label_smoothing`` smooths the one-hot targets first (timm's ``Mixup``): ``y * (1 - s) + s / C``,
+the same formula for multi-hot rows (which then sum to ``k * (1 - s) + s``).
 
 NOTE [random draws]
 The draws come from ``numpy.random.default_rng((seed, epoch, rank, position))``, position being
@@ -121,7 +125,12 @@ def mix_rng(seed: int, epoch: int, rank: int, position: int) -> np.random.Genera
 
 
 def soft_targets(labels: torch.Tensor, num_classes: int, smoothing: float) -> torch.Tensor:
-    y = torch.nn.functional.one_hot(labels.long(), num_classes).to(torch.float32)
+    """One-hot float32 ``N x C`` of class ids, or float multi-hot ``N x C`` rows as they are,
+    smoothed (module NOTE [the rule])."""
+    if labels.dim() == 2:
+        y = labels.to(torch.float32, copy=True)
+    else:
+        y = torch.nn.functional.one_hot(labels.long(), num_classes).to(torch.float32)
     if smoothing:
         y = y * (1.0 - smoothing) + smoothing / num_classes
     return y
