@@ -30,9 +30,8 @@ import functools
 import hashlib
 import os
 import re
-import select
 import shutil
-import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -159,7 +158,7 @@ def expand(root) -> list[str]:
     entries = _entries(root)
     out: list[str] = []
     for s in entries if entries is not None else [root]:
-        out += [s] if s.lower().startswith("pipe:") else braces(s)
+        out += braces(s)  # pipe:COMMAND too, as WebDataset
     return out
 
 
@@ -398,31 +397,40 @@ def _http_copy(url: str, f, storage: Storage, beat: Callable[[], None]) -> None:
 
 
 def _pipe_copy(cmd: str, f, storage: Storage, beat: Callable[[], None]) -> None:
-    """One attempt: the standard output of ``cmd``; no output for ``storage.timeout`` s is a
-    timeout, a non-zero exit status an error."""
-    p = subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # noqa: S602
-    assert p.stdout is not None and p.stderr is not None
-    try:
-        fd = p.stdout.fileno()
-        while True:
-            ready, _, _ = select.select([fd], [], [], storage.timeout)
-            if not ready:
-                raise TimeoutError(f"pipe: no output for {storage.timeout:g} s")
-            chunk = os.read(fd, CHUNK)
-            if not chunk:
-                break
-            f.write(chunk)
-            beat()
-        code = p.wait(timeout=storage.timeout)
+    """One attempt: the standard output of ``cmd``, written straight into ``f``. Started with
+    ``posix_spawn`` and no pipe at all: a DataLoader worker forked meanwhile would inherit a
+    pipe's write end (``subprocess``'s exec-error pipe too) and the copy would wait for that
+    worker to exit. No new output for ``storage.timeout`` s is a timeout, a non-zero exit
+    status an error."""
+    f.flush()
+    with tempfile.TemporaryFile() as err:
+        pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", cmd], dict(os.environ), file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, f.fileno(), 1), (os.POSIX_SPAWN_DUP2, err.fileno(), 2)])
+        status = None
+        try:
+            size, moved = -1, time.monotonic()
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.02)
+                beat()
+                now, grown = time.monotonic(), os.fstat(f.fileno()).st_size
+                if grown != size:
+                    size, moved = grown, now
+                elif now - moved > storage.timeout:
+                    raise TimeoutError(f"pipe: no output for {storage.timeout:g} s")
+        finally:
+            if status is None:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+        f.seek(0, os.SEEK_END)
+        code = os.waitstatus_to_exitcode(status)
         if code:
-            err = p.stderr.read(400).decode(errors="replace").strip()
-            raise Transient(f"the command exited with status {code}" + (f": {err}" if err else ""))
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stdout.close()
-        p.stderr.close()
+            err.seek(0)
+            text = err.read(400).decode(errors="replace").strip()
+            raise Transient(f"the command exited with status {code}" + (f": {text}" if text else ""))
 
 
 def _unlink(path: str) -> None:

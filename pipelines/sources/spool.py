@@ -219,7 +219,7 @@ class Fetcher:
     def _run(self) -> None:
         try:
             gen = -1
-            jobs: Iterator[tuple[int, int, int]] = iter(())
+            jobs: Iterator[tuple[int, int, int]] | None = None
             pending: tuple[int, int, int] | None = None
             while True:
                 with self._cond:
@@ -228,7 +228,7 @@ class Fetcher:
                         self._live = {s: v for s, v in self._live.items() if v == float("inf")}
                 self._requests()
                 self._evict()
-                if pending is None and self._origin is not None:
+                if pending is None and jobs is not None:
                     pending = next(jobs)
                 if pending is not None and self._may_fetch(pending[1]):
                     s, g0, g1 = pending
