@@ -230,7 +230,6 @@ def _s3(storage: Storage):
     cfg.setdefault("connect_timeout", storage.timeout)
     cfg.setdefault("read_timeout", storage.timeout)
     cfg.setdefault("retries", {"max_attempts": 1})  # NOTE [faults]: retried here, bounded
-    opts.setdefault("retries", 1)
     return s3fs.S3FileSystem(config_kwargs=cfg, skip_instance_cache=True, **opts)
 
 
