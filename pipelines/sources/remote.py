@@ -45,6 +45,7 @@ import numpy as np
 from pipelines.sources.folder import DatasetRootError
 
 SCHEMES = ("http", "https", "s3")  # tested; with pipe: and local paths
+_BRACE = re.compile(r"\{([^{}]*)\}")
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):/(/?)")
 CHUNK = 1 << 20
 S3_PART = 8 << 20  # one ranged GET of an S3 copy
@@ -151,10 +152,26 @@ def scrub(text: str, storage: Storage | None = None) -> str:
     return re.sub(r"(X-Amz-[A-Za-z]+=)[^&\s'\"]+", r"\1***", text)
 
 
+def braces(pattern: str) -> list[str]:
+    """Expand ``{a,b}`` and ``{000..031}`` (zero padding kept) as WebDataset's URLs do."""
+    m = _BRACE.search(pattern)
+    if m is None:
+        return [pattern]
+    body, out = m.group(1), []
+    r = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+    if r:
+        lo, hi = r.groups()
+        width = len(lo) if lo.startswith("0") else 0
+        items = [str(k).zfill(width) for k in range(int(lo), int(hi) + 1)]
+    else:
+        items = body.split(",")
+    for item in items:
+        out += braces(pattern[:m.start()] + item + pattern[m.end():])
+    return out
+
+
 def expand(root) -> list[str]:
     """The real URLs (or local paths) of ``root``: brace ranges expanded, lists in order."""
-    from pipelines.sources.shards import braces
-
     entries = _entries(root)
     out: list[str] = []
     for s in entries if entries is not None else [root]:
@@ -209,6 +226,19 @@ def shown(root) -> str:
         return redact(s) if scheme_of(s) else s
     head = redact(entries[0]) if entries and scheme_of(entries[0]) else (entries[:1] or [""])[0]
     return f"[{head}, ...: {len(entries)} shards]" if len(entries) > 1 else f"[{head}]"
+
+
+# remote_index.cached_index, set when that module is imported (pipelines.sources.root imports
+# it): it imports shards, which imports this module, so this module does not import it
+INDEXER: Callable[[str], Any] | None = None
+
+
+def index(name: str):
+    """The ``ShardIndex`` of remote shard ``name`` (``remote_index.cached_index``)."""
+    if INDEXER is None:
+        raise RuntimeError("pipelines.sources.remote_index is not imported; open remote roots "
+                           "through pipelines.sources.root")
+    return INDEXER(name)
 
 
 def real(name: str) -> tuple[str, Storage]:

@@ -82,3 +82,6 @@ def spool_key(name: str, stamp: np.ndarray) -> str:
     """A file name for shard ``name`` at ``stamp``: a changed shard is another file."""
     raw = f"{name}\0{int(stamp[0])}\0{int(stamp[1])}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(raw).hexdigest()[:32]
+
+
+remote.INDEXER = cached_index

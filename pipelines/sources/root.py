@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from pipelines.sources import remote
+from pipelines.sources import remote, remote_index
 from pipelines.sources.cache import cached_listing
 from pipelines.sources.folder import IMAGE_EXTENSIONS, DatasetRootError, check_extensions, walk_folder
 from pipelines.sources.lists import is_file_list, list_file
@@ -179,7 +179,6 @@ def open_source(root, *, allow_empty: bool = False,
 
 def _remote_source(root, extensions, skip_bad: bool, storage: remote.Storage) -> Source:
     """Remote shards (``pipelines.sources.remote``), read from their spooled copies."""
-    from pipelines.sources.remote_index import STAMPS, spool_key
     from pipelines.sources.spool import SpoolReader
 
     names = remote.register(root, storage)
@@ -187,8 +186,9 @@ def _remote_source(root, extensions, skip_bad: bool, storage: remote.Storage) ->
         raise DatasetRootError(f"root={remote.shown(root)!r}: a list mixes local and remote "
                                "shards; list only one kind")
     s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad)
-    stamps = np.stack([STAMPS[n] if n in STAMPS else remote.stamp(n) for n in s.shards])
-    files = [spool_key(n, st) + ".tar" for n, st in zip(s.shards, stamps)]
+    known = remote_index.STAMPS
+    stamps = np.stack([known[n] if n in known else remote.stamp(n) for n in s.shards])
+    files = [remote_index.spool_key(n, st) + ".tar" for n, st in zip(s.shards, stamps)]
     return Source(SourceKind.SHARDS, s.names, s.labels, s.classes,
                   SpoolReader(s.shards, files, s.shard_of, s.offsets, s.sizes, stamps,
                               storage.timeout), s.groups)

@@ -85,13 +85,13 @@ from pipelines.sources import remote
 from pipelines.sources.cache import RACY_S, _join, cache_dir, write_npz
 from pipelines.sources.folder import IMAGE_EXTENSIONS, DatasetRootError
 from pipelines.sources.lists import MAX_CLASS_LIMIT, as_int, index_limit
+from pipelines.sources.remote import braces  # noqa: F401  (re-exported: WebDataset's brace URLs)
 
 INDEX_VERSION = 2  # 2: integer-valued float labels, labels >= 2**31 refused
 INDEXED = frozenset({e[1:] for e in IMAGE_EXTENSIONS}
                     | {"tif", "tiff", "jp2", "j2k", "jpx", "pnm", "ppm", "pgm"})
 _BLOCK = 512
 _GLOB = re.compile(r"[*?\[]")
-_BRACE = re.compile(r"\{([^{}]*)\}")
 
 
 class ShardError(DatasetRootError):
@@ -125,24 +125,6 @@ def is_shard_root(root) -> bool:
         return (any(e.is_file() and _is_tar_name(e.name) for e in entries)
                 and not any(e.is_dir() for e in entries))
     return False
-
-
-def braces(pattern: str) -> list[str]:
-    """Expand ``{a,b}`` and ``{000..031}`` (zero padding kept) as WebDataset's URLs do."""
-    m = _BRACE.search(pattern)
-    if m is None:
-        return [pattern]
-    body, out = m.group(1), []
-    r = re.fullmatch(r"(\d+)\.\.(\d+)", body)
-    if r:
-        lo, hi = r.groups()
-        width = len(lo) if lo.startswith("0") else 0
-        items = [str(k).zfill(width) for k in range(int(lo), int(hi) + 1)]
-    else:
-        items = body.split(",")
-    for item in items:
-        out += braces(pattern[:m.start()] + item + pattern[m.end():])
-    return out
 
 
 def shard_paths(root) -> list[str]:
@@ -347,8 +329,7 @@ def cached_index(path: str) -> ShardIndex:
     """``index_shard(path)``, from the cache while the shard's size and mtime are unchanged
     (a remote shard: ``pipelines.sources.remote_index``)."""
     if remote.scheme_of(path):
-        from pipelines.sources.remote_index import cached_index as remote_index
-        return remote_index(path)
+        return remote.index(path)
     file = _cache_file(path)
     st = os.stat(path)
     stamp = np.asarray([st.st_size, st.st_mtime_ns], np.int64)
