@@ -5,7 +5,6 @@ import enum
 import operator
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -165,7 +164,9 @@ class LoaderConfig:
         root: dataset root in ImageFolder layout (one sub-folder per class); a file list:
             a ``.csv``/``.tsv`` with path and label columns, or a ``.txt`` of ``path label``
             lines (``pipelines.sources.lists``); or WebDataset tar shards: a ``.tar``, a glob or
-            brace pattern of them, or a folder of them (``pipelines.sources.shards``).
+            brace pattern of them, or a folder of them (``pipelines.sources.shards``); remote
+            shards: an ``https://``, ``http://``, ``s3://`` or ``pipe:COMMAND`` URL with brace
+            ranges, or a list of shard URLs or paths (``pipelines.sources.remote``).
         batch_size: samples per batch (per rank).
         augment: the ``AugmentSpec`` every backend is built from.
         shuffle: shuffle each epoch with a permutation drawn from ``(seed, epoch)``.
@@ -211,9 +212,18 @@ class LoaderConfig:
             dataset indices) or a callable ``target_fn(relative_path) -> int | sequence of
             float``, called once per sample when the loader is built
             (``pipelines.sources.targets``).
+        storage_options: remote roots: keyword arguments of ``s3fs.S3FileSystem``
+            (``{"key": ..., "secret": ..., "endpoint_url": ...}``); default: the AWS
+            environment variables.
+        read_timeout: remote roots: seconds a connection or read may stall before it fails
+            (retried, then one error naming the shard: ``pipelines.sources.remote`` NOTE [faults]).
+        shard_cache, shard_cache_bytes: remote roots: a folder that keeps the copied shards
+            across epochs and loaders, the least recently used removed beyond
+            ``shard_cache_bytes``. Default ``None``: a private spool of a few shards, deleted at
+            ``close()`` (``pipelines.sources.spool`` NOTE [spool]).
     """
 
-    root: str | os.PathLike
+    root: str | os.PathLike | tuple
     batch_size: int = 256
     augment: AugmentSpec = field(default_factory=AugmentSpec)
     shuffle: bool = True
@@ -234,16 +244,25 @@ class LoaderConfig:
     shuffle_window: int = 8192
     mix: Any = None
     target: Any = "class"
+    storage_options: Any = field(default=None, hash=False, repr=False)  # may hold secrets
+    read_timeout: float = 60.0
+    shard_cache: str | None = None
+    shard_cache_bytes: int | None = None
 
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
         if self.root is None or (isinstance(self.root, str) and not self.root.strip()):
             raise ValueError(f"root={self.root!r} must name a dataset folder")
-        if not isinstance(self.root, (str, os.PathLike)):
-            raise TypeError(f"root={self.root!r} must be a str or os.PathLike")
-        from pipelines.sources.root import check_local_root  # a URL is refused before Path folds its "//"
+        if isinstance(self.root, (list, tuple)):
+            if not self.root:
+                raise ValueError("root=[] must name at least one shard")
+        elif not isinstance(self.root, (str, os.PathLike)):
+            raise TypeError(f"root={self.root!r} must be a str or os.PathLike, or a list of "
+                            "shard URLs or paths")
+        from pipelines.sources.root import as_root, check_local_root  # before Path folds "//"
         check_local_root(self.root)
-        s("root", Path(self.root))
+        s("root", as_root(self.root))
+        self._check_remote()
         if self.transform is not None:  # stored as a flat v2 Compose; see pipelines.transforms.migrate
             from pipelines.transforms.migrate import check_transform
 
@@ -293,6 +312,33 @@ class LoaderConfig:
             s("rank", int_option("rank", self.rank, 0))
             if self.world_size is not None and self.rank >= self.world_size:
                 raise ValueError(f"rank={self.rank!r} must be in [0, world_size={self.world_size})")
+
+    def _check_remote(self) -> None:
+        s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        if self.storage_options is not None and not isinstance(self.storage_options, dict):
+            raise TypeError(f"storage_options={self.storage_options!r} must be a dict of "
+                            "s3fs.S3FileSystem arguments")
+        s("storage_options", dict(self.storage_options or {}))
+        t = self.read_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+            raise ValueError(f"read_timeout={t!r} must be a positive number of seconds")
+        s("read_timeout", float(t))
+        if self.shard_cache is not None:
+            if not isinstance(self.shard_cache, (str, os.PathLike)):
+                raise TypeError(f"shard_cache={self.shard_cache!r} must be a folder path")
+            s("shard_cache", os.fspath(self.shard_cache))
+        if self.shard_cache_bytes is not None:
+            if self.shard_cache is None:
+                raise ValueError(f"shard_cache_bytes={self.shard_cache_bytes!r} needs "
+                                 "shard_cache, the folder it bounds")
+            s("shard_cache_bytes", int_option("shard_cache_bytes", self.shard_cache_bytes, 1))
+
+    def storage(self):
+        """How this config reaches remote shards (``pipelines.sources.remote.Storage``)."""
+        from pipelines.sources.remote import Storage
+
+        return Storage(options=self.storage_options, timeout=self.read_timeout,
+                       cache=self.shard_cache)
 
     @property
     def torch_device(self) -> torch.device:

@@ -149,6 +149,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _checked(produce, fetch):
+    """``produce``'s items; with a remote source, the fetcher's failure (the cause of any
+    reader's) is raised in its place (``pipelines.sources.spool`` NOTE [spool])."""
+    if fetch is None:
+        yield from produce
+        return
+    try:
+        for item in produce:
+            fetch.check()
+            yield item
+    except Exception:
+        fetch.check()
+        raise
+
+
 class EpochHook:
     """``loader.sampler``: what training frameworks call at each epoch start.
 
@@ -190,8 +205,7 @@ class LoaderBase:
         self.data_source = from_rank0(functools.partial(  # NOTE [listing once]
             open_source, config.root, allow_empty=config.allow_empty_classes,
             extensions=config.extensions, skip_bad=config.on_bad_file is BadFilePolicy.SKIP,
-            target=config.target),
-            self.placement)
+            target=config.target, storage=config.storage()), self.placement)
         self.paths, self.labels, self.classes = (self.data_source.names, self.data_source.labels,
                                                  self.data_source.classes)
         check_nonempty(len(self.paths), config)
@@ -210,6 +224,7 @@ class LoaderBase:
                                            groups=self.data_source.groups)
         self.targets = build_targets(config.target, self.paths, root_base(config.root),
                                      self.data_source.targets)
+        self._fetch = self._fetcher()  # remote shards: pipelines.sources.spool NOTE [spool]
         self.recipe = TransformPlan.of(config.augment, config.transform)
         self._res = self._want_res = config.augment  # set_resolution: in use, and asked for
         self.mix = config.mix  # a MixSpec or None (pipelines.transforms.mix)
@@ -229,6 +244,20 @@ class LoaderBase:
         self._live: Generator | None = None  # the live iterator's _produce
         self._closed = False
         _LIVE.add(self)  # NOTE [forked copies]
+
+    def _fetcher(self):
+        """The spool's fetcher when the source is remote shards, else ``None``."""
+        from pipelines.sources.spool import Fetcher, SpoolReader
+
+        read = self.data_source.read
+        if not isinstance(read, SpoolReader):
+            return None
+        from pipelines.sources import remote
+
+        c = self.config
+        remote.register(c.root, c.storage())  # the real URLs here (rank 0 may have listed)
+        return Fetcher(read, self.plan_of, len(self), skip_bad=c.on_bad_file is BadFilePolicy.SKIP,
+                       cache=c.shard_cache, cache_bytes=c.shard_cache_bytes)
 
     # -- what the backend supplies ------------------------------------------------------------
     def _produce(  # pragma: no cover
@@ -411,13 +440,16 @@ class LoaderBase:
         self._resume = None
         self._pos = (epoch, start)
         self.stats.start_epoch(epoch)
+        fetch = self._fetch
+        if fetch is not None:
+            fetch.follow(epoch, start)
         seen: list | None = [] if self.config.debug_indices else None
         c = self.config
         padded = c.last_batch is LastBatchPolicy.PAD
         valid = self._valid_of(epoch) if padded else None
         self._live = produce = self._produce(epoch, start)
         try:
-            for batch, indices in produce:
+            for batch, indices in _checked(produce, fetch):
                 ok = None
                 if valid is not None and self._pos[1] < len(valid):
                     ok = valid[self._pos[1]]
@@ -434,6 +466,8 @@ class LoaderBase:
                     seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
                     self.last_batch_indices = seen[-1]
                 self._pos = (epoch, self._pos[1] + 1)  # counted as handed over
+                if fetch is not None:
+                    fetch.at(*self._pos)
                 yield batch
                 if token != self._token:  # iter() or load_state_dict() since: read nothing more
                     raise _ended(self._ended_by)
@@ -468,7 +502,11 @@ class LoaderBase:
         try:
             self._end_live("close()")
         finally:
-            self._release()
+            try:
+                self._release()
+            finally:
+                if getattr(self, "_fetch", None) is not None:
+                    self._fetch.close()
 
     def __enter__(self):
         return self

@@ -8,12 +8,12 @@ epoch plan, sharding, bad-file policy and resume are the same for all three (sha
 in its own threads); shard samples by offset. A folder's listing and each shard's index are
 cached (``pipelines.sources.cache``): made once, then read back while the files are unchanged.
 
-A root is local. One with a URL scheme (``s3://``, ``gs://``, ``https://``, any
-``scheme://``, and WebDataset's ``pipe:``) raises one ``DatasetRootError`` saying that remote
-roots are not supported yet (``check_local_root``), from ``source_kind``, ``open_source`` and
-``list_dataset`` alike, so every backend and command-line tool says the same; before, such a
-root was read as a local path (``s3:/bucket/...``) and reported missing. A path that exists
-locally is local, whatever it looks like.
+Tar shards may also be remote: ``http(s)://``, ``s3://`` or ``pipe:`` URLs with brace ranges,
+or a list of them (``pipelines.sources.remote``), indexed once (``remote_index``) and read from
+a local spool (``spool``). Any other scheme (``gs://``, ``ftp://``, ...) raises one
+``DatasetRootError`` naming it (``check_local_root``), from ``source_kind``, ``open_source`` and
+``list_dataset`` alike, so every backend and command-line tool says the same. A path that
+exists locally is local, whatever it looks like.
 """
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from pipelines.sources import remote, remote_index
 from pipelines.sources.cache import cached_listing
 from pipelines.sources.folder import (
     IMAGE_EXTENSIONS,
@@ -48,15 +50,22 @@ _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):/(/?)")
 def root_base(root) -> str:
     """The folder a listing's paths are relative to: the root folder, or the folder of a file
     list or a single shard."""
+    if isinstance(root, (list, tuple)) or remote.is_remote(root):
+        first = remote.shown(root).lstrip("[").split(",")[0].rstrip("]")
+        return os.path.dirname(first)
     root = str(root)
     return root if os.path.isdir(root) else os.path.dirname(root)
 
 
 def check_local_root(root) -> None:
-    """Raise ``DatasetRootError`` when ``root`` is a URL (module doc): remote roots are not
-    supported yet; ``TypeError`` when it is not a str path (bytes, a number). ``None`` and ``""``
-    are left to the listing, which names them."""
+    """Raise ``DatasetRootError`` when ``root`` is a URL this package does not read (module
+    doc; ``pipelines.sources.remote.check_root``); ``TypeError`` when it is not a str path, a
+    URL or a list of them (bytes, a number). ``None`` and ``""`` are left to the listing, which
+    names them."""
     if root is None or isinstance(root, bool):
+        return
+    if isinstance(root, (list, tuple)):
+        remote.check_root(list(root))
         return
     try:
         s = os.fspath(root)
@@ -64,20 +73,24 @@ def check_local_root(root) -> None:
         s = root
     if not isinstance(s, str):
         raise TypeError(f"root={root!r} must be a str or os.PathLike path, not {type(s).__name__}")
+    remote.check_root(unfold(s))
+
+
+def unfold(s: str) -> str:
+    """A URL as its user wrote it: ``Path`` folds ``s3://b`` to ``s3:/b``."""
     m = _URL.match(s)
-    if m is not None:
-        scheme = m.group(1)
-        shown = s if m.group(2) else f"{s[:m.end()]}/{s[m.end():]}"  # undo Path's folding
-    elif s.lower().startswith("pipe:"):
-        scheme, shown = "pipe", s
-    else:
-        return
-    if os.path.exists(s):
-        return  # a local file or folder that merely looks like a URL
-    raise DatasetRootError(
-        f"root={shown!r}: remote roots ({scheme.lower()}{':' if scheme == 'pipe' else '://'}) are not "
-        "supported yet (streaming is a separate feature); copy or mount the data locally and "
-        "pass its local path")
+    if m is None or m.group(2) or os.path.exists(s):
+        return s
+    return f"{s[:m.end()]}/{s[m.end():]}"
+
+
+def as_root(root):
+    """``root`` as ``LoaderConfig`` stores it: a URL as a str (``unfold``), a list of shards as
+    a tuple, a local path as a ``Path``."""
+    if isinstance(root, (list, tuple)):
+        return tuple(unfold(os.fspath(r)) for r in root)
+    s = unfold(os.fspath(root))
+    return s if remote.scheme_of(s) else Path(s)
 
 
 def header_sizes(source: Source, k: int = SIZE_SAMPLE) -> list[tuple[int, int]]:
@@ -85,6 +98,9 @@ def header_sizes(source: Source, k: int = SIZE_SAMPLE) -> list[tuple[int, int]]:
     (PIL reads no pixels). Files PIL cannot open are left out: the loader reports them later."""
     count = len(source.names)
     picks = sorted({i * count // k for i in range(min(k, count))})
+    if getattr(source.read, "remote", False) and source.groups is not None:  # one shard's copy
+        first = int(source.groups[0])
+        picks = sorted({i * first // k for i in range(min(k, first))})
     out = []
     for i in picks:
         try:
@@ -153,16 +169,21 @@ def source_kind(root) -> SourceKind:
     return SourceKind.FOLDER
 
 
-def open_source(root: str | os.PathLike, *, allow_empty: bool = False,
+def open_source(root, *, allow_empty: bool = False,
                 extensions: tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False,
-                target: object = "class") -> Source:
+                target: object = "class", storage: remote.Storage | None = None) -> Source:
     """The ``Source`` of ``root`` (arguments as ``list_dataset``'s; ``target`` as
-    ``LoaderConfig.target``: which labels the files must hold, ``pipelines.sources.targets``).
+    ``LoaderConfig.target``: which labels the files must hold, ``pipelines.sources.targets``;
+    ``storage``: how remote shards are reached, ``pipelines.sources.remote``).
 
     Raises:
         ValueError: naming ``target``: a ``"multilabel"`` or column target for a folder root.
     """
     check_local_root(root)
+    if isinstance(root, (str, os.PathLike)) and not isinstance(root, str):
+        root = unfold(os.fspath(root))
+    if remote.is_remote(root):
+        return _remote_source(root, extensions, skip_bad, storage or remote.Storage(), target)
     if is_shard_root(root):
         s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target)
         labels, targets = _split_targets(s.labels)
@@ -184,6 +205,29 @@ def _split_targets(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     if labels.ndim == 2:
         return np.zeros(len(labels), np.int64), labels.astype(np.float32)
     return labels, None
+
+
+def _remote_source(root, extensions, skip_bad: bool, storage: remote.Storage,
+                   target: object = "class") -> Source:
+    """Remote shards (``pipelines.sources.remote``), read from their spooled copies."""
+    from pipelines.sources.spool import SpoolReader
+
+    names = remote.register(root, storage)
+    if any(not remote.scheme_of(n) for n in names):
+        raise DatasetRootError(f"root={remote.shown(root)!r}: a list mixes local and remote "
+                               "shards; list only one kind")
+    if from_source(target):
+        raise ValueError(f"target={target!r} is read from each sample's label members, which "
+                         "remote shards do not serve yet; use target='class', 'none' or a "
+                         "target_fn, or copy the shards to a local folder")
+    s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target)
+    labels, targets = _split_targets(s.labels)
+    known = remote_index.STAMPS
+    stamps = np.stack([known[n] if n in known else remote.stamp(n) for n in s.shards])
+    files = [remote_index.spool_key(n, st) + ".tar" for n, st in zip(s.shards, stamps)]
+    return Source(SourceKind.SHARDS, s.names, labels, s.classes,
+                  SpoolReader(s.shards, files, s.shard_of, s.offsets, s.sizes, stamps,
+                              storage.timeout), s.groups, targets)
 
 
 def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,

@@ -87,9 +87,11 @@ from typing import IO, cast
 
 import numpy as np
 
+from pipelines.sources import remote
 from pipelines.sources.cache import RACY_S, _join, cache_dir, write_npz
 from pipelines.sources.folder import IMAGE_EXTENSIONS, DatasetRootError
 from pipelines.sources.lists import MAX_CLASS_LIMIT, as_int, index_limit
+from pipelines.sources.remote import braces  # noqa: F401  (re-exported: WebDataset's brace URLs)
 from pipelines.sources.targets import as_number, from_source, multi_hot, split_labels
 
 INDEX_VERSION = 3  # 2: integer-valued float labels, labels >= 2**31 refused; 3: label members
@@ -98,7 +100,6 @@ INDEXED = frozenset({e[1:] for e in IMAGE_EXTENSIONS}
                     | {"tif", "tiff", "jp2", "j2k", "jpx", "pnm", "ppm", "pgm"})
 _BLOCK = 512
 _GLOB = re.compile(r"[*?\[]")
-_BRACE = re.compile(r"\{([^{}]*)\}")
 
 
 class ShardError(DatasetRootError):
@@ -114,6 +115,8 @@ def is_shard_root(root) -> bool:
     """Whether ``root`` names tar shards (a ``.tar``, a pattern of them, or a folder of them)."""
     if root is None or isinstance(root, bool):
         return False
+    if isinstance(root, (list, tuple)) or remote.is_remote(root):  # pipelines.sources.remote
+        return True
     try:
         s = os.fspath(root)
     except TypeError:
@@ -132,26 +135,11 @@ def is_shard_root(root) -> bool:
     return False
 
 
-def braces(pattern: str) -> list[str]:
-    """Expand ``{a,b}`` and ``{000..031}`` (zero padding kept) as WebDataset's URLs do."""
-    m = _BRACE.search(pattern)
-    if m is None:
-        return [pattern]
-    body, out = m.group(1), []
-    r = re.fullmatch(r"(\d+)\.\.(\d+)", body)
-    if r:
-        lo, hi = r.groups()
-        width = len(lo) if lo.startswith("0") else 0
-        items = [str(k).zfill(width) for k in range(int(lo), int(hi) + 1)]
-    else:
-        items = body.split(",")
-    for item in items:
-        out += braces(pattern[:m.start()] + item + pattern[m.end():])
-    return out
-
-
 def shard_paths(root) -> list[str]:
-    """The shards of ``root``, sorted; ``ShardError`` when none match."""
+    """The shards of ``root``, sorted; ``ShardError`` when none match. Remote shards and lists
+    of shards are named in the order given (``pipelines.sources.remote.names``)."""
+    if isinstance(root, (list, tuple)) or remote.is_remote(root):
+        return remote.names(root)
     s = os.fspath(root)
     if os.path.isdir(s):
         found = sorted(os.path.join(s, n) for n in os.listdir(s)
@@ -357,7 +345,10 @@ def _load_index(file: Path, stamp: np.ndarray) -> ShardIndex | None:
 
 
 def cached_index(path: str) -> ShardIndex:
-    """``index_shard(path)``, from the cache while the shard's size and mtime are unchanged."""
+    """``index_shard(path)``, from the cache while the shard's size and mtime are unchanged
+    (a remote shard: ``pipelines.sources.remote_index``)."""
+    if remote.scheme_of(path):
+        return remote.index(path)
     file = _cache_file(path)
     st = os.stat(path)
     stamp = np.asarray([st.st_size, st.st_mtime_ns], np.int64)
@@ -367,15 +358,19 @@ def cached_index(path: str) -> ShardIndex:
             return idx
     idx = index_shard(path)
     if file is not None and st.st_mtime_ns <= time.time_ns() - int(RACY_S * 1e9):
-        try:
-            write_npz(file, stamp=stamp, keys=_join(idx.keys), exts=_join(idx.exts),
-                      offsets=idx.offsets, sizes=idx.sizes, labels=idx.labels,
-                      members=idx.members,
-                      problems=_join([x for p in idx.problems for x in p]),
-                      nproblems=np.int64(2 * len(idx.problems)), damage=np.str_(idx.damage))
-        except (OSError, ValueError):
-            pass  # a read-only cache: index again next time
+        store_index(file, stamp, idx)
     return idx
+
+
+def store_index(file: Path, stamp: np.ndarray, idx: ShardIndex) -> None:
+    """Write ``idx`` to the cache entry ``file`` (read back by ``_load_index``)."""
+    try:
+        write_npz(file, stamp=stamp, keys=_join(idx.keys), exts=_join(idx.exts),
+                  offsets=idx.offsets, sizes=idx.sizes, labels=idx.labels, members=idx.members,
+                  problems=_join([x for p in idx.problems for x in p]),
+                  nproblems=np.int64(2 * len(idx.problems)), damage=np.str_(idx.damage))
+    except (OSError, ValueError):
+        pass  # a read-only cache: index again next time
 
 
 # -- the shard set -------------------------------------------------------------------------------
@@ -472,17 +467,17 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False,
         cols["offsets"].append(idx.offsets[rows])
         cols["sizes"].append(idx.sizes[rows])
     if dropped:
-        warnings.warn(f"root={os.fspath(root)!r}: skipped {len(dropped)} bad shards or samples "
+        warnings.warn(f"root={remote.shown(root)!r}: skipped {len(dropped)} bad shards or samples "
                       f"(on_bad_file='skip'): " + "; ".join(dropped[:5])
                       + (f"; and {len(dropped) - 5} more" if len(dropped) > 5 else ""),
                       RuntimeWarning, stacklevel=4)
     if other:
-        warnings.warn(f"root={os.fspath(root)!r}: skipped {sum(other.values())} samples whose "
+        warnings.warn(f"root={remote.shown(root)!r}: skipped {sum(other.values())} samples whose "
                       "image extension is not in extensions (" + ", ".join(
                           f"{n} .{e}" for e, n in sorted(other.items())) + "); add them to "
                       "LoaderConfig.extensions to read them", RuntimeWarning, stacklevel=4)
     if not names:
-        raise ShardError(f"root={os.fspath(root)!r}: the {len(shards)} shards hold no sample "
+        raise ShardError(f"root={remote.shown(root)!r}: the {len(shards)} shards hold no sample "
                          f"with an image ({', '.join(sorted(exts))}) and a label")
     cat = {k: np.concatenate(v) for k, v in cols.items()}
     labels: np.ndarray = cat["labels"].astype(np.int64)

@@ -1,0 +1,321 @@
+"""The local spool of remote shards: one fetcher thread copies them, the readers ``pread`` them.
+
+NOTE [spool]
+DataLoader workers and DALI's read-ahead threads each call ``reader(i)``; if each fetched its
+own byte ranges, the traffic would grow with their count. Instead one ``Fetcher`` thread in
+the loader's process follows this rank's plan, the shard order of each epoch, a little ahead
+of the consumer (``AHEAD`` shards), and copies each shard it needs whole
+(``remote.download``) to a local spool file; ``SpoolReader(i)`` waits for the file of sample
+``i``'s shard and reads the sample from it with one ``os.pread``, as ``ShardReader`` does from a
+local shard (so DALI's size check, ``validate.decoded_size``, reads spooled bytes as any).
+
+* A reader whose shard is not spooled yet (a worker ahead of the fetcher's plan position, or
+  a header read when the loader is built) leaves a request file in the spool's control
+  folder; the fetcher serves requests first. Readers never download.
+* A reader waits while the fetcher is alive (a heartbeat file it touches at least every
+  second, also during a download); a fetcher that stopped beating for ``2 x read_timeout +
+  10`` s, or an hour's wait, is a ``TimeoutError`` naming the shard. A shard the fetcher gave up
+  on leaves an error file: its readers raise its message at once.
+* Without ``LoaderConfig.shard_cache`` the spool is a private temporary folder, deleted at
+  ``close()``; a shard leaves it once the consumer has received every batch of the plan that
+  reads it (the loader pushes its position, ``at``), so the disk holds the shards of the
+  batches in flight plus ``AHEAD``, whatever the dataset size. With ``shard_cache`` the shards
+  stay there across epochs and loaders, the least recently used removed once the folder
+  holds more than ``shard_cache_bytes`` (never one in use).
+* The fetcher's failures reach the consumer: ``check()`` re-raises the original exception
+  at the next batch (``LoaderBase``). A shard shorter than its index under
+  ``on_bad_file="skip"`` is not a failure: its samples become bad files, counted.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from pipelines.sources import remote
+
+AHEAD = 2  # shards copied ahead of the consumer's need
+BEAT_S = 0.5
+WAIT_S = 3600.0
+
+
+class SpoolReader:
+    """``reader(i) -> bytes``: sample ``i``'s image from the spooled copy of its shard.
+
+    Picklable (DataLoader workers); ``data_dir`` and ``ctl`` are set by the ``Fetcher``."""
+
+    remote = True  # pipelines.sources.root.header_sizes: read the first shard only
+
+    def __init__(self, names: Sequence[str], files: Sequence[str], shard_of: np.ndarray,
+                 offsets: np.ndarray, sizes: np.ndarray, stamps: np.ndarray, timeout: float):
+        self.names, self.files = tuple(names), tuple(files)
+        self.shard_of, self.offsets, self.sizes, self.stamps = shard_of, offsets, sizes, stamps
+        self.stall_s = 2 * timeout + 10
+        self.data_dir: str | None = None
+        self.ctl: str | None = None
+
+    def path(self, s: int) -> str:
+        return os.path.join(self.data_dir or "", self.files[s])
+
+    def __call__(self, i: int) -> bytes:
+        if self.data_dir is None or self.ctl is None:
+            raise RuntimeError("remote shards are read through a loader (create_loader), which "
+                               "runs their fetcher")
+        s = int(self.shard_of[i])
+        path, start, asked = self.path(s), time.monotonic(), False
+        nap = 0.002
+        while True:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                self._wait(s, start, asked)
+                if not asked:
+                    _touch(os.path.join(self.ctl, f"{s}.want"))
+                    asked = True
+                time.sleep(nap)
+                nap = min(nap * 2, 0.05)
+                continue
+            try:
+                size = int(self.sizes[i])
+                data = os.pread(fd, size, int(self.offsets[i]))
+            finally:
+                os.close(fd)  # not kept: an evicted shard's space is freed at once
+            if len(data) != size:
+                raise OSError(f"short read: {len(data)} of {size} bytes of the spooled copy of "
+                              f"{self.names[s]!r}")
+            return data
+
+    def _wait(self, s: int, start: float, asked: bool) -> None:
+        ctl = self.ctl or ""
+        for name in (f"{s}.err", "fatal"):
+            try:
+                with open(os.path.join(ctl, name)) as f:
+                    raise OSError(f.read())
+            except FileNotFoundError:
+                pass
+        now = time.monotonic()
+        try:
+            beat = time.time() - os.stat(os.path.join(ctl, "alive")).st_mtime
+        except FileNotFoundError:
+            beat = float("inf")
+        if asked and (beat > self.stall_s or now - start > WAIT_S):
+            raise TimeoutError(f"shard {self.names[s]!r}: waited {now - start:.0f} s for its "
+                               "spooled copy; the fetcher " + ("stopped" if beat > self.stall_s
+                                                               else "did not deliver it"))
+
+
+def _touch(path: str) -> None:
+    try:
+        with open(path, "a"):
+            pass
+        os.utime(path)
+    except OSError:
+        pass
+
+
+class _Stopped(Exception):
+    pass
+
+
+class Fetcher:
+    """The thread that copies this rank's shards to the spool (module NOTE).
+
+    Args:
+        reader: the source's ``SpoolReader`` (its ``data_dir`` and ``ctl`` are set here).
+        plan_of: ``plan_of(epoch)``, this rank's batches.
+        batches: batches per epoch (``len(loader)``).
+        skip_bad: ``on_bad_file="skip"``: a short shard's samples become bad files.
+        cache, cache_bytes: ``LoaderConfig.shard_cache`` and ``shard_cache_bytes``.
+    """
+
+    def __init__(self, reader: SpoolReader, plan_of: Callable[[int], list[np.ndarray]],
+                 batches: int, *, skip_bad: bool, cache: str | None = None,
+                 cache_bytes: int | None = None):
+        self.reader, self.plan_of, self.batches = reader, plan_of, max(1, batches)
+        self.skip_bad, self.cache_bytes = skip_bad, cache_bytes
+        self.tmp = tempfile.mkdtemp(prefix="gpu-feed-spool-")
+        self.data_dir = cache or self.tmp
+        os.makedirs(self.data_dir, exist_ok=True)
+        reader.data_dir, reader.ctl = self.data_dir, self.tmp
+        n = len(reader.names)
+        ends = np.zeros(n, np.int64)
+        np.maximum.at(ends, reader.shard_of.astype(np.int64), reader.offsets + reader.sizes)
+        self._ends = ends
+        self._cond = threading.Condition()
+        self._origin: tuple[int, int] | None = None
+        self._gen = 0
+        self._consumer = -1
+        self._live: dict[int, float] = {}  # shard -> the last global step that reads it
+        self._first: dict[int, int] = {}
+        self._have: set[int] = set()
+        self._beat_at = 0.0
+        self._stop = False
+        self.error: BaseException | None = None
+        self.bytes_fetched = 0
+        self._beat(force=True)
+        self._thread = threading.Thread(target=self._run, name="gpu-feed-fetch", daemon=True)
+        self._thread.start()
+
+    # -- the consumer's side ------------------------------------------------------------------
+    def follow(self, epoch: int, start: int) -> None:
+        """The consumer starts ``epoch`` at batch ``start``: go on, or walk from there."""
+        g = epoch * self.batches + start
+        with self._cond:
+            if self._origin is None or g != self._consumer:
+                self._origin, self._gen = (epoch, start), self._gen + 1
+            self._consumer = g
+            self._cond.notify_all()
+
+    def at(self, epoch: int, done: int) -> None:
+        """The consumer has received ``done`` batches of ``epoch``."""
+        with self._cond:
+            self._consumer = epoch * self.batches + done
+            self._cond.notify_all()
+
+    def check(self) -> None:
+        """Raise the fetcher's failure, if any, in the consumer."""
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- the thread ---------------------------------------------------------------------------
+    def _beat(self, force: bool = False) -> None:
+        if self._stop:
+            raise _Stopped
+        now = time.monotonic()
+        if force or now - self._beat_at > BEAT_S / 2:
+            self._beat_at = now
+            _touch(os.path.join(self.tmp, "alive"))
+
+    def _jobs(self, epoch: int, start: int) -> Iterator[tuple[int, int, int]]:
+        """``(shard, first step, last step)`` in the order the plan first reads the shards."""
+        e, skip = epoch, start
+        while True:
+            first: dict[int, int] = {}
+            last: dict[int, int] = {}
+            for b, idx in enumerate(self.plan_of(e)):
+                if b < skip:
+                    continue
+                for s in np.unique(self.reader.shard_of[idx]).tolist():
+                    first.setdefault(s, b)
+                    last[s] = b
+            base = e * self.batches
+            for s in sorted(first, key=first.__getitem__):
+                yield s, base + first[s], base + last[s]
+            e, skip = e + 1, 0
+
+    def _run(self) -> None:
+        try:
+            gen = -1
+            jobs: Iterator[tuple[int, int, int]] | None = None
+            pending: tuple[int, int, int] | None = None
+            while True:
+                with self._cond:
+                    if self._origin is not None and gen != self._gen:
+                        gen, jobs, pending = self._gen, self._jobs(*self._origin), None
+                        self._live = {s: v for s, v in self._live.items() if v == float("inf")}
+                self._requests()
+                self._evict()
+                if pending is None and jobs is not None:
+                    pending = next(jobs)
+                if pending is not None and self._may_fetch(pending[1]):
+                    s, g0, g1 = pending
+                    self._first[s] = g0
+                    self._live[s] = g1 if self._live.get(s, -1) == float("inf") \
+                        else max(self._live.get(s, -1), g1)
+                    self._fetch(s)
+                    pending = None
+                    continue
+                self._beat()
+                with self._cond:
+                    self._cond.wait(0.02)
+        except _Stopped:
+            return
+        except BaseException as e:  # noqa: BLE001 - re-raised in the consumer (check)
+            self.error = e
+            try:
+                with open(os.path.join(self.tmp, "fatal"), "w") as f:
+                    f.write(str(e))
+            except OSError:
+                pass
+
+    def _may_fetch(self, g0: int) -> bool:
+        ahead = sum(1 for s, v in self._live.items()
+                    if s in self._have and self._first.get(s, 0) > self._consumer and v != float("inf"))
+        return g0 <= self._consumer + 1 or ahead < AHEAD
+
+    def _requests(self) -> None:
+        for name in os.listdir(self.tmp):
+            if not name.endswith(".want"):
+                continue
+            s = int(name[:-5])
+            if s not in self._live:
+                self._live[s] = float("inf")  # kept until the plan's walk reaches it
+            self._fetch(s)
+            os.unlink(os.path.join(self.tmp, name))
+
+    def _evict(self) -> None:
+        done = [s for s in self._have if self._live.get(s, -1) < self._consumer]
+        if self.data_dir == self.tmp:
+            for s in done:
+                remote._unlink(self.reader.path(s))
+                self._have.discard(s)
+                self._live.pop(s, None)
+        elif self.cache_bytes is not None:
+            self._trim()
+
+    def _trim(self) -> None:
+        """The least recently used shards of the shard cache out, down to ``cache_bytes``."""
+        keep = {self.reader.files[s] for s, v in self._live.items() if v >= self._consumer}
+        entries = []
+        for e in os.scandir(self.data_dir):
+            if e.name.endswith(".tar"):
+                st = e.stat()
+                entries.append((st.st_mtime, st.st_size, e.name))
+        total = sum(size for _, size, _ in entries)
+        for _, size, name in sorted(entries):
+            if total <= (self.cache_bytes or 0):
+                break
+            if name not in keep:
+                remote._unlink(os.path.join(self.data_dir, name))
+                total -= size
+        self._have = {s for s in self._have if os.path.exists(self.reader.path(s))}
+
+    def _fetch(self, s: int) -> None:
+        path = self.reader.path(s)
+        if os.path.exists(path):
+            os.utime(path)  # recently used (shard_cache)
+            self._have.add(s)
+            return
+        if os.path.exists(os.path.join(self.tmp, f"{s}.err")):
+            return
+        name, want = self.reader.names[s], int(self.reader.stamps[s][0])
+        try:
+            size = remote.download(name, path, expect=want, beat=self._beat)
+            if size < self._ends[s]:
+                os.unlink(path)
+                raise remote.RemoteError(f"shard {name!r}: {size} bytes arrived, its index "
+                                         f"reads up to byte {int(self._ends[s])} (the shard "
+                                         "changed or ended early); clear the listing cache")
+        except remote.RemoteError as e:
+            with open(os.path.join(self.tmp, f"{s}.err"), "w") as f:
+                f.write(str(e))
+            if self.skip_bad and "ended early" in str(e):
+                return  # its samples are bad files, counted (module NOTE)
+            raise
+        self.bytes_fetched += size
+        self._have.add(s)
+        if self.data_dir != self.tmp and self.cache_bytes is not None:
+            self._trim()

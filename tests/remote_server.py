@@ -1,0 +1,113 @@
+"""A small HTTP server on 127.0.0.1 for tests/test_remote.py: files of a folder, HEAD and
+``Range`` requests, and faults on demand (503 answers, dropped connections, stalls)."""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FaultyServer
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _file(self):
+        path = os.path.join(self.server.folder, self.path.split("?")[0].lstrip("/"))
+        return path if os.path.isfile(path) else None
+
+    def do_HEAD(self) -> None:
+        path = self._file()
+        if path is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(os.path.getsize(path)))
+        self.send_header("ETag", f'"{os.path.getmtime(path)}"')
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        s = self.server
+        name = self.path.split("?")[0].lstrip("/")
+        s.gets[name] += 1
+        path = self._file()
+        if path is None:
+            self.send_error(404)
+            return
+        with s.lock:
+            fail = s.fail_503.get(name, 0)
+            if fail:
+                s.fail_503[name] = fail - 1
+            drop = s.drop.get(name, 0)
+            if drop:
+                s.drop[name] = drop - 1
+        if fail:
+            self.send_error(503, "try later")
+            return
+        with open(path, "rb") as f:
+            data = f.read()
+        lo = 0
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes="):
+            lo = int(rng[6:].split("-")[0])
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {lo}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        body = data[lo:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if name in s.stall or "*" in s.stall:
+            s.stopping.wait(8)  # longer than the tests' read_timeout, bounded
+            return
+        if drop:
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+        s.sent[name] += len(body)
+
+
+class FaultyServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, folder: str):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.folder = folder
+        self.lock = threading.Lock()
+        self.fail_503: dict[str, int] = {}
+        self.drop: dict[str, int] = {}
+        self.stall: set[str] = set()
+        self.gets: collections.Counter = collections.Counter()
+        self.sent: collections.Counter = collections.Counter()
+        self.stopping = threading.Event()
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.shutdown()
+        self.server_close()
+        self._thread.join(5)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.fail_503.clear()
+            self.drop.clear()
+            self.stall.clear()
+            self.gets.clear()
+            self.sent.clear()
+        time.sleep(0)
