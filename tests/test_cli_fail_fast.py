@@ -174,10 +174,12 @@ def test_the_module_entry_point_prints_one_line_and_exits_2(tmp_path):
     assert "--backends" in one_line(p.stderr)
 
 
-# --- compare train and the helpers -----------------------------------------------------------
+# --- examples/train.py and the helpers -----------------------------------------------------------
 
 def _train(*args):
-    return compare_main.main(["train", "--backend", "pageable", "--workers", "0", *args])
+    from examples.train import main as train
+
+    return train(["--backend", "pageable", "--workers", "0", *args])
 
 
 @pytest.mark.parametrize("args, name", [
@@ -273,7 +275,7 @@ def test_microbench_refuses_bad_arguments(root, capsys, args, name):
 
 def test_argparse_errors_are_one_line(capsys):
     with pytest.raises(SystemExit) as e:
-        compare_main.main(["train", "--backend", "pageable", "--data", "x", "--epochs", "two"])
+        _train("--data", "x", "--epochs", "two")
     assert e.value.code == 2
     assert "--epochs" in one_line(capsys.readouterr().err)
 
