@@ -28,6 +28,7 @@ from pipelines.placement import placement
 
 PROG = "examples/train.py"
 CHECKPOINT_KEYS = ("loader", "model", "optimizer")
+FLAGS = {"batch_size": "--batch-size", "num_workers": "--workers", "root": "--data"}
 
 
 def fail(msg: object, code: int = 2) -> int:
@@ -166,19 +167,12 @@ def train(a, cuda: bool, ddp: bool) -> int:
             device="cuda" if cuda else "cpu", dtype="bfloat16" if cuda else "float32",
             channels_last=cuda, last_batch="drop", on_bad_file=a.on_bad_file,
             debug_indices=a.log_batches is not None)
-    except (ValueError, TypeError) as e:
-        flag = {"batch_size": "--batch-size", "num_workers": "--workers"}.get(
-            str(e).split("=")[0], "")
-        return fail(f"{flag}: {e}" if flag else e)
-    try:
         loader = create_loader(a.backend, cfg)
-    except (ValueError, TypeError, ImportError) as e:
-        return fail(f"--data: {e}")
+    except (ValueError, TypeError, ImportError) as e:  # the library's message, e.g.
+        name = str(e).split("=")[0]  # "batch_size=0 must be ..." -> "--batch-size: batch_size=0"
+        return fail(f"{FLAGS[name]}: {e}" if name in FLAGS else e)
     device = cfg.resolved().torch_device
     try:
-        if len(loader) == 0:
-            raise ValueError(f"--batch-size {cfg.batch_size} gives no batch: this rank's share "
-                             f"of the dataset is smaller; use a smaller --batch-size")
         model = build_model(a.model or ("resnet50" if cuda else "tinycnn"),
                             max(2, len(loader.classes)))
     except ValueError as e:

@@ -186,7 +186,7 @@ def _train(*args):
     (["--batch-size", "0"], "--batch-size: batch_size=0"),
     (["--epochs", "0"], "--epochs 0"),
     (["--workers", "-1"], "--workers: num_workers=-1"),
-    (["--batch-size", "41"], "--batch-size 41"),
+    (["--batch-size", "41"], "--batch-size: batch_size=41"),
     (["--lr", "0"], "--lr"),
     (["--model", "no_such_net"], "--model"),
 ])
