@@ -82,10 +82,11 @@ Times every backend on the same files, augmentation, batch size, model, steps an
 writes a table, results.json, PNG plots and summary.md (the verdict first) to --out."""
 
 EPILOG = """\
-other commands (python -m compare COMMAND --help): doctor (check this machine), diff (two results.json: faster, slower or no difference), report
-(the summary again), memory, scaling, plot. Multi-GPU: torchrun ... -m compare.
---help-all: every option (the lab ones too), how presets and sweeps pick the variants, and
-what is checked before timing. A training loop to copy: examples/train.py in the repository."""
+other commands (python -m compare COMMAND --help): doctor (check this machine), diff (two
+results.json: faster, slower or no difference), report (the summary again), memory, scaling,
+plot. Multi-GPU: torchrun ... -m compare. --help-all: every option (the lab ones too), how
+presets and sweeps pick the variants, and what is checked before timing. A training loop to
+copy: examples/train.py in the repository."""
 
 # NOTE [short and full help]: ``--help`` shows the options the README and docs/benchmarking.md
 # teach, each in a line or two, so a newcomer reads one screen (issue 42). The lab options

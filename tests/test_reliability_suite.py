@@ -21,9 +21,9 @@ import compare.__main__ as compare_main
 import compare.isolate as compare_isolate
 import compare.suite as compare_suite
 from compare import diff, owned
-from examples import train as compare_train
 from compare.report import rows as report_rows
 from compare.results import Repeat, SuiteResult, VariantResult, strict
+from examples import train as compare_train
 from tools import resume_test
 
 FAST = ["--model", "none", "--steps", "2", "--warmup", "0", "--repeats", "1", "--device", "cpu",

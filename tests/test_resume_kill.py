@@ -1,4 +1,5 @@
-"""``python -m tools.resume_test`` (``examples/train.py``): a real SIGKILL mid-epoch, resumed, joined = uninterrupted."""
+"""``python -m tools.resume_test``: a real SIGKILL of ``examples/train.py`` mid-epoch, resumed,
+joined = uninterrupted."""
 from __future__ import annotations
 
 import os
