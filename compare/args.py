@@ -171,6 +171,8 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
         help="a file that is not a decodable image: stop with its name (error) or "
              "replace it within its batch and count it (skip)")
     add("--out", default="runs/compare", metavar="DIR", help="output directory")
+    add("--details", action="store_true",
+        help="also the research sections: spreads, timed windows, the probes' sections")
     add("--no-ceiling", action="store_true", help="skip the model-only ceiling run")
     add("--transform", metavar="MODULE:NAME",
         short="your torchvision v2 Compose; DALI translates it",

@@ -218,7 +218,7 @@ def test_the_within_window_spread_is_reported_and_survives_json(tmp_path):
     back = SuiteResult.load(tmp_path / "r.json").variants[0]
     assert back.repeats[0].halves == (1150.0, 850.0) and back.within_spread() == 300.0
     assert back.repeats[0].loader_only_halves == (0.5, 1.5)
-    assert "| pinned | 6.0 | 300.0 |" in markdown(run)
+    assert "| pinned | 6.0 | 300.0 |" in markdown(run, details=True)
 
 
 def test_a_wide_within_window_spread_raises_the_noise_floor():

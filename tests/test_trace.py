@@ -95,7 +95,7 @@ def test_slug_names_a_unit_file():
 def test_the_suite_traces_each_variants_first_repeat_and_the_ceiling(tiny_root, tmp_path, how):
     out = tmp_path / "t"
     assert suite(["--data", str(tiny_root), "--out", str(out), *FAST, how, "--backends",
-                  "pageable,pinned", "--steps", "3", "--repeats", "2", "--trace"]) == 0
+                  "pageable,pinned", "--steps", "3", "--repeats", "2", "--trace", "--details"]) == 0
     r = json.loads((out / "results.json").read_text())
     assert r["setup"]["trace"] is True
     for v in r["variants"] + [r["ceiling"]]:
