@@ -445,5 +445,5 @@ def test_every_recorded_run_loads_and_summarises_with_the_current_code():
     assert recorded and fixtures
     for path in recorded + fixtures:
         res = SuiteResult.load(path)
-        text = markdown(res)
+        text = markdown(res, details=True)
         assert all(res.row_label(v) in text for v in res.variants), path
