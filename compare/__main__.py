@@ -1,4 +1,4 @@
-"""``python -m compare [run] | train | doctor | memory | diff | scaling | plot | report``.
+"""``python -m compare [run] | doctor | memory | diff | scaling | plot | report``.
 
 Each command is a module with its own argparse parser (``main(argv)``), imported only when it
 is asked for: ``run`` (the default, ``compare.args`` then ``compare.suite``) parses its options
@@ -12,7 +12,6 @@ import sys
 # command -> (module, one-line summary); ``run`` is the default when no command is given
 COMMANDS = {
     "run": ("compare.suite", "time every backend on the same files and model (the default)"),
-    "train": ("compare.train", "a short training run through one backend"),
     "doctor": ("compare.doctor", "check /dev/shm, workers, pinned memory, CUDA and DALI here"),
     "memory": ("compare.memory", "device and host memory of each backend over epochs"),
     "diff": ("compare.diff", "compare two results.json: faster, slower or no difference"),
@@ -20,8 +19,9 @@ COMMANDS = {
     "plot": ("compare.plot", "redraw the PNGs of a results.json"),
     "report": ("compare.report", "write the summary of a results.json again"),
 }
-# former commands, now developer tools in the repository's tools/ (not installed; issue 42)
-MOVED = {"fuzz": "python -m tools.fuzz", "microbench": "python -m tools.microbench"}
+# former commands, now in the repository's examples/ and tools/ (not installed; issue 42)
+MOVED = {"fuzz": "python -m tools.fuzz", "microbench": "python -m tools.microbench",
+         "train": "python examples/train.py"}
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,6 @@ writes a table, ``results.json``, PNG plots and ``summary.md`` to ``--out``.
 
 Commands (``python -m compare COMMAND --help`` for each):
   run      time every backend on the same files and model (the default; these options)
-  train    a short training run through one backend
   doctor   check /dev/shm, workers, pinned memory, CUDA and DALI on this machine
   memory   device and host memory of each backend over epochs
   diff     compare two results.json: faster, slower or no significant difference
@@ -83,11 +82,11 @@ Times every backend on the same files, augmentation, batch size, model, steps an
 writes a table, results.json, PNG plots and summary.md (the verdict first) to --out."""
 
 EPILOG = """\
-other commands (python -m compare COMMAND --help): train (a short training run), doctor
-(check this machine), diff (two results.json: faster, slower or no difference), report
-(the summary again), memory, scaling, plot. Multi-GPU: torchrun ... -m compare.
---help-all: every option (the lab ones too), how presets and sweeps pick the variants, and
-what is checked before timing."""
+other commands (python -m compare COMMAND --help): doctor (check this machine), diff (two
+results.json: faster, slower or no difference), report (the summary again), memory, scaling,
+plot. Multi-GPU: torchrun ... -m compare. --help-all: every option (the lab ones too), how
+presets and sweeps pick the variants, and what is checked before timing. A training loop to
+copy: examples/train.py in the repository."""
 
 # NOTE [short and full help]: ``--help`` shows the options the README and docs/benchmarking.md
 # teach, each in a line or two, so a newcomer reads one screen (issue 42). The lab options
@@ -115,7 +114,7 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
                    epilog=None if full else EPILOG, formatter_class=cli.HelpFormatter,
                    usage=None if full else
                    "%(prog)s [run] [--data DIR] [--backends LIST] [--out DIR] [options]\n"
-                   "       %(prog)s COMMAND ...   (train, doctor, diff, report, ...)",
+                   "       %(prog)s COMMAND ...   (doctor, diff, report, ...)",
                    see="--help, or --help-all for every option")
 
     def add(*names, short=None, lab=False, **kw):
@@ -172,6 +171,8 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
         help="a file that is not a decodable image: stop with its name (error) or "
              "replace it within its batch and count it (skip)")
     add("--out", default="runs/compare", metavar="DIR", help="output directory")
+    add("--details", action="store_true",
+        help="also the research sections: spreads, timed windows, the probes' sections")
     add("--no-ceiling", action="store_true", help="skip the model-only ceiling run")
     add("--transform", metavar="MODULE:NAME",
         short="your torchvision v2 Compose; DALI translates it",

@@ -1,6 +1,6 @@
 """Argument checks shared by every ``compare`` command-line tool.
 
-``python -m compare``, ``compare train``, ``compare doctor``, ``compare memory`` and
+``python -m compare``, ``compare doctor``, ``compare memory`` and
 ``tools.microbench`` validate their arguments here, before any work, so the same mistake gets
 the same message everywhere. A user error is one line that names the option, printed as
 ``<prog>: error: <message>`` with exit status 2 and no traceback.

@@ -1,4 +1,4 @@
-"""The suite and ``compare train`` as one job of ``torchrun``: every rank runs, rank 0 reports.
+"""The suite as one job of ``torchrun``: every rank runs, rank 0 reports.
 
 NOTE [the suite under torchrun]
 ``torchrun --nproc_per_node N -m compare ...`` starts N copies of the suite. ``start`` joins

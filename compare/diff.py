@@ -249,12 +249,6 @@ def judge(va, vb, metric: str = METRIC) -> Judgement:
     return Judgement(ratio, lo, hi, "faster" if mb > ma else "slower", "")
 
 
-def verdict(va, vb) -> tuple[float, str]:
-    """``(ratio, verdict)`` of B against A for one row (``judge`` has the interval and why)."""
-    j = judge(va, vb)
-    return j.ratio, j.verdict
-
-
 class Row(NamedTuple):
     """One row of the table: a variant (or the ceiling) in both runs."""
 
@@ -378,12 +372,6 @@ def table_rows(a: SuiteResult, b: SuiteResult, metric: str = METRIC,
         out.append(Row(label, _median(xa), _median(xb), j.ratio, j.lo, j.hi, j.verdict, j.note,
                        len(xa), len(xb)))
     return out
-
-
-def rows(a: SuiteResult, b: SuiteResult) -> list[tuple[str, float, float, float, str]]:
-    """``(label, A median, B median, ratio, verdict)`` for the ceiling and each shared variant
-    (``table_rows`` has the interval and the reason too)."""
-    return [(r.label, r.a, r.b, r.ratio, r.verdict) for r in table_rows(a, b)]
 
 
 def _in_one_process(v) -> bool:

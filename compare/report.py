@@ -335,7 +335,24 @@ def research_lines(res: SuiteResult) -> list[str]:
     return lines
 
 
-def markdown(res: SuiteResult) -> str:
+def details_lines(res: SuiteResult) -> list[str]:
+    """The research sections (``--details``): how the numbers were measured, and each lab
+    probe's section (``compare.probes``)."""
+    lines = research_lines(res)
+    lines += _block("**The step ran slower beside the loader** (busy time per sample against "
+                    "the ceiling's; not data waits: the loader's own GPU work shared the device)",
+                    contention_lines(res))
+    lines += _block("**Timed windows** (training run; without `--steps` at least "
+                    f"{FIT_QUEUES}x the queue; whole epochs when an epoch is at most twice the "
+                    "window; `--long` makes them at least 10x the queue)", window_lines(res))
+    for p in PROBES:
+        lines += p.summary_lines(res)
+    return lines
+
+
+def markdown(res: SuiteResult, details: bool = False) -> str:
+    """summary.md: the verdict, the setup, the table, notes and warnings; ``details``: the
+    research sections too (``details_lines``)."""
     s = res.setup
     e = res.env
     w = warnings_for(res)
@@ -384,15 +401,8 @@ def markdown(res: SuiteResult) -> str:
     lines += [_md(COLUMNS, rows(res))]
     if world > 1:
         lines += ["**Per rank** (medians over repeats)", "", _md(RANK_COLUMNS, rank_rows(res))]
-    lines += research_lines(res)
-    lines += _block("**The step ran slower beside the loader** (busy time per sample against "
-                    "the ceiling's; not data waits: the loader's own GPU work shared the device)",
-                    contention_lines(res))
-    lines += _block("**Timed windows** (training run; without `--steps` at least "
-                    f"{FIT_QUEUES}x the queue; whole epochs when an epoch is at most twice the "
-                    "window; `--long` makes them at least 10x the queue)", window_lines(res))
-    for p in PROBES:  # the lab probes' sections (compare.probes)
-        lines += p.summary_lines(res)
+    if details:
+        lines += details_lines(res)
     if s.get("notes"):
         lines += ["**Notes**", ""] + [f"- {x}" for x in s["notes"]] + [""]
     if w:
@@ -415,12 +425,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="a results.json written by python -m compare, or the folder holding it")
     p.add_argument("--out", metavar="FILE", default=None,
                    help="write the summary here (default: print it)")
+    p.add_argument("--details", action="store_true",
+                   help="add the research sections (spreads, windows, the probes' sections)")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     src = Path(a.results)
     if src.is_dir():
         src = src / "results.json"
     try:
-        text = markdown(load(src))
+        text = markdown(load(src), a.details)
     except ValueError as e:
         print(f"{PROG}: error: RESULTS.json: {str(src)!r} is {e}", file=sys.stderr)
         return 2

@@ -22,7 +22,7 @@ from .args import PROG, parse_args
 from .env import environment
 from .models import parse_model
 from .probes import PROBES, Active
-from .report import markdown, plots, table, verdict_lines, warnings_for
+from .report import details_lines, markdown, plots, table, verdict_lines, warnings_for
 from .results import FIT_QUEUES, SuiteResult
 from .runner import make_step, run_ceiling, run_variant
 from .variants import ORDER, Variant, parse_sweep, preset
@@ -393,7 +393,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
         if not job.main:
             return suite
         suite.dump(out / "results.json")
-        (out / "summary.md").write_text(markdown(suite))
+        (out / "summary.md").write_text(markdown(suite, getattr(a, "details", False)))
         return suite
 
     def late(code: int, why: str, tb: str | None = None) -> int:
@@ -483,6 +483,8 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
     print(table(suite))
     for w in warnings_for(suite):
         print(f"warning: {w}")
+    if getattr(a, "details", False):
+        print("\n".join(["", *details_lines(suite)]))
     print(f"\nwrote {out / 'results.json'}, {out / 'summary.md'}, "
           f"{', '.join(str(p) for p in pngs)} in {time.perf_counter() - t0:.0f}s")
     return 0

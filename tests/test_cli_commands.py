@@ -7,7 +7,7 @@ import time
 import pytest
 
 from compare import diff
-from compare.__main__ import COMMANDS, main
+from compare.__main__ import COMMANDS, MOVED, main
 from compare.results import Repeat, SuiteResult, VariantResult
 
 
@@ -22,6 +22,13 @@ def test_every_command_has_a_fast_help_without_torch(command):
                          check=True).stdout
     assert time.perf_counter() - t < 10  # generous: CI machines are slow and shared
     assert out.strip().endswith("NO-TORCH") and "usage:" in out
+
+
+@pytest.mark.parametrize("command", sorted(MOVED))
+def test_a_moved_command_is_one_line_naming_its_new_place(command, capsys):
+    assert main([command, "--help"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no longer a command" in err and MOVED[command] in err
 
 
 def test_run_help_lists_the_commands_and_shows_defaults(capsys):

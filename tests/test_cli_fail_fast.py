@@ -174,17 +174,19 @@ def test_the_module_entry_point_prints_one_line_and_exits_2(tmp_path):
     assert "--backends" in one_line(p.stderr)
 
 
-# --- compare train and the helpers -----------------------------------------------------------
+# --- examples/train.py and the helpers -----------------------------------------------------------
 
 def _train(*args):
-    return compare_main.main(["train", "--backend", "pageable", "--workers", "0", *args])
+    from examples.train import main as train
+
+    return train(["--backend", "pageable", "--workers", "0", *args])
 
 
 @pytest.mark.parametrize("args, name", [
     (["--batch-size", "0"], "--batch-size: batch_size=0"),
     (["--epochs", "0"], "--epochs 0"),
     (["--workers", "-1"], "--workers: num_workers=-1"),
-    (["--batch-size", "41"], "--batch-size 41"),
+    (["--batch-size", "41"], "--batch-size: batch_size=41"),
     (["--lr", "0"], "--lr"),
     (["--model", "no_such_net"], "--model"),
 ])
@@ -273,7 +275,7 @@ def test_microbench_refuses_bad_arguments(root, capsys, args, name):
 
 def test_argparse_errors_are_one_line(capsys):
     with pytest.raises(SystemExit) as e:
-        compare_main.main(["train", "--backend", "pageable", "--data", "x", "--epochs", "two"])
+        _train("--data", "x", "--epochs", "two")
     assert e.value.code == 2
     assert "--epochs" in one_line(capsys.readouterr().err)
 

@@ -36,7 +36,7 @@ def test_help_fits_a_screen_and_keeps_the_everyday_options():
         assert flag in r.stdout, flag
     for flag in LAB:
         assert flag not in r.stdout, f"{flag} is a lab option: --help-all lists it"
-    for command in ("train", "doctor", "diff", "report"):  # the epilog names the commands
+    for command in ("doctor", "diff", "report", "examples/train.py"):  # the epilog names them
         assert command in r.stdout, command
 
 
@@ -81,7 +81,7 @@ def _first_lines(text: str, n: int):
 
 def test_the_summary_opens_with_the_verdict_then_the_table_then_the_research():
     res = SuiteResult.load(FIXTURES / "C/results.json")  # dali 4564 ±11, pinned tv 3630 ±160
-    text = markdown(res)
+    text = markdown(res, details=True)
     assert text.startswith("# gpu-feed comparison\n")
     first, second = _first_lines(text, 2)
     assert first.startswith("**Verdict:** dali is the fastest in training: 4564.1 samples/s")
@@ -93,6 +93,11 @@ def test_the_summary_opens_with_the_verdict_then_the_table_then_the_research():
     for research in ("**Order of the repeats**", "**Spreads of samples/s**",
                      "**Timed windows**", "**Warnings**"):
         assert text.index(research) > table, research
+    short = markdown(res)  # without --details: the verdict, the table, notes and warnings
+    assert short.index("**Verdict:**") < short.index("| backend | samples/s |")
+    assert "**Warnings**" in short
+    for research in ("**Order of the repeats**", "**Spreads of samples/s**", "**Timed windows**"):
+        assert research not in short, research
 
 
 def test_the_verdict_says_within_noise_when_the_gap_is_inside_the_spread():

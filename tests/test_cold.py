@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compare.probes import cold as pagecache
-from compare.probes.cold import FAILED_NAMES_KEPT, TOOK_THRESHOLD, available, evict, resident_fraction
+from compare.probes.cold import TOOK_THRESHOLD, available, evict, resident_fraction
 
 linux_only = pytest.mark.skipif(not available(), reason="needs Linux posix_fadvise and mincore")
 
@@ -78,61 +78,20 @@ def read_all(paths) -> None:
 def test_evict_takes_and_reading_brings_the_pages_back(disk_dir):
     paths = write_files(disk_dir)
     read_all(paths)
-    before = resident_fraction(paths)
-    assert before > 0.9
+    assert resident_fraction(paths) > 0.9
 
     r = evict(paths)
-    assert (r.files, r.bytes, r.failed, r.failed_names) == (3, 3 * 4 * MIB, 0, ())
-    assert r.before == pytest.approx(before, abs=0.05)
-    assert r.after < r.before
-    assert r.took is True
-    assert resident_fraction(paths) <= TOOK_THRESHOLD
+    assert (r.files, r.bytes, r.failed) == (3, 3 * 4 * MIB, 0)
+    assert r.took is True and r.after <= TOOK_THRESHOLD
+    assert resident_fraction(paths) == pytest.approx(r.after, abs=0.01)
+    assert "took" in r.describe()
 
     read_all(paths)
     assert resident_fraction(paths) > 0.9
 
 
 @linux_only
-def test_a_freshly_written_dataset_can_be_evicted(disk_dir):
-    # Not fsync-ed: the pages may still be dirty, which DONTNEED alone does not drop.
-    paths = write_files(disk_dir, sync=False)
-    r = evict(paths)
-    assert r.took is True, r.describe()
-    assert resident_fraction(paths) <= TOOK_THRESHOLD
-
-
-@linux_only
-def test_pages_that_survive_the_advice_are_synced_and_advised_again(disk_dir, monkeypatch):
-    # The first advice per file does nothing (as for dirty pages): evict must fdatasync and retry.
-    paths = write_files(disk_dir, n=2)
-    read_all(paths)
-    real_fadvise, advised, synced = os.posix_fadvise, [], []
-
-    def fadvise(fd, offset, length, advice):  # files are evicted one by one: calls 1, 3 no-ops
-        advised.append(fd)
-        if len(advised) % 2 == 0:
-            real_fadvise(fd, offset, length, advice)
-
-    monkeypatch.setattr(os, "posix_fadvise", fadvise)
-    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(fd))
-    r = evict(paths)
-    assert len(synced) == 2 and len(advised) == 4
-    assert r.took is True
-
-
-@linux_only
-def test_clean_cached_files_are_not_synced(disk_dir, monkeypatch):
-    # fdatasync can cost a device flush per file: only files whose pages survive the advice get it.
-    paths = write_files(disk_dir, n=2)
-    read_all(paths)
-    synced = []
-    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(fd))
-    assert evict(paths).took is True
-    assert synced == []
-
-
-@linux_only
-def test_fraction_is_weighted_by_pages_and_counts_partial_files(disk_dir, monkeypatch):
+def test_fraction_is_weighted_by_pages_and_counts_partial_files(disk_dir):
     [small] = write_files(disk_dir, n=1, size=4096, name="small")
     [big] = write_files(disk_dir, n=1, size=4 * MIB, name="big")
     read_all([small, big])
@@ -146,23 +105,18 @@ def test_fraction_is_weighted_by_pages_and_counts_partial_files(disk_dir, monkey
         os.posix_fadvise(fd, 0, 2 * MIB, os.POSIX_FADV_DONTNEED)  # the first half only
     finally:
         os.close(fd)
-    half = resident_fraction([big])
-    assert 0.45 <= half <= 0.55
-    # a file measured in many small windows gives the same answer as in one
-    monkeypatch.setattr(pagecache, "_WINDOW", 16 * 4096)
-    assert resident_fraction([big]) == half
+    assert 0.45 <= resident_fraction([big]) <= 0.55
 
 
 @linux_only
 def test_missing_and_non_regular_files_are_counted_not_raised(disk_dir):
     paths = write_files(disk_dir, n=1)
-    missing = [disk_dir / f"missing{i}.bin" for i in range(FAILED_NAMES_KEPT + 2)]
+    missing = [disk_dir / f"missing{i}.bin" for i in range(3)]
     (disk_dir / "adir").mkdir()
     r = evict(paths + missing + [disk_dir / "adir"])
     assert r.files == 1 and r.took is True
     assert r.failed == len(missing) + 1
-    assert r.failed_names == tuple(str(p) for p in missing[:FAILED_NAMES_KEPT])
-    assert "could not be evicted" in r.describe() and str(missing[0]) in r.describe()
+    assert "4 files could not be opened" in r.describe()
 
     read_all(paths)
     assert resident_fraction(paths + missing) == resident_fraction(paths) > 0.9
@@ -175,7 +129,7 @@ def test_empty_files_and_no_files(disk_dir):
     assert resident_fraction([]) == 0.0
     assert resident_fraction([empty]) == 0.0
     r = evict([empty])
-    assert (r.files, r.bytes, r.failed, r.before, r.after, r.took) == (1, 0, 0, 0.0, 0.0, True)
+    assert (r.files, r.bytes, r.failed, r.after, r.took) == (1, 0, 0, 0.0, True)
     # an empty file adds no pages: it does not dilute a cached file's fraction
     paths = write_files(disk_dir, n=1)
     read_all(paths)

@@ -1,4 +1,4 @@
-"""``python -m compare`` and ``python -m compare train`` end to end on the CPU."""
+"""``python -m compare`` and ``examples/train.py`` end to end on the CPU."""
 import json
 
 import pytest
@@ -46,7 +46,9 @@ def test_missing_data_root_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("backend", ["pageable", "pinned", pytest.param("dali", marks=pytest.mark.dali)])
 def test_train_loop_prints_loss_per_epoch(tiny_root, capsys, backend):
-    rc = main(["train", "--backend", backend, "--data", str(tiny_root), "--epochs", "2",
+    from examples.train import main as train
+
+    rc = train(["--backend", backend, "--data", str(tiny_root), "--epochs", "2",
                "--batch-size", "8", "--workers", "0"])
     assert rc == 0
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("epoch")]

@@ -1,4 +1,4 @@
-"""The suite, ``compare train`` and ``compare scaling`` as a torchrun job (gloo on the CPU)."""
+"""The suite, ``examples/train.py`` and ``compare scaling`` as a torchrun job (gloo on the CPU)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ from compare.results import Repeat, SuiteResult, VariantResult
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _torchrun(nproc: int, args, tmp: Path, timeout=600):
+def _torchrun(nproc: int, args, tmp: Path, timeout=600, target=("-m", "compare")):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -25,7 +25,7 @@ def _torchrun(nproc: int, args, tmp: Path, timeout=600):
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", GPU_FEED_CACHE=str(tmp / "cache"))
     return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-         "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "compare", *args],
+         "--master_addr", "127.0.0.1", "--master_port", str(port), *target, *args],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
@@ -121,9 +121,10 @@ def test_pinned_ranks_settle_together_under_torchrun(tiny_root, tmp_path):
     assert isinstance(rep.settled, bool)
 
 
-def test_compare_train_under_torchrun_prints_the_job_once(tiny_root, tmp_path):
-    r = _torchrun(2, ["train", "--backend", "pinned", "--data", str(tiny_root),
-                      "--batch-size", "4", "--workers", "1", "--epochs", "2"], tmp_path)
+def test_example_train_under_torchrun_prints_the_job_once(tiny_root, tmp_path):
+    r = _torchrun(2, ["--backend", "pinned", "--data", str(tiny_root), "--batch-size", "4",
+                      "--workers", "1", "--epochs", "2"], tmp_path,
+                  target=[str(REPO / "examples" / "train.py")])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [x for x in r.stdout.splitlines() if x.startswith("epoch ")]
     # 37 files, 2 ranks, drop: 18 per rank -> 4 batches of 4 each -> 32 images per epoch

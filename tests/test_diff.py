@@ -6,7 +6,7 @@ import math
 import pytest
 
 from compare import diff
-from compare.diff import MIN_EFFECT, NO_DIFF, judge, ratio_ci, rows, verdict
+from compare.diff import MIN_EFFECT, NO_DIFF, judge, ratio_ci, table_rows
 from compare.report import markdown
 from compare.results import Repeat, SuiteResult, VariantResult
 
@@ -119,11 +119,13 @@ def test_ratio_ci_known_inputs():
     assert all(math.isnan(x) for x in ratio_ci([0.0, 0.0], [1.0, 2.0]))
 
 
-def test_rows_and_verdict_keep_their_shapes():
+def test_table_rows_pair_the_ceiling_and_each_variant():
     a, b = _run({"dali": SAME_A}), _run({"dali": [800, 810, 795, 805, 798]})
-    (ceiling, dali) = rows(a, b)
-    assert dali == ("dali", 1000, 800, 0.8, "slower") and ceiling[-1] == NO_DIFF
-    assert verdict(a.variant("dali"), b.variant("dali")) == (0.8, "slower")
+    (ceiling, dali) = table_rows(a, b)
+    assert (dali.label, dali.a, dali.b, dali.ratio, dali.verdict) == ("dali", 1000, 800, 0.8,
+                                                                      "slower")
+    assert ceiling.label == "ceiling" and ceiling.verdict == NO_DIFF
+    assert judge(a.variant("dali"), b.variant("dali"))[:1] == (0.8,)
 
 
 def test_json_is_strict_and_holds_the_rows(tmp_path, capsys):
@@ -216,7 +218,7 @@ def test_the_within_window_spread_is_reported_and_survives_json(tmp_path):
     back = SuiteResult.load(tmp_path / "r.json").variants[0]
     assert back.repeats[0].halves == (1150.0, 850.0) and back.within_spread() == 300.0
     assert back.repeats[0].loader_only_halves == (0.5, 1.5)
-    assert "| pinned | 6.0 | 300.0 |" in markdown(run)
+    assert "| pinned | 6.0 | 300.0 |" in markdown(run, details=True)
 
 
 def test_a_wide_within_window_spread_raises_the_noise_floor():

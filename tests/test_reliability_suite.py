@@ -20,14 +20,15 @@ import pytest
 import compare.__main__ as compare_main
 import compare.isolate as compare_isolate
 import compare.suite as compare_suite
-from compare import diff, owned, resume_test
-from compare import train as compare_train
+from compare import diff, owned
 from compare.report import rows as report_rows
 from compare.results import Repeat, SuiteResult, VariantResult, strict
+from examples import train as compare_train
+from tools import resume_test
 
 FAST = ["--model", "none", "--steps", "2", "--warmup", "0", "--repeats", "1", "--device", "cpu",
         "--workers", "0", "--image-size", "32", "--batch-size", "4", "--no-isolate"]
-# compare train on the CPU: tinycnn at 224 px, one batch of 32 per epoch of tiny_root's 37
+# examples/train.py on the CPU: tinycnn at 224 px, one batch of 32 per epoch of tiny_root's 37
 TRAIN = ["--backend", "pageable", "--model", "tinycnn", "--batch-size", "32", "--workers", "0"]
 
 
@@ -362,8 +363,8 @@ def _foreign(tmp_path: Path, kind: str) -> Path:
 
 @pytest.mark.parametrize("kind,said", [("empty", "the file is empty"),
                                        ("text", "not a checkpoint torch can read"),
-                                       ("dict", "not a compare train checkpoint"),
-                                       ("list", "not a compare train checkpoint")])
+                                       ("dict", "not an examples/train.py checkpoint"),
+                                       ("list", "not an examples/train.py checkpoint")])
 def test_an_empty_or_foreign_checkpoint_is_one_line(tiny_root, tmp_path, capsys, kind, said):
     ck = _foreign(tmp_path, kind)
     raw = ck.read_bytes()
@@ -400,7 +401,7 @@ def test_a_checkpoint_of_the_same_model_resumes(tiny_root, tinycnn_checkpoint, t
     assert "resumed from" in out and "epoch 1:" in out and "epoch 0:" not in out
 
 
-# -- class 6: --resume-test checks where the resumed run started --------------------------------
+# -- class 6: tools.resume_test checks where the resumed run started --------------------------------
 
 def _row(e, k):
     return (e, k, f"{e}{k}")
@@ -424,7 +425,7 @@ def test_resume_test_refuses_a_resume_that_started_elsewhere():
 
 
 def _fake_child(resume_honoured: bool):
-    """``resume_test._child`` without training: 2 epochs of 4 batches, logged as compare train
+    """``resume_test._child`` without training: 2 epochs of 4 batches, logged as examples/train.py
     logs them; the killed run dies after its 6th step; the resumed run starts at the
     checkpoint's position, or (``resume_honoured=False``) afresh from batch 0."""
     def child(args, log, extra):
@@ -443,8 +444,8 @@ def _fake_child(resume_honoured: bool):
 def test_resume_test_fails_when_the_resumed_run_restarts_from_batch_0(tiny_root, capsys,
                                                                       monkeypatch, honoured):
     monkeypatch.setattr(resume_test, "_child", _fake_child(honoured))
-    argv = [*TRAIN, "--data", str(tiny_root), "--epochs", "2", "--resume-test"]
-    cap_rc = compare_train.main(argv)
+    argv = [*TRAIN, "--data", str(tiny_root), "--epochs", "2"]
+    cap_rc = resume_test.main(argv)
     cap = capsys.readouterr()
     if honoured:
         assert cap_rc == 0 and "identical" in cap.out
@@ -454,7 +455,7 @@ def test_resume_test_fails_when_the_resumed_run_restarts_from_batch_0(tiny_root,
 
 
 def test_a_resumed_train_logs_where_it_resumed(tiny_root, tinycnn_checkpoint, tmp_path):
-    """The header the resume test reads (compare.train --log-batches)."""
+    """The header the resume test reads (examples/train.py --log-batches)."""
     ck, log = tmp_path / "ck.pt", tmp_path / "log"
     shutil.copy(tinycnn_checkpoint, ck)
     assert _train([*TRAIN, "--data", str(tiny_root), "--epochs", "2", "--checkpoint", str(ck),
@@ -511,9 +512,8 @@ def _cli_calls(data: Path, out: Path):
 
     return {
         "run": lambda: compare_main.main(["--data", str(data), *FAST, "--out", str(out)]),
-        "train": lambda: compare_main.main(["train", *TRAIN, "--data", str(data)]),
-        "resume-test": lambda: compare_train.main([*TRAIN, "--data", str(data), "--epochs", "2",
-                                                   "--resume-test"]),
+        "train": lambda: compare_train.main([*TRAIN, "--data", str(data)]),
+        "resume-test": lambda: resume_test.main([*TRAIN, "--data", str(data), "--epochs", "2"]),
         "memory": lambda: memory.main(["--data", str(data), "--backends", "pageable",
                                        "--out", str(out), "--epochs", "1"]),
         "doctor": lambda: doctor.main([]),

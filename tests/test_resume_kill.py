@@ -1,4 +1,5 @@
-"""``compare train --resume-test``: a real SIGKILL mid-epoch, resumed, joined = uninterrupted."""
+"""``python -m tools.resume_test``: a real SIGKILL of ``examples/train.py`` mid-epoch, resumed,
+joined = uninterrupted."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compare.resume_test import join
+from tools.resume_test import join, main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -20,9 +21,9 @@ def test_a_killed_run_resumes_into_the_uninterrupted_sequence(backend, tiny_root
     if backend == "dali":
         pytest.importorskip("nvidia.dali")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "compare", "train", "--backend", backend,
+    r = subprocess.run([sys.executable, "-m", "tools.resume_test", "--backend", backend,
                         "--data", str(tiny_root), "--batch-size", "4", "--workers", "1",
-                        "--epochs", "2", "--resume-test"],
+                        "--epochs", "2"],
                        capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "killed by SIGKILL after step" in r.stdout and "identical" in r.stdout
@@ -37,11 +38,8 @@ def test_join_takes_the_killed_run_up_to_the_resumed_position():
 
 
 def test_resume_test_needs_two_epochs_and_no_checkpoint_of_its_own(tiny_root, capsys):
-    from compare import train
-
-    assert train.main(["--backend", "pageable", "--data", str(tiny_root), "--epochs", "1",
-                       "--resume-test"]) == 2
+    assert main(["--backend", "pageable", "--data", str(tiny_root), "--epochs", "1"]) == 2
     assert "--epochs >= 2" in capsys.readouterr().err
-    assert train.main(["--backend", "pageable", "--data", str(tiny_root), "--epochs", "2",
-                       "--checkpoint", "x.pt", "--resume-test"]) == 2
+    assert main(["--backend", "pageable", "--data", str(tiny_root), "--epochs", "2",
+                 "--checkpoint", "x.pt"]) == 2
     assert "makes its own checkpoint" in capsys.readouterr().err

@@ -136,12 +136,11 @@ def test_cold_runs_evict_check_and_say_so(tiny_root, tmp_path):
     res = SuiteResult.load(tmp_path / "cold" / "results.json")
     assert rows(res)[0][0] == "pageable (cold)"
     md = (tmp_path / "cold" / "summary.md").read_text()
-    assert "Cold page cache" in md
     # 37 images: the drained queue (2 batches of 8) and the warm-up (3) read 40 before the
     # window, which reads 32 more (2 steps, rounded up to a 4-batch epoch): none of it can
     # be cold, and 72 images would be needed
-    assert "pageable: at most 0% of the window read cold (40 samples" in md
-    assert "A cold window needs at least 72 images" in md
+    assert "pageable: at most 0% of its window was read cold (40 samples were read" in md
+    assert "a cold window needs at least 72 images" in md
 
 
 class _Evicts:
@@ -186,7 +185,7 @@ def test_a_cold_window_starts_after_the_queue_filled_during_the_eviction():
 
 def test_long_windows_are_ten_queues_and_cross_an_epoch(tiny_root, tmp_path):
     r = _run(tiny_root, tmp_path / "long", "--no-isolate", "--backends", "pageable",
-             "--steps", "2", "--repeats", "1", "--long")
+             "--steps", "2", "--repeats", "1", "--long", "--details")
     v = r["variants"][0]
     q = v["queue_batches"]
     assert q == 2  # 1 worker x prefetch 2
@@ -194,6 +193,14 @@ def test_long_windows_are_ten_queues_and_cross_an_epoch(tiny_root, tmp_path):
     assert v["repeats"][0]["steps"] == max(2, 10 * q, epoch + 1)
     assert r["setup"]["long"] is True
     assert "**Long windows** (`--long`)" in (tmp_path / "long" / "summary.md").read_text()
+    # compare report: the research sections only with --details, as python -m compare
+    from compare.report import main as report
+
+    for flag, shown in (([], False), (["--details"], True)):
+        assert report([str(tmp_path / "long"), "--out", str(tmp_path / "s.md"), *flag]) == 0
+        text = (tmp_path / "s.md").read_text()
+        assert text.startswith("# gpu-feed comparison") and "| pageable |" in text
+        assert ("**Long windows**" in text) is shown and ("**Timed windows**" in text) is shown
 
 
 def test_the_reference_row_is_the_plain_imagefolder_recipe(tiny_root, tmp_path, capsys):
@@ -316,7 +323,8 @@ def test_pinned_repeats_record_their_settling_and_pageable_ones_do_not(tiny_root
     fast = [x if x != "1" or i != FAST.index("--workers") + 1 else "2"
             for i, x in enumerate(FAST)]
     assert suite(["--data", str(tiny_root), "--out", str(tmp_path / "s"), *fast, "--no-isolate",
-                  "--backends", "pageable,pinned", "--steps", "3", "--repeats", "1"]) == 0
+                  "--backends", "pageable,pinned", "--steps", "3", "--repeats", "1",
+                  "--details"]) == 0
     r = json.loads((tmp_path / "s" / "results.json").read_text())
     rep = {v["label"]: v["repeats"][0] for v in r["variants"]}
     assert rep["pageable"]["settle_batches"] is None and rep["pageable"]["settled"] is None
