@@ -293,7 +293,8 @@ def row_config(run: SuiteResult, v) -> dict[str, object]:
     cfg["num_workers"] = over.pop("num_workers", run.setup.get("workers"))
     cfg.update(over)
     decoders = sorted({r.decoder for r in v.repeats if getattr(r, "decoder", None)})
-    cfg["decoder"] = ",".join(decoders) if decoders else over.get("decoder")
+    if decoders or over.get("decoder") is not None:  # unrecorded (an older run): left out
+        cfg["decoder"] = ",".join(decoders) if decoders else over.get("decoder")
     return cfg
 
 
@@ -307,6 +308,8 @@ def config_diffs(a: SuiteResult, va, b: SuiteResult, vb) -> list[str]:
     fill_b = _option_defaults(vb.backend) if va.backend == vb.backend else {}
     out = []
     for k in list(ca) + [k for k in cb if k not in ca]:  # an option not overridden: its default
+        if k == "decoder" and (k not in ca or k not in cb):
+            continue  # one run did not record which decoder ran: not a difference
         xa = ca[k] if k in ca else fill_a.get(k, "default")
         xb = cb[k] if k in cb else fill_b.get(k, "default")
         if xa != xb:

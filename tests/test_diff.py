@@ -352,3 +352,20 @@ def test_a_results_json_of_removed_probes_still_loads_diffs_reports_and_plots(tm
         NO_DIFF)
     assert report([str(tmp_path / "old")]) == 0 and "| pinned |" in capsys.readouterr().out
     assert plot([str(tmp_path / "old/results.json"), "--out", str(tmp_path / "png")]) == 0
+
+
+def test_a_decoder_one_run_did_not_record_is_no_difference_but_two_decoders_are(tmp_path, capsys):
+    """An older results.json has no ``decoder`` per repeat: its rows still pair with a newer
+    run's; two runs that recorded different decoders are refused by name."""
+    import dataclasses
+
+    def decoded(run, name):
+        v = run.variants[0]
+        reps = tuple(dataclasses.replace(r, decoder=name) for r in v.repeats)
+        return dataclasses.replace(run, variants=(dataclasses.replace(v, repeats=reps),))
+
+    old, new = _run({"pinned": SAME_A}), decoded(_run({"pinned": SAME_A}), "torchvision")
+    assert "pinned" in _table(_diff(tmp_path, capsys, old, new))
+    out = _diff(tmp_path, capsys, decoded(old, "pil"), new)
+    assert "pinned" not in _table(out)
+    assert "decoder: 'pil' in A, 'torchvision' in B" in out
