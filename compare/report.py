@@ -190,15 +190,19 @@ def rank_rows(res: SuiteResult) -> list[list[str]]:
     return out
 
 
-def table(res: SuiteResult, columns=COLUMNS, body=None) -> str:
-    data = [list(columns)] + (rows(res) if body is None else body)
+def grid(columns, body) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned."""
+    data = [list(columns)] + body
     widths = [max(len(r[i]) for r in data) for i in range(len(columns))]
     line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    sep = "  ".join("-" * w for w in widths)
-    text = "\n".join([line(data[0]), sep] + [line(r) for r in data[1:]])
-    per_rank = rank_rows(res) if body is None else []
+    return "\n".join([line(data[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in body])
+
+
+def table(res: SuiteResult) -> str:
+    text = grid(COLUMNS, rows(res))
+    per_rank = rank_rows(res)
     if per_rank:
-        text += "\n\nper rank (medians over repeats):\n" + table(res, RANK_COLUMNS, per_rank)
+        text += "\n\nper rank (medians over repeats):\n" + grid(RANK_COLUMNS, per_rank)
     return text
 
 
@@ -291,7 +295,7 @@ def _block(heading: str, items: list[str]) -> list[str]:
     return [heading, ""] + [f"- {x}" for x in items] + [""] if items else []
 
 
-def _md(columns, body) -> str:  # a markdown table
+def md_table(columns, body) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "|".join("---" for _ in columns) + "|\n"
     return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
 
@@ -377,9 +381,9 @@ def markdown(res: SuiteResult, details: bool = False) -> str:
         why = f" Stopped by: {s['error']}" if s.get("error") else ""
         lines += [f"**Partial results**: {len(res.variants)} of {planned} variants finished "
                   f"(`complete: false` in results.json).{why}", ""]
-    lines += [_md(COLUMNS, rows(res))]
+    lines += [md_table(COLUMNS, rows(res))]
     if world > 1:
-        lines += ["**Per rank** (medians over repeats)", "", _md(RANK_COLUMNS, rank_rows(res))]
+        lines += ["**Per rank** (medians over repeats)", "", md_table(RANK_COLUMNS, rank_rows(res))]
     if details:
         lines += details_lines(res)
     if s.get("notes"):
@@ -394,7 +398,7 @@ PROG = "python -m compare report"
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m compare report``: the summary of a results.json, on stdout or ``--out``."""
-    from .plot import load
+    from .plot import read
 
     p = argparse.ArgumentParser(
         prog=PROG, description="Write the markdown summary of a suite results.json again, with "
@@ -406,17 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--details", action="store_true",
                    help="add the research sections (spreads, windows, the probes' sections)")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
-    src = Path(a.results)
-    if src.is_dir():
-        src = src / "results.json"
     try:
-        text = markdown(load(src), a.details)
+        text = markdown(read(a.results)[1], a.details)
     except ValueError as e:
-        print(f"{PROG}: error: RESULTS.json: {str(src)!r} is {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"{PROG}: error: RESULTS.json: cannot read {str(src)!r} ({e.strerror or e})",
-              file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     if a.out is None:
         print(text)
