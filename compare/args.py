@@ -12,9 +12,8 @@ Commands (``python -m compare COMMAND --help`` for each):
   plot     redraw the PNGs of a results.json
   report   write the summary of a results.json again, with this version's report
 
-Under ``torchrun
---nproc_per_node N -m compare ...`` every rank runs every variant on its shard with a DDP step;
-``--batch-size`` and ``--workers`` are per rank (``compare.ddp``).
+Under ``torchrun --nproc_per_node N -m compare ...`` every rank runs every variant on its shard
+with a DDP step; ``--batch-size`` and ``--workers`` are per rank.
 
 Which variants run:
 
@@ -28,13 +27,10 @@ Which variants run:
   backend of the run honours is refused.
 
 NOTE [one validation pass, incremental results]
-Every input is checked before the first timed batch: each variant's ``LoaderConfig``, the
-dataset against the batch size, the model, the transform, ``RANK``/``WORLD_SIZE`` (both or
-neither), and that ``--out`` can be written, lies outside ``--data`` and holds no file the
-suite did not write (compare.owned). An error is one line naming the option and the variant;
-exit status 2. ``results.json`` (``"complete": false``) and ``summary.md`` are rewritten after
-each variant, so a late failure exits 1 and keeps the partial results, with the traceback in
-``error.log`` beside them.
+Every input (each variant's config, the dataset, model, transform, RANK/WORLD_SIZE, ``--out``)
+is checked before the first timed batch: an error is one line, exit status 2. ``results.json``
+(``"complete": false``) and ``summary.md`` are rewritten after each variant, so a late failure
+exits 1, keeps the partial results and writes the traceback to ``error.log``.
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def _facts(r: SuiteResult) -> dict[str, object]:
     stats = s.get("dataset")
     images = ({k: v for k, v in stats.items() if k != "shards"} if isinstance(stats, dict)
               else stats)
-    return {"gpu": e.get("gpu") or e.get("cuda_device") or e.get("device_name"),
+    return {"gpu": e.get("gpu"),
             "data": images or s.get("data"), "model": s.get("model"),
             "batch_size": s.get("batch_size"), "dtype": s.get("dtype"),
             "augment": s.get("augment"), "device": s.get("device"),
