@@ -1,8 +1,5 @@
-"""``python -m compare [run] | doctor | memory | diff | scaling | plot | report``.
-
-Each command is a module with its own argparse parser (``main(argv)``), imported only when it
-is asked for: ``run`` (the default, ``compare.args`` then ``compare.suite``) parses its options
-without importing torch, so ``--help`` and usage errors return at once.
+"""``python -m compare [run] | doctor | memory | diff | scaling | plot | report``: each command
+is a module imported only when asked for (``run`` parses its options without torch).
 """
 from __future__ import annotations
 

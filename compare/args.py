@@ -12,9 +12,8 @@ Commands (``python -m compare COMMAND --help`` for each):
   plot     redraw the PNGs of a results.json
   report   write the summary of a results.json again, with this version's report
 
-Under ``torchrun
---nproc_per_node N -m compare ...`` every rank runs every variant on its shard with a DDP step;
-``--batch-size`` and ``--workers`` are per rank (``compare.ddp``).
+Under ``torchrun --nproc_per_node N -m compare ...`` every rank runs every variant on its shard
+with a DDP step; ``--batch-size`` and ``--workers`` are per rank.
 
 Which variants run:
 
@@ -28,13 +27,10 @@ Which variants run:
   backend of the run honours is refused.
 
 NOTE [one validation pass, incremental results]
-Every input is checked before the first timed batch: each variant's ``LoaderConfig``, the
-dataset against the batch size, the model, the transform, ``RANK``/``WORLD_SIZE`` (both or
-neither), and that ``--out`` can be written, lies outside ``--data`` and holds no file the
-suite did not write (compare.owned). An error is one line naming the option and the variant;
-exit status 2. ``results.json`` (``"complete": false``) and ``summary.md`` are rewritten after
-each variant, so a late failure exits 1 and keeps the partial results, with the traceback in
-``error.log`` beside them.
+Every input (each variant's config, the dataset, model, transform, RANK/WORLD_SIZE, ``--out``)
+is checked before the first timed batch: an error is one line, exit status 2. ``results.json``
+(``"complete": false``) and ``summary.md`` are rewritten after each variant, so a late failure
+exits 1, keeps the partial results and writes the traceback to ``error.log``.
 """
 from __future__ import annotations
 
@@ -44,9 +40,8 @@ from . import cli
 from .cli import PRESETS
 from .probes import PROBES
 
-# NOTE [fast --help]: the options are parsed without importing torch, so ``--help`` and usage
-# errors return at once. Defaults that depend on the machine are ``None`` in the parser and
-# filled in by ``fill_defaults`` (which imports torch) once the run starts; the help shows both.
+# NOTE [fast --help]: parsing imports no torch; machine-dependent defaults are ``None`` until
+# ``fill_defaults``.
 PROG = "python -m compare"
 AUTO = {  # option -> (default with CUDA, default without)
     "num_images": (8000, 1000), "model": ("resnet50", "tinycnn"), "batch_size": (256, 32),
@@ -88,11 +83,8 @@ plot. Multi-GPU: torchrun ... -m compare. --help-all: every option (the lab ones
 presets and sweeps pick the variants, and what is checked before timing. A training loop to
 copy: examples/train.py in the repository."""
 
-# NOTE [short and full help]: ``--help`` shows the options the README and docs/benchmarking.md
-# teach, each in a line or two, so a newcomer reads one screen (issue 42). The lab options
-# (steady-state windows, cold page cache, traces) parse the same but their
-# help is ``argparse.SUPPRESS`` there; ``--help-all`` builds the parser again with every option
-# and its full help, and the module docstring as the description.
+# NOTE [short and full help]: ``--help`` fits one screen and hides the lab options;
+# ``--help-all`` builds the parser again with every option, its full help and ``__doc__``.
 
 
 class HelpAll(argparse.Action):
@@ -107,9 +99,7 @@ class HelpAll(argparse.Action):
 
 
 def build_parser(full: bool = False) -> argparse.ArgumentParser:
-    """The parser of ``python -m compare [run]``, without the machine-dependent defaults
-    (``fill_defaults``): its ``--help`` is the short one; ``full=True``: the ``--help-all``
-    one (NOTE [short and full help])."""
+    """The parser of ``python -m compare [run]`` (``full``: the ``--help-all`` one)."""
     p = cli.Parser(prog=PROG, description=__doc__ if full else SHORT_DESCRIPTION,
                    epilog=None if full else EPILOG, formatter_class=cli.HelpFormatter,
                    usage=None if full else
@@ -118,8 +108,7 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
                    see="--help, or --help-all for every option")
 
     def add(*names, short=None, lab=False, **kw):
-        """An option; ``short``: its help in ``--help`` (``help``: in ``--help-all``);
-        ``lab``: left out of ``--help``."""
+        """An option; ``short``: its ``--help`` text; ``lab``: only in ``--help-all``."""
         if not full:
             kw["help"] = argparse.SUPPRESS if lab else (short or kw.get("help"))
         p.add_argument(*names, **kw)

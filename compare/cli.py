@@ -1,13 +1,6 @@
-"""Argument checks shared by every ``compare`` command-line tool.
-
-``python -m compare``, ``compare doctor``, ``compare memory`` and
-``tools.microbench`` validate their arguments here, before any work, so the same mistake gets
-the same message everywhere. A user error is one line that names the option, printed as
-``<prog>: error: <message>`` with exit status 2 and no traceback.
-
-Loader options are checked by ``LoaderConfig`` (and ``AugmentSpec``) themselves, never copied
-here: their message is the one the user sees, prefixed by the command-line option, e.g.
-``--batch-size: batch_size=0 must be an int >= 1``.
+"""Argument checks shared by every ``compare`` command: one-line errors that name the option
+(``<prog>: error: <message>``, exit status 2). Loader options are checked by ``LoaderConfig``
+itself; its message gets the option as prefix (``--batch-size: batch_size=0 must be ...``).
 """
 from __future__ import annotations
 
@@ -22,8 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pipelines import AugmentSpec, Backend, LoaderConfig
 
-# ``pipelines`` (and so torch) is imported inside the functions that need it, so that parsing
-# arguments and ``--help`` stay fast.
+# ``pipelines`` (and so torch) is imported inside functions, so that ``--help`` stays fast.
 PRESETS = ("seeds", "large")
 BACKENDS = ("pageable", "pinned", "dali")  # pipelines.Backend's values, without importing it
 
@@ -41,8 +33,7 @@ MIX_KEYS = {"mixup": "mixup_alpha", "cutmix": "cutmix_alpha", "switch": "switch_
 
 def load_ref(ref: str, option: str):
     """``"module:name"`` or ``"module:name(key=literal, ...)"`` -> ``(object, kwargs, called,
-    name)``: the object the name holds and the literal keyword arguments written after it
-    (a ``ValueError`` naming ``option`` when it cannot be parsed or loaded)."""
+    name)``; a ``ValueError`` naming ``option`` when it cannot be parsed or loaded."""
     import ast
     import importlib
 
@@ -71,8 +62,7 @@ def load_ref(ref: str, option: str):
 
 
 def mix_spec(text: str | None):
-    """``--mix "mixup=0.2,cutmix=1.0[,switch=0.5,prob=1,smoothing=0.1]"`` -> a ``MixSpec``
-    (``None`` for no text); one-line errors that name ``--mix``."""
+    """``--mix "mixup=0.2,cutmix=1.0[,switch=0.5,prob=1,smoothing=0.1]"`` -> a ``MixSpec``."""
     if not text:
         return None
     from pipelines import MixSpec
@@ -95,8 +85,7 @@ def mix_spec(text: str | None):
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the description's layout and appends each option's default to its help (unless
-    the help already says it, or there is none)."""
+    """Keeps the description's layout and appends each option's default to its help."""
 
     def _get_help_string(self, action):
         h = action.help or ""
@@ -107,9 +96,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """``argparse`` with one-line errors (argparse prints the whole usage block first) and
-    every default in ``--help`` (``HelpFormatter``). ``see``: the help option an error points
-    at (``--help``; ``python -m compare`` says ``--help-all``, which lists its lab options)."""
+    """``argparse`` with one-line errors pointing at ``see`` (the help option), and every
+    default in ``--help``."""
 
     def __init__(self, *args, see: str = "--help", **kw):
         kw.setdefault("formatter_class", HelpFormatter)
@@ -148,12 +136,8 @@ def positive(option: str, value: float) -> float:
 
 def option_error(err: Exception, flags: Mapping[str, str] = FLAGS,
                  where: str = "") -> ValueError:
-    """A ``LoaderConfig``-style error (``"name=value ..."``) prefixed by its option.
-
-    Example: ``ValueError("num_workers=-1 must be an int >= 0")`` -> ``"--workers:
-    num_workers=-1 must be an int >= 0"``; with ``where="variant 'x'"``, ``"--workers (variant
-    'x'): ..."``.
-    """
+    """A ``LoaderConfig`` error prefixed by its option: ``"num_workers=-1 ..."`` ->
+    ``"--workers (variant 'x'): num_workers=-1 ..."`` (``where="variant 'x'"``)."""
     msg = str(err)
     m = re.match(r"(\w+)=", msg)
     flag = flags.get(m.group(1)) if m else None
@@ -181,11 +165,7 @@ def augment(**kw) -> AugmentSpec:
 
 def parse_backends(spec: str, option: str = "--backends",
                    note: Callable[[str], None] | None = None) -> list[Backend]:
-    """``"dali,pinned"`` -> backends, each once, all installed here.
-
-    Raises:
-        ValueError: the list names no backend (``","``), an unknown one, or one not installed.
-    """
+    """``"dali,pinned"`` -> backends, each once; ``ValueError`` for none, unknown or missing."""
     from pipelines import Backend, available_backends
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
@@ -208,11 +188,7 @@ def parse_backends(spec: str, option: str = "--backends",
 
 
 def writable_dir(path: str | os.PathLike, option: str = "--out") -> Path:
-    """Create ``path`` and prove it can be written (a probe file is written and deleted).
-
-    Raises:
-        ValueError: naming ``option``, when the folder cannot be made or written.
-    """
+    """Create ``path`` and prove it can be written; else a ``ValueError`` naming ``option``."""
     p = Path(path)
     probe = p / f".gpu-feed-probe-{os.getpid()}"
     try:
@@ -228,9 +204,8 @@ def writable_dir(path: str | os.PathLike, option: str = "--out") -> Path:
 def list_dataset(root: str | os.PathLike, option: str = "--data",
                  allow_empty: bool = False, on_bad_file: object = "error"
                  ) -> tuple[list[str], list[str]]:
-    """``(paths, classes)`` of an ImageFolder root, a file list or tar shards; errors name
-    ``option``. ``on_bad_file`` is the run's policy (``--on-bad-file``): under ``skip`` a bad
-    row of a list or a bad shard is skipped (with the library's warning), as the loader will."""
+    """``(paths, classes)`` of any dataset root; under ``on_bad_file`` skip, bad rows are
+    skipped as the loader will skip them; errors name ``option``."""
     from pipelines.sources.root import list_dataset as list_any
     skip = str(getattr(on_bad_file, "value", on_bad_file)) == "skip"
     try:
@@ -242,11 +217,8 @@ def list_dataset(root: str | os.PathLike, option: str = "--data",
 
 def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
                   where: str = "") -> None:
-    """Refuse ``cfg`` when an epoch of ``n`` samples would yield no batch (``check_nonempty``).
-
-    The command-line tools do not expose ``last_batch``, so the usual case (one rank, a batch
-    larger than the dataset under ``drop``) is said in terms of ``--batch-size``.
-    """
+    """Refuse ``cfg`` when an epoch of ``n`` samples would yield no batch (said in terms of
+    ``--batch-size`` in the usual case: one rank, ``drop``)."""
     from pipelines import LastBatchPolicy
     from pipelines.epoch_plan import check_nonempty
     cfg = cfg.resolved()
@@ -263,16 +235,8 @@ def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
 
 
 def check_dist_env(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse half of torchrun's pair: ``RANK`` without ``WORLD_SIZE`` or the reverse.
-
-    The library's rule (``pipelines.placement``): both or neither. With one alone every
-    process would take itself for rank 0, or for the whole job, and read the wrong shard.
-    A variable set to the empty string counts as unset, as ``pipelines.placement.env_int``
-    reads it.
-
-    Raises:
-        ValueError: naming the variable that is missing.
-    """
+    """Refuse ``RANK`` without ``WORLD_SIZE`` or the reverse (empty counts as unset): each
+    process would read the wrong shard."""
     env = os.environ if environ is None else environ
     have = {k: (env.get(k) or "").strip() != "" for k in ("RANK", "WORLD_SIZE")}
     if have["RANK"] == have["WORLD_SIZE"]:
@@ -283,21 +247,15 @@ def check_dist_env(environ: Mapping[str, str] | None = None) -> None:
 
 
 def data_folder(data: str | os.PathLike) -> Path | None:
-    """The real folder ``--data`` reads when it is a folder (ImageFolder or a folder of tar
-    shards), else ``None`` (a file list, a shard file or a pattern)."""
+    """The real folder ``--data`` reads, or ``None`` when it is not a folder."""
     p = Path(data)
     return Path(os.path.realpath(p)) if p.is_dir() else None
 
 
 def outside_data(path: str | os.PathLike, data: str | os.PathLike, option: str,
                  data_option: str = "--data") -> None:
-    """Refuse ``path`` (``--out``, ``--checkpoint``) when it lies in the folder ``--data``
-    reads, by real paths (a relative ``--data .``, a symlink): what the tool writes there would
-    become part of the dataset (a ``runs`` class folder, a checkpoint among the images).
-
-    Raises:
-        ValueError: naming ``option`` and ``data_option``.
-    """
+    """Refuse ``path`` (``--out``) inside the folder ``--data`` reads, by real paths: what is
+    written there would become part of the dataset."""
     folder = data_folder(data)
     if folder is None:
         return

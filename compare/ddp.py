@@ -1,15 +1,10 @@
 """The suite as one job of ``torchrun``: every rank runs, rank 0 reports.
 
-NOTE [the suite under torchrun]
-``torchrun --nproc_per_node N -m compare ...`` starts N copies of the suite. ``start`` joins
-them in one process group (NCCL on GPUs, each rank on ``cuda:LOCAL_RANK``; gloo on the CPU)
-and the model step is wrapped in ``DistributedDataParallel``, so every timed step all-reduces
-gradients as a real job does. Every rank runs every variant on its own shard of the same
-files, with the same augmentation and step. After each variant (and the ceiling) the ranks'
-results are gathered on rank 0 (``merge``): per repeat, samples/s and loader-only img/s are
-summed over ranks (the job's throughput), wait and GPU idle are the ranks' mean, and each
-rank's own figures are kept in ``Repeat.ranks``. Only rank 0 prints and writes files.
-Without torchrun's environment the suite runs alone, as before, with no process group.
+NOTE [the suite under torchrun] (docs/distributed.md)
+``start`` joins the ranks in one process group (NCCL on GPUs, gloo on the CPU) and the step is
+wrapped in ``DistributedDataParallel``. Every rank runs every variant on its own shard; ``merge``
+sums the ranks' rates (the job's throughput), averages waits and idle, and keeps each rank's own
+figures in ``Repeat.ranks``. Without torchrun's environment there is no process group.
 """
 from __future__ import annotations
 
@@ -54,9 +49,7 @@ class Job:
         return out
 
     def all_agree(self, flag: bool) -> bool:
-        """Whether ``flag`` holds on every rank (each rank must call this the same number of
-        times, as a collective): the ranks' settling ends together (NOTE [settling] in
-        compare.runner)."""
+        """Whether ``flag`` holds on every rank (a collective: NOTE [settling] in compare.runner)."""
         return all(self.gather(bool(flag)))
 
     def barrier(self) -> None:
@@ -96,8 +89,7 @@ def start(device: str) -> Job:
 
 
 def wrap(module: torch.nn.Module, job: Job) -> torch.nn.Module:
-    """``module`` (already on its device) in ``DistributedDataParallel`` when the job has a
-    process group."""
+    """``module`` in ``DistributedDataParallel`` when the job has a process group."""
     if not job.group:
         return module
     from torch.nn.parallel import DistributedDataParallel as DDP

@@ -1,22 +1,9 @@
-"""``python -m compare diff A/results.json B/results.json``: did B get faster or slower than A?
+"""``python -m compare diff A B``: did B get faster or slower than A?
 
-Refuses runs whose setups differ in what decides the numbers (GPU, data, model, batch size,
-dtype, augmentation, device, ranks; ``--force`` compares them anyway and lists the fields).
-The same images as a folder and as tar shards count as the same data. Rows are paired by their
-whole configuration (``pair_rows``: backend, every loader option, workers, decoder), not by
-label alone; a label whose rows differ is not compared, and a note says why.
-
-For each pair: A's and B's median, B/A, a 95% bootstrap interval of B/A (10 000 resamples, a
-fixed seed) and a verdict. ``faster`` / ``slower`` only when (1) ``|B/A - 1|`` is at least
-``MIN_EFFECT`` (2%; ``ONE_PROCESS_MIN_EFFECT``, 5%, when a row's repeats shared one process),
-(2) the interval excludes 1 and (3) the gap of the medians exceeds the noise floor: the largest
-spread across repeats or within a window (``within_as_range``). Otherwise ``no significant
-difference``, with the reason; fewer than 2 repeats on a side is never called. With 3-10
-repeats the bootstrap is coarse and one outlier moves a median, so neither (2) nor (3) alone is
-trusted (docs/benchmarking.md, ``diff``).
-
-``--metric loader-only`` judges the loader-only rate instead (no ceiling row). ``--json``
-prints the rows as strict JSON. Exit status: 0, or 2 for a usage error or incompatible runs.
+Rows are paired by their whole configuration; a verdict needs a change of at least 2% (5% when
+a row's repeats shared one process), a 95% bootstrap interval of B/A that excludes 1, and a gap
+of the medians above the noise floor. Exit status 0, or 2 for a usage error or incompatible
+runs. The rules and why: docs/benchmarking.md, ``diff``.
 """
 from __future__ import annotations
 
@@ -39,11 +26,9 @@ METRICS = {"samples": ("samples_per_s", "samples/s", "halves"),
            "loader-only": ("loader_only_per_s", "img/s", "loader_only_halves")}
 HALVES = {field: halves for field, _, halves in METRICS.values()}
 NO_DIFF = "no significant difference"
-MIN_EFFECT = 0.02   # a change of B/A smaller than 2% is never called (module docstring: why)
-# ... and 5% when either run kept all of a row's repeats in one process: those repeats share
-# the process's and the host's state, so their spread says nothing of the next run's: two such
-# runs of one command on the 2-core CI machine came out "slower" under the 2% floor
-# (tests/test_suite_isolation.py, the 20%-slower step)
+MIN_EFFECT = 0.02   # a change of B/A smaller than 2% is never called
+# ... and 5% when a row's repeats shared one process: their spread says nothing of the next
+# run's (two runs of one command on the 2-core CI machine came out "slower" under 2%)
 ONE_PROCESS_MIN_EFFECT = 0.05
 MIN_REPEATS = 2     # fewer repeats than this in either run: no verdict but NO_DIFF
 LEVEL = 0.95        # the confidence level of the interval
@@ -57,30 +42,26 @@ def _facts(r: SuiteResult) -> dict[str, object]:
     stats = s.get("dataset")
     images = ({k: v for k, v in stats.items() if k != "shards"} if isinstance(stats, dict)
               else stats)
-    return {"gpu": e.get("gpu") or e.get("cuda_device") or e.get("device_name"),
+    return {"gpu": e.get("gpu"),
             "data": images or s.get("data"), "model": s.get("model"),
             "batch_size": s.get("batch_size"), "dtype": s.get("dtype"),
             "augment": s.get("augment"), "device": s.get("device"),
             "world_size": s.get("world_size") or 1}
 
 
-# Facts of the machine and software that do not block a comparison but can explain a verdict:
-# the torch rows are bound by CPU decoding, so their rates follow the host's CPU
-# (docs/results/h200/seeds-reference: the same code on two H200 hosts).
+# Facts that do not block a comparison but can explain a verdict (CPU-bound rows follow the host)
 HOST = ("platform", "cpu_model", "cpu_count", "cpu_affinity", "torch", "torchvision", "dali",
         "pillow", "numpy", "driver", "cuda_runtime", "python")
 
 
 def host_changes(a: SuiteResult, b: SuiteResult) -> list[str]:
-    """``"key: A -> B"`` for each machine or software fact (``HOST``) that both runs recorded
-    and that differs."""
+    """``"key: A -> B"`` for each ``HOST`` fact both runs recorded that differs."""
     ea, eb = a.env or {}, b.env or {}
     return [f"{k}: {ea[k]!r} -> {eb[k]!r}" for k in HOST
             if ea.get(k) is not None and eb.get(k) is not None and ea[k] != eb[k]]
 
 
-# How a run was timed, where two runs may differ on purpose (the point of the comparison):
-# (setup key, what it is, its words for a run without it, with it); the probes' own included.
+# How a run was timed (setup key, what it is, words without it, with it), the probes' included
 MODES = (("fit_queue", "window length", "--steps batches",
           f"at least {FIT_QUEUES}x the queue (no --steps)"),
          *((p.name, *p.mode) for p in PROBES if p.mode))
@@ -102,9 +83,7 @@ def _short(x: object, n: int = 80) -> str:
 
 
 def field_diffs(key: str, va: object, vb: object) -> list[str]:
-    """``"key.sub: A -> B"`` for each field where ``va`` and ``vb`` differ: dicts are walked
-    down to the fields that differ (``data.num_images: 1000 -> 2000``, not both datasets'
-    whole statistics); a field one side lacks is ``missing``."""
+    """``"key.sub: A -> B"`` for each differing field, dicts walked down (``missing``: absent)."""
     if va == vb:
         return []
     if isinstance(va, dict) and isinstance(vb, dict):
@@ -121,8 +100,7 @@ def field_diffs(key: str, va: object, vb: object) -> list[str]:
 
 
 def incompatible(a: SuiteResult, b: SuiteResult) -> list[str]:
-    """``"key: A -> B"`` for each fact that differs between the two runs (a dict fact, the
-    dataset's statistics, by the fields that differ: ``field_diffs``)."""
+    """``"key: A -> B"`` for each fact that differs between the two runs (``field_diffs``)."""
     fa, fb = _facts(a), _facts(b)
     return [d for k in fa for d in field_diffs(k, fa[k], fb[k])]
 
@@ -143,13 +121,8 @@ def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: tuple[str, .
 
 def ratio_ci(a_values: Sequence[float], b_values: Sequence[float], level: float = LEVEL,
              resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float, float]:
-    """``(ratio, lo, hi)``: median(B) / median(A) and its percentile-bootstrap interval.
-
-    Each side is resampled with replacement ``resamples`` times (a ``numpy`` Generator seeded
-    with ``seed``, so the result is reproducible); ``lo`` and ``hi`` are the ``(1 - level) / 2``
-    and ``(1 + level) / 2`` quantiles of median(B*) / median(A*). NaN for all three when a side
-    is empty or A's median is not positive.
-    """
+    """``(ratio, lo, hi)``: median(B) / median(A) and its seeded percentile-bootstrap interval
+    (NaN for all three when a side is empty or A's median is not positive)."""
     import numpy as np  # here, so that ``compare diff --help`` stays fast
 
     nan = float("nan")
@@ -197,15 +170,10 @@ def _median(xs: list[float]) -> float:
 
 
 def within_as_range(v, metric: str = METRIC) -> float:
-    """``v``'s spread within a window, as the range its repeats would show if the variation
-    inside one window were all there is (0.0 when no repeat has halves, or one repeat).
+    """``v``'s within-window spread as the range its repeats would show (0.0 without halves).
 
-    A half window's rate varies with a standard deviation ``s``; the median gap between the
-    two halves, ``|N(0, 2 s^2)|``, is ``0.954 s``. A whole window's rate varies by ``s / sqrt 2``,
-    and n of them span ``d2(n) s / sqrt 2`` on average. So the range is
-    ``d2(n) / (0.954 sqrt 2) = d2(n) / 1.349`` times the gap. A gap that comes from a cause
-    the window does not average out (an epoch start in one half only) is counted as noise too:
-    that errs toward "no significant difference".
+    The median gap of two halves is ``0.954 s`` and n whole windows span ``d2(n) s / sqrt 2``,
+    so the range is ``d2(n) / 1.349`` times the gap.
     """
     gap = v.within_spread(HALVES[metric])
     n = len(_finite(v.values(metric)))
@@ -215,9 +183,7 @@ def within_as_range(v, metric: str = METRIC) -> float:
 
 
 def judge(va, vb, metric: str = METRIC) -> Judgement:
-    """The verdict of B's ``VariantResult`` against A's (the rule in the module docstring) on
-    ``metric`` (a ``Repeat`` field of ``METRICS``). The minimum effect is
-    ``ONE_PROCESS_MIN_EFFECT`` when either row ran all its repeats in one process."""
+    """The verdict of B's ``VariantResult`` against A's on ``metric`` (module docstring)."""
     min_effect = ONE_PROCESS_MIN_EFFECT if _in_one_process(va) or _in_one_process(vb) \
         else MIN_EFFECT
     a, b = _finite(va.values(metric)), _finite(vb.values(metric))
@@ -270,8 +236,7 @@ def _plain(x: object) -> object:
 
 
 def _option_defaults(backend: str) -> dict[str, object]:
-    """Every option of ``backend``'s options class at its default (``{}`` where unknown: a
-    reference row, or no ``pipelines`` here)."""
+    """Every option of ``backend`` at its default (``{}`` where unknown)."""
     try:
         import dataclasses
 
@@ -285,9 +250,7 @@ def _option_defaults(backend: str) -> dict[str, object]:
 
 
 def row_config(run: SuiteResult, v) -> dict[str, object]:
-    """What decides row ``v``'s numbers beyond the run's setup: its backend, every loader
-    option (an option not overridden at its default), its workers, and the decoder its
-    repeats recorded (``pinned``'s default decoder is chosen from the data)."""
+    """What decides row ``v``'s numbers beyond the setup: backend, options, workers, decoder."""
     cfg: dict[str, object] = {"backend": v.backend}
     over = {k: _plain(x) for k, x in v.overrides.items()}
     cfg["num_workers"] = over.pop("num_workers", run.setup.get("workers"))
@@ -299,8 +262,7 @@ def row_config(run: SuiteResult, v) -> dict[str, object]:
 
 
 def config_diffs(a: SuiteResult, va, b: SuiteResult, vb) -> list[str]:
-    """``"field: X in A, Y in B"`` for each field of the two rows' configurations
-    (``row_config``) that differs; ``[]`` when they are the same configuration."""
+    """``"field: X in A, Y in B"`` for each field of ``row_config`` that differs."""
     ca, cb = row_config(a, va), row_config(b, vb)
     if ca == cb:
         return []
@@ -318,20 +280,16 @@ def config_diffs(a: SuiteResult, va, b: SuiteResult, vb) -> list[str]:
 
 
 class Pairing(NamedTuple):
-    """Which rows of A and B are compared (``pairs``: name, A's row, B's row), and the rows of
-    one label whose configurations differ (``refused``: label, what differs; with ``force``
-    they are in ``pairs`` too)."""
+    """Rows compared (name, A's, B's), and labels refused for differing configurations."""
 
     pairs: list[tuple[str, object, object]]
     refused: list[tuple[str, list[str]]]
 
 
 def pair_rows(a: SuiteResult, b: SuiteResult, force: bool = False) -> Pairing:
-    """Pair A's and B's variants by their whole configuration (``row_config``), not by label
-    alone: a row is compared with B's row of the same label when their configurations match,
-    else with B's row of the same configuration under another label (named ``"A label (B:
-    B label)"``); a label in both runs whose rows differ, with no match, is refused and
-    says which fields differ (``force``: compared anyway, and still listed in ``refused``)."""
+    """Pair A's and B's variants by ``row_config``: the same label first, else the same
+    configuration under another label (``"A label (B: B label)"``); a label whose rows differ
+    is refused (``force``: compared anyway, and still listed)."""
     pairs, refused = [], []
     left = list(b.variants)
     unmatched = []
@@ -362,9 +320,7 @@ def pair_rows(a: SuiteResult, b: SuiteResult, force: bool = False) -> Pairing:
 
 def table_rows(a: SuiteResult, b: SuiteResult, metric: str = METRIC,
                force: bool = False) -> list[Row]:
-    """A ``Row`` for the ceiling (when both runs have one, and ``metric`` is samples/s) and
-    each pair of variants of the same configuration (``pair_rows``; ``force``: of the same
-    label too)."""
+    """A ``Row`` for the ceiling (samples/s only) and each pair of ``pair_rows``."""
     out = []
     both = a.ceiling and b.ceiling and metric == METRIC
     pairs = [("ceiling", a.ceiling, b.ceiling)] if both else []
@@ -384,8 +340,7 @@ def _in_one_process(v) -> bool:
 
 
 def _one_process(r: SuiteResult) -> bool:
-    """Whether some variant of the run ran all its repeats in one process (its spread is then
-    within one process, and understates the noise between runs)."""
+    """Whether some variant of the run ran all its repeats in one process."""
     return any(_in_one_process(v) for v in ([r.ceiling] if r.ceiling else []) + list(r.variants))
 
 

@@ -1,10 +1,7 @@
 """``python -m compare doctor``: check this machine against a loader setup and advise.
 
-Checks /dev/shm against workers x prefetch x batch bytes, workers against CPU cores, the pinned
-memory the ``pinned`` backend will hold, CUDA and its driver, DALI, and whether the GPU has a
-hardware JPEG decoder. A setting that no loader accepts (a negative worker count, a batch size
-of 0) is a ``[FAIL]`` line naming the option. ``[WARN]`` lines are advice (no GPU, no DALI, more
-workers than cores, a small /dev/shm); ``[OK]`` and ``[INFO]`` lines are facts.
+Checks /dev/shm, workers against CPU cores, pinned memory, CUDA, DALI and the hardware JPEG
+decoder. ``[FAIL]``: a setting no loader accepts; ``[WARN]``: advice; ``[OK]``/``[INFO]``: facts.
 
 Exit status:
   0  nothing failed ([WARN] lines do not count, unless --strict)
@@ -26,8 +23,7 @@ def _mib(b: float) -> str:
 
 
 def invalid(batch_size: int, workers: int, prefetch: int, image_size: int) -> list[Line]:
-    """A ``FAIL`` line per setting that no loader accepts, in ``LoaderConfig``'s own words
-    (e.g. ``--workers: num_workers=-1 must be an int >= 0``); empty when all are valid."""
+    """A ``FAIL`` line per setting that no loader accepts, in ``LoaderConfig``'s own words."""
     from pipelines import TorchOptions
 
     out: list[Line] = []
@@ -51,13 +47,8 @@ def invalid(batch_size: int, workers: int, prefetch: int, image_size: int) -> li
 def check(batch_size: int, workers: int, prefetch: int, image_size: int,
           shm_free: int | None, cores: int, cuda: dict, dali: str | None,
           local_ranks: int = 1) -> list[Line]:
-    """Pure function of the facts, so it can be tested with any machine's numbers.
-
-    Settings that no loader accepts (``invalid``) give ``FAIL`` lines and nothing else: the
-    other checks would be advice about a setup that cannot run. ``local_ranks`` is
-    ``LOCAL_WORLD_SIZE`` under torchrun: cores, /dev/shm and pinned memory are then shared by
-    that many ranks, each with ``workers`` workers.
-    """
+    """The report's lines, a pure function of the facts (``invalid`` settings: only those).
+    ``local_ranks`` share the cores, /dev/shm and pinned memory."""
     from pipelines import TorchOptions
     from pipelines.torch_backend.shm import HEADROOM as SHM_HEADROOM
     from pipelines.torch_backend.shm import fit_to_shm, shm_need
@@ -150,8 +141,7 @@ def facts() -> tuple[int, dict, str | None]:
 
 
 def main(argv=None) -> int:
-    """Print the report. Exit status: 1 on a ``FAIL`` (or, with ``--strict``, a ``WARN``), else 0;
-    2 is left to the parser's usage errors."""
+    """Print the report; the exit status is in the module docstring."""
     p = cli.Parser(prog="python -m compare doctor", description=__doc__)
     p.add_argument("--batch-size", type=int, default=256, help="samples per batch")
     p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")

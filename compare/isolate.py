@@ -1,24 +1,14 @@
 """Each timed repeat in a fresh process, in a seeded interleaved order (pyperf's way).
 
-NOTE [isolation and order]
-In one process every repeat shares its warm state (CUDA context, DataLoader workers, DALI's
-pipeline), and in a fixed order anything that drifts lands on the same variant, so the spread
-understates the uncertainty. Here every (variant, repeat) and ceiling repeat is a *unit*,
-shuffled with ``random.Random(seed)``, each run in a new spawned process that builds the step
-and the loader from nothing. The order, the seed and each repeat's pid are kept in
-``results.json``. A unit puts itself and its loader's workers in a process group of its own,
-sends its measurement, closes the loader within ``TEARDOWN_S`` and ``os._exit``s; the suite
-kills what is left of the group, and a unit whose suite dies kills its group
-(``die_with_parent``). Under torchrun the ranks are the processes (isolation is off).
+NOTE [isolation and order] (docs/benchmarking.md, Fresh processes)
+Every (variant, repeat) and ceiling repeat is a *unit*, shuffled with ``random.Random(seed)``
+and run in a new spawned process in a process group of its own, which the suite kills after
+``TEARDOWN_S`` (and which kills itself when the suite dies: ``die_with_parent``).
 
-NOTE [steady state]
-A loader fills its queue whenever the consumer pauses, so every repeat primes the step first
-and drains the queue before the loader-only window (``runner.time_repeat``); a new loader first
-runs the rest of its first epoch when the epoch is at most twice the window (one-time work such
-as DALI's file checks: docs/results/h200/README.md, dali-first-epoch). A window is rounded up to
-whole epochs when an epoch is at most twice its length (any k x E batches hold k epoch starts),
-and without ``--steps`` holds at least ``FIT_QUEUES`` x its queue (``runner.window``).
-docs/benchmarking.md (Steady state) gives the H200 runs behind each rule.
+NOTE [steady state] (docs/benchmarking.md, Steady state)
+Every repeat primes the step and drains the queue before the loader-only window
+(``runner.time_repeat``); a new loader first runs the rest of its first epoch when the epoch is
+at most twice the window; a window is rounded up to whole epochs (``runner.window``).
 """
 from __future__ import annotations
 
@@ -101,9 +91,7 @@ class Phases:
 
 
 def timed_unit(job: Job, unit: Unit, phases: Phases | None = None):
-    """Time ``unit`` in this process: ``(repeat, h2d bytes per sample, queue batches, loader)``;
-    the loader is still open (``None`` for a ceiling unit, which takes one batch and closes
-    its loader before the clock starts). On an error the loader is closed, then it raises."""
+    """Time ``unit`` here: ``(repeat, h2d bytes per sample, queue batches, open loader or None)``."""
     from . import runner as rn
 
     phases = phases if phases is not None else Phases()
@@ -147,8 +135,7 @@ def timed_unit(job: Job, unit: Unit, phases: Phases | None = None):
 
 
 def close_within(loader, seconds: float) -> str:
-    """Close ``loader`` in a daemon thread, waiting at most ``seconds``: ``""`` when it closed,
-    else what went wrong (its error, or that it did not finish in time)."""
+    """Close ``loader`` within ``seconds``: ``""``, or what went wrong."""
     if loader is None:
         return ""
     err: list[str] = []
@@ -168,18 +155,16 @@ def close_within(loader, seconds: float) -> str:
 
 
 def default_start_method() -> str:
-    """Put back the platform's default multiprocessing start method in a spawned unit: spawn
-    hands its own on, and DataLoader workers would then each be spawned and import torch
-    again instead of starting as in the user's job (docs/results/h200/suite-steady-state)."""
+    """Put back the platform's default start method in a spawned unit, so DataLoader workers
+    start as in the user's job, not spawned."""
     method = mp.get_all_start_methods()[0]
     mp.set_start_method(method, force=True)
     return method
 
 
 def die_with_parent(parent: int, every: float = 0.5) -> threading.Thread:
-    """Kill this process's group (the unit and its loader's workers) as soon as ``parent`` is
-    no longer its parent: a suite killed by a signal (``timeout``, a scheduler) cannot end the
-    group itself, and an orphaned unit would decode beside whatever runs next."""
+    """Kill this process's group as soon as ``parent`` is gone (a suite killed by a signal
+    cannot end it, and an orphan would decode beside whatever runs next)."""
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(every)
@@ -191,7 +176,7 @@ def die_with_parent(parent: int, every: float = 0.5) -> threading.Thread:
 
 
 def _child(conn, job: Job, unit: Unit, spawned_at: float, parent: int) -> None:
-    """A unit's process (NOTE [unit processes])."""
+    """A unit's process (NOTE [isolation and order])."""
     os.setpgrp()  # the unit and its loader's workers: one group, which the suite ends
     die_with_parent(parent)
     default_start_method()
@@ -240,8 +225,7 @@ def _end(p) -> None:
 
 def spawn(job: Job, unit: Unit, name: str
           ) -> tuple[Repeat, float | None, int | None, str, Phases]:
-    """``timed_unit`` in a fresh spawned process: ``(repeat, h2d, queue, teardown error,
-    phases)``; its error is raised here as ``UnitError``."""
+    """``timed_unit`` in a fresh process: ``(repeat, h2d, queue, teardown error, phases)``."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_child, args=(child, job, unit, time.time(), os.getpid()),
@@ -277,8 +261,8 @@ def spawn(job: Job, unit: Unit, name: str
 def run_all(job: Job, units: list[Unit], log: Callable[[str], None] = print,
             done: Callable[[dict[int, VariantResult], VariantResult | None], None]
             = lambda v, c: None) -> tuple[dict[int, VariantResult], VariantResult | None]:
-    """Every unit in ``units``' order, each in its own process; ``({variant index: result},
-    ceiling or None)``, repeats in repeat order. ``done`` sees the results after each unit."""
+    """Every unit in order, each in its own process: ``({variant index: result}, ceiling)``;
+    ``done`` sees the results after each unit."""
     from .runner import say_repeat
 
     labels = [v.label for v in job.variants]

@@ -1,10 +1,8 @@
 """``python -m compare memory``: host and GPU memory of each backend over many epochs.
 
-A loader that leaks (pinned buffers, DALI allocations, worker RSS) shows it here long before a
-90-epoch run dies. Per epoch it records host RSS (this process + its workers), torch's allocated
-and reserved CUDA memory, and NVML's device memory in use (which also sees DALI's own pools).
-Arguments are checked before the first epoch (``compare.cli``); ``memory.json`` is rewritten
-after each backend, so a backend that fails late leaves the finished ones on disk.
+Per epoch: host RSS (this process and its workers), torch's allocated and reserved CUDA memory,
+and NVML's device memory in use (DALI's pools too). ``memory.json`` is rewritten after each
+backend, so a late failure keeps the finished ones.
 """
 from __future__ import annotations
 
@@ -84,9 +82,8 @@ def track(backend: str, cfg: LoaderConfig, epochs: int) -> list[dict]:
 
 
 def summarize(rows: list[dict]) -> dict:
-    """From the second epoch on (after warm-up allocations): first, last, min, max, and the
-    least-squares slope in MiB per epoch. A leak is a steady positive slope; allocator and
-    page-cache noise moves RSS up and down without one."""
+    """From the second epoch on: first, last, min, max and the least-squares slope in MiB per
+    epoch (a leak is a steady positive slope)."""
     out = {}
     for k in ("host_rss_mib", "torch_reserved_mib", "nvml_used_mib"):
         pts = [(r["epoch"], r[k]) for r in rows[1:] if r.get(k) is not None]

@@ -1,18 +1,10 @@
 """Measuring one run: data wait, step compute, GPU idle, throughput.
 
 NOTE [how idle time is measured]
-For each timed step we read the host clock around ``next(loader)`` (the *data wait*: time the
-training loop is blocked on data), then record CUDA events ``e0``/``e1`` on the compute stream
-around the model step. Everything a backend enqueues on the compute stream before ``e0`` (a
-``wait_event`` on a copy, a blocking copy, DALI's output copy) falls outside ``[e0, e1]``. A
-start event before the first timed step and an end event after the last give the elapsed GPU
-timeline, so
-
-    GPU idle % = 1 - sum(e1 - e0) / (end - start)
-
-is the share of the compute stream's timeline not spent on the model step. Throughput is
-samples divided by host wall time, read after ``torch.cuda.synchronize()``. On the CPU the same
-quantities come from the host clock, the step being synchronous.
+The host clock around ``next(loader)`` gives the data wait; CUDA events around the model step
+on the compute stream give its compute time, so GPU idle % = 1 - sum(e1 - e0) / (end - start)
+of the timed window. Throughput is samples over host wall time after a synchronize; on the CPU
+all of it comes from the host clock.
 """
 from __future__ import annotations
 
@@ -30,8 +22,7 @@ LONG_WAIT_FLOOR_MS, LONG_WAIT_TIMES = 20.0, 4.0
 
 
 def long_waits(waits_ms) -> list[int]:
-    """The indices of a window's long waits (``LONG_WAIT_*``): a loader-bound window, where
-    every batch waits about as long, has none."""
+    """The indices of a window's long waits (``LONG_WAIT_*``)."""
     w = list(waits_ms)
     if not w:
         return []
@@ -40,8 +31,8 @@ def long_waits(waits_ms) -> list[int]:
 
 
 def out_of_step(waits_ms, period: int) -> bool:
-    """Whether the last ``3 x period`` waits hold fewer than three long ones: fewer than three
-    waves of ``period`` workers delivering in step (NOTE [settling] in compare.runner)."""
+    """Whether the last ``3 x period`` waits hold fewer than three long ones (no waves of
+    ``period`` workers in step; NOTE [settling] in compare.runner)."""
     w = list(waits_ms)[-3 * period:]
     return len(w) >= 3 * period and len(long_waits(w)) < 3
 
@@ -56,17 +47,14 @@ class RunMeasure:
     compute_ms: list[float]
     timeline_ms: float
     starts_ms: list[float] = field(default_factory=list)  # each step's start in the window
-    # ``settle``: warm-up batches run after ``warmup`` until the workers were out of step, and
-    # whether they were by the cap (None: no settling)
+    # extra warm-up batches, and whether the workers got out of step by the cap (None: no settling)
     settle_batches: int | None = None
     settled: bool | None = None
-    # ``mark``: each timed step's (wait start, wait end, step launched) on the host's clock, in
-    # ns since the epoch (``time.time_ns``), the profiler's clock (compare.probes.trace)
+    # ``mark``: each step's (wait start, wait end, step launched), ``time.time_ns`` (probes.trace)
     marks_ns: list[tuple[int, int, int]] = field(default_factory=list)
 
     def halves(self) -> tuple[float, float] | None:
-        """Samples/s over the window's first and second halves (``None`` under 4 steps): their
-        gap is the variation within one process, at half the window (``Repeat.halves``)."""
+        """Samples/s over the window's first and second halves (``None`` under 4 steps)."""
         n, t = len(self.starts_ms), self.starts_ms
         if n < 4 or self.timeline_ms <= 0:
             return None
@@ -105,13 +93,11 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
             agree: Callable[[bool], bool] | None = None, mark: bool = False) -> RunMeasure:
     """Run ``warmup`` untimed then ``steps`` timed steps of ``step(images, labels)``.
 
-    ``batches`` yields ``(images, labels)``; it must not run out (see ``runner.endless``).
-    ``settle=(period, cap)``: after ``warmup``, go on warming up, ``period`` batches at a
-    time, until the waits are ``out_of_step`` for ``period`` workers, or ``cap`` more batches
-    have run (NOTE [settling] in compare.runner). ``agree`` turns this process's verdict into
-    the job's (``Job.all_agree`` under torchrun), so every rank settles for as many steps.
-    ``mark``: keep each timed step's wait and step on the host's clock for a profiler's trace
-    (``RunMeasure.marks_ns``; ``compare.probes.trace``).
+    Args:
+        batches: endless ``(images, labels)`` (``runner.endless``).
+        settle: ``(period, cap)``: warm up ``period`` batches at a time until ``out_of_step``
+            or ``cap`` more (NOTE [settling] in compare.runner); ``agree`` makes it the job's.
+        mark: keep ``RunMeasure.marks_ns`` for a profiler's trace.
     """
     cuda = device.type == "cuda"
     seen: list[float] = []  # the warm-up's data waits, which settling reads
@@ -177,9 +163,7 @@ def measure(batches: Iterator, step: Callable, steps: int, warmup: int,
 
 
 class LoaderOnly(NamedTuple):
-    """A loader-only window: images per second, and over its first and last stretches of equal
-    length (``None`` under 4 batches). Their gap shows a window still ramping up, such as a
-    loader-only rate below the training one (``compare.report.below_training_lines``)."""
+    """A loader-only window's img/s, and over its first and last stretches (``None`` under 4)."""
 
     rate: float
     halves: tuple[float, float] | None
@@ -190,15 +174,9 @@ def stretch(steps: int, period: int | None) -> int:
     half the window, rounded down to a whole number of ``period`` batches when it holds one.
 
     NOTE [waves and halves]
-    A DataLoader's workers that run in step deliver in waves of ``num_workers`` batches, and
-    alone the consumer takes each wave at once (NOTE [settling] in compare.runner). A stretch
-    of L batches then holds L / ``num_workers`` wave arrivals only when L is a whole number of
-    waves; halves of 62 batches in waves of 14 hold 5 and 4 arrivals or the reverse, by where
-    the window starts. On the H200 that made every default window of ``pinned`` look like a
-    ramp where its ``--long`` windows, whose halves hold as many waves, did not
-    (docs/results/h200/seeds-reference/README.md, steady section). So the
-    two stretches are the window's first and last ``k x num_workers`` batches, which any
-    phase of the waves fills alike; the whole window's rate is unchanged."""
+    Workers in step deliver in waves of ``num_workers`` batches; plain halves cut the waves
+    unevenly (62 batches in waves of 14: 5 and 4 arrivals) and showed a ramp that was not there
+    (docs/benchmarking.md, Steady state). Whole waves fill any phase alike."""
     half = steps // 2
     if period and period > 1 and half >= period:
         return half - half % period
@@ -207,10 +185,8 @@ def stretch(steps: int, period: int | None) -> int:
 
 def loader_only(batches: Iterator, steps: int, warmup: int, device: torch.device,
                 period: int | None = None) -> LoaderOnly:
-    """The loader alone for ``steps`` batches after ``warmup``. The clock is read after the last
-    batch is synchronised; the two stretches' clocks are read on the host when their batches
-    are handed over (the loader's GPU work behind them is small against a stretch). ``period``:
-    the loader's workers, whose waves the stretches hold whole (NOTE [waves and halves])."""
+    """The loader alone for ``steps`` batches after ``warmup``, synchronised at the end;
+    ``period``: its workers, whose waves the stretches hold whole."""
     for _ in range(warmup):
         next(batches)
     if device.type == "cuda":

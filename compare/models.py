@@ -19,9 +19,7 @@ def torchvision_models() -> list:
 
 
 def parse_model(name: str) -> str:
-    """Validate a ``--model`` value: one of ``MODELS``, any torchvision classification model
-    (e.g. ``efficientnet_b0``), or ``timm:<name>`` with timm installed; raises ``ValueError``
-    saying what is valid."""
+    """Validate a ``--model``: one of ``MODELS``, a torchvision model, or ``timm:<name>``."""
     if name in MODELS[:-1]:
         return name
     if name.startswith("synthetic:"):
@@ -83,12 +81,8 @@ class TrainStep:
     """One optimisation step: AMP autocast (when ``amp_dtype``), channels_last, SGD + momentum.
 
     Args:
-        model: a name from ``MODELS``.
-        device: where the model lives.
-        num_classes: classifier width.
+        model: a name ``parse_model`` accepts.
         amp_dtype: autocast dtype (``torch.bfloat16`` on GPU), or ``None`` for full precision.
-        channels_last: convert the model to channels_last memory format.
-        lr: SGD learning rate.
         wrap: applied to the module once it is on ``device`` (``compare.ddp.wrap``: DDP).
     """
 

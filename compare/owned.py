@@ -1,19 +1,9 @@
 """Which files in an output folder the suite wrote, so that it never replaces or deletes another's.
 
 NOTE [files the suite owns]
-``--out`` may be a folder that already holds files: the user's notes, an ``error.log`` of
-their own, the results of an earlier run. A run writes only names it owns:
-
-* a name that does not exist yet, or
-* a name that holds a file of the kind the suite writes there (``is_ours``): a compare
-  ``results.json`` (a JSON object with ``schema``, ``env`` and ``setup``), a ``summary.md``
-  that starts with the report's title, a PNG that matplotlib wrote, an ``error.log`` that
-  starts with ``ERROR_MARK``. Those are an earlier run's, and a new run replaces them, as it
-  always did.
-
-Anything else at one of those names is refused before the run does any work (``check_out``),
-and an ``error.log`` is never replaced by a failed run nor deleted by a successful one unless
-the suite wrote it (``error_log``, ``drop_stale_error_log``).
+A run writes only names that do not exist yet or hold a file of the kind the suite writes there
+(``is_ours``: a compare results.json, a summary.md under the report's title, a matplotlib PNG, an
+``error.log`` under ``ERROR_MARK``). Anything else is refused before any work (``check_out``).
 """
 from __future__ import annotations
 
@@ -65,11 +55,8 @@ def foreign(out: Path, names: Iterable[str] = SUITE_FILES) -> list[str]:
 
 
 def check_out(out: Path, option: str = "--out", names: Iterable[str] = SUITE_FILES) -> None:
-    """Refuse ``out`` when a file the run would write there is not the suite's.
-
-    Raises:
-        ValueError: naming ``option`` and the files.
-    """
+    """Refuse ``out`` (a ``ValueError`` naming ``option``) when a file the run would write there
+    is not the suite's."""
     theirs = foreign(out, names)
     if theirs:
         raise ValueError(f"{option} {str(out)!r} holds {', '.join(theirs)}, which the suite did "
@@ -78,8 +65,7 @@ def check_out(out: Path, option: str = "--out", names: Iterable[str] = SUITE_FIL
 
 
 def error_log(out: Path) -> Path:
-    """Where a failed run writes its traceback: ``error.log``, unless that name holds a file
-    the suite did not write; then the first free ``error-N.log``."""
+    """``error.log``, or the first free ``error-N.log`` when that holds another's file."""
     out = Path(out)
     p = out / "error.log"
     k = 1
@@ -97,8 +83,7 @@ def write_error_log(out: Path, text: str) -> Path:
 
 
 def drop_stale_error_log(out: Path) -> Path | None:
-    """Delete ``out/error.log`` when an earlier failed run of the suite wrote it (it would
-    describe a failure this complete run no longer has); a file of anyone else stays."""
+    """Delete ``out/error.log`` when an earlier failed run of the suite wrote it."""
     p = Path(out) / "error.log"
     if is_ours(p):
         p.unlink(missing_ok=True)

@@ -1,13 +1,8 @@
 """``python -m compare plot RESULTS.json [--out DIR]``: draw a run's PNG plots from its ``results.json``.
 
-The suite writes ``throughput.png`` (samples/s and GPU idle % per variant) and ``timeline.png``
-(data wait per timed step of the first repeat) next to every ``results.json``; the plots are not
-kept in the repository (``docs/results/``) because this command redraws them from the JSON.
-
-Importing this module imports neither torch nor matplotlib: matplotlib is imported when a plot
-is drawn. Errors (a missing file, a file that is not a suite ``results.json``, an ``--out`` that
-cannot be written) are one line on stderr naming the argument; exit status 2. A missing
-matplotlib is one line too (exit status 1).
+``throughput.png`` (samples/s and GPU idle % per variant) and ``timeline.png`` (data wait per
+step of the first repeat); matplotlib is imported only to draw. Errors are one line naming the
+argument, exit status 2 (1 for a missing matplotlib).
 """
 from __future__ import annotations
 
@@ -40,8 +35,7 @@ def _pyplot():
 
 
 def plots(res: SuiteResult, out: Path) -> list[Path]:
-    """Write ``throughput.png`` (samples/s and idle % bars) and ``timeline.png`` (data wait per
-    step) for ``res`` into the existing folder ``out``; return their paths."""
+    """Write ``FILES`` for ``res`` into the existing folder ``out``; return their paths."""
     plt = _pyplot()
     out = Path(out)
     labels = [res.row_label(v) for v in res.variants]
@@ -109,14 +103,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fail(msg: str) -> int:
+def _fail(msg: object) -> int:
     print(f"{PROG}: error: {msg}", file=sys.stderr)
     return 2
 
 
 def load(path: Path) -> SuiteResult:
-    """Read a suite ``results.json`` (``SuiteResult.from_dict``); ``ValueError`` whose message
-    starts with "not" when it is not one."""
+    """Read a suite ``results.json``; a ``ValueError`` starting with "not" when it is not one."""
     try:
         data = json.loads(path.read_text())
     except UnicodeDecodeError as e:
@@ -133,20 +126,27 @@ def load(path: Path) -> SuiteResult:
         raise ValueError(f"not a suite results.json ({type(e).__name__}: {e})") from e
 
 
+def read(arg: str) -> tuple[Path, SuiteResult]:
+    """The RESULTS.json argument (a file or its folder) and its run; a one-line ``ValueError``."""
+    src = Path(arg)
+    src = src / "results.json" if src.is_dir() else src
+    if not src.is_file():
+        raise ValueError(f"RESULTS.json: {str(src)!r} does not exist")
+    try:
+        return src, load(src)
+    except ValueError as e:
+        raise ValueError(f"RESULTS.json: {str(src)!r} is {e}") from None
+    except OSError as e:
+        raise ValueError(f"RESULTS.json: cannot read {str(src)!r} ({e.strerror or e})") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m compare plot``; ``argv`` excludes the word ``plot``."""
     a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    src = Path(a.results)
-    if src.is_dir():
-        src = src / "results.json"
-    if not src.is_file():
-        return _fail(f"RESULTS.json: {str(src)!r} does not exist")
     try:
-        res = load(src)
+        src, res = read(a.results)
     except ValueError as e:
-        return _fail(f"RESULTS.json: {str(src)!r} is {e}")
-    except OSError as e:
-        return _fail(f"RESULTS.json: cannot read {str(src)!r} ({e.strerror or e})")
+        return _fail(e)
     out = Path(a.out) if a.out is not None else src.parent
     try:
         out.mkdir(parents=True, exist_ok=True)

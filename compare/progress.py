@@ -1,9 +1,5 @@
-"""Progress bars for long steps (tqdm), shown only when stdout is a terminal.
-
-``bar(total, desc, unit)`` returns a ``tqdm`` bar on stderr, or a no-op with the same
-``update``/``close`` when stdout is not a TTY (a log file, CI, a pipe), so logs keep only the
-lines the commands print. ``GPU_FEED_PROGRESS=0`` turns bars off, ``=1`` forces them on.
-"""
+"""Progress bars (tqdm on stderr) only when stdout is a terminal; ``GPU_FEED_PROGRESS=0|1``
+turns them off or on."""
 from __future__ import annotations
 
 
@@ -22,8 +18,7 @@ class _Quiet:
 
 
 def shown() -> bool:
-    """Whether bars are drawn: ``GPU_FEED_PROGRESS`` when set, else stdout is a terminal (the
-    rule data_gen's bars follow too: ``data_gen.generate.progress_shown``)."""
+    """Whether bars are drawn (the rule of ``data_gen.generate.progress_shown``)."""
     from data_gen.generate import progress_shown
 
     return progress_shown()

@@ -1,19 +1,11 @@
 """``--reference``: the plain recipes our backends are measured against, as users write them,
-each in a row beside the backend it checks.
+each in a row beside the backend it checks (docs/benchmarking.md, References).
 
-* ``ImageFolderReference`` (for ``pageable``): ``torchvision.datasets.ImageFolder`` (its
-  default PIL loader) with the same augmentation, float32 ``Normalize`` in the workers, a
-  ``DataLoader`` with ``shuffle=True``, no pinning, no persistent workers, and a blocking
-  ``.to(device)`` per batch: nothing of this project's loader. ``pageable`` should match it.
-* ``DaliFileReaderReference`` (for ``dali``): DALI's own ImageNet recipe at DALI's defaults,
-  ``fn.readers.file`` -> ``fn.decoders.image_random_crop`` (``device="mixed"``: nvJPEG and the
-  hardware decoder at DALI's default share) -> ``fn.resize`` -> ``fn.crop_mirror_normalize``
-  with a coin-flip mirror, read by ``DALIGenericIterator`` with the same number of threads as
-  the ``dali`` backend's decoder. ``dali`` should beat it; on a CPU the same graph runs on CPU
-  operators. It runs ``AugmentSpec``'s train recipe only (no ``--transform``, no eval).
-
-The suite times them like backends, in the same run (issue 20's ratios). Both read ImageFolder
-folders only.
+* ``ImageFolderReference`` (for ``pageable``): ``torchvision.datasets.ImageFolder`` + PIL, the
+  same augmentation, a ``DataLoader`` with no pinning and a blocking ``.to(device)``.
+* ``DaliFileReaderReference`` (for ``dali``): DALI's own ImageNet recipe at DALI's defaults
+  (``fn.readers.file`` -> ``image_random_crop`` -> ``resize`` -> ``crop_mirror_normalize``);
+  the train recipe only. Both read ImageFolder folders only.
 """
 from __future__ import annotations
 
@@ -49,7 +41,15 @@ def dali_reference_skip(cfg: LoaderConfig) -> str | None:
     return None
 
 
-class ImageFolderReference:
+class _Closing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ImageFolderReference(_Closing):
     """The plain recipe (module doc) with the loader interface the suite uses."""
 
     def __init__(self, cfg: LoaderConfig):
@@ -89,16 +89,9 @@ class ImageFolderReference:
     def close(self) -> None:
         self.loader = None
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class DaliFileReaderReference:
-    """DALI's own file-reader recipe at DALI's defaults (module doc), with the loader interface
-    the suite uses."""
+class DaliFileReaderReference(_Closing):
+    """DALI's own file-reader recipe (module doc) with the loader interface the suite uses."""
 
     def __init__(self, cfg: LoaderConfig):
         from nvidia.dali import fn, pipeline_def, types
@@ -160,9 +153,3 @@ class DaliFileReaderReference:
 
     def close(self) -> None:
         self.it = self.pipe = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

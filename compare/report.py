@@ -1,9 +1,5 @@
-"""Turn a ``SuiteResult`` into a terminal table, a markdown summary and PNG plots.
-
-The plots are drawn by ``compare.plot`` (``python -m compare plot`` redraws them from a
-``results.json``); ``plots`` is re-exported here for the suite. ``python -m compare report
-RESULTS.json`` writes the summary again from a ``results.json``, with what this version of
-the report says (``main``)."""
+"""A ``SuiteResult`` as a terminal table, a markdown summary and PNG plots (``compare.plot``);
+``python -m compare report RESULTS.json`` writes the summary again."""
 from __future__ import annotations
 
 import argparse
@@ -107,18 +103,12 @@ def warnings_for(res: SuiteResult) -> list[str]:
 
 
 def verdict_lines(res: SuiteResult) -> list[str]:
-    """One to three lines that answer "which backend?", the summary's and the terminal's first.
+    """One to three lines that answer "which backend?", printed first.
 
     NOTE [verdict first]
-    The fastest row by its median rate (samples/s, the table's first figure): in training, or
-    of the loader alone under ``--model none``; the loader-only img/s only where no row has a
-    training rate. The ``--reference`` rows are yardsticks,
-    not backends, and are left out. The first line gives its rate, its % of the model-only
-    ceiling and its speed-up over ``pageable``; the second the runner-up and whether the gap is
-    inside the measured spread: the larger of the two rows' ranges across repeats and of their
-    spreads within a window put on that scale (``compare.diff.within_as_range``), the noise
-    floor ``compare diff`` uses; with one repeat there is no spread to judge by. A third line
-    says what qualifies the whole run (partial results, CPU numbers)."""
+    The fastest non-reference row by median samples/s (loader-only img/s where no row has a
+    training rate), with its % of the ceiling and speed-up; then the runner-up and whether the
+    gap is inside ``compare diff``'s noise floor; then what qualifies the run (partial, CPU)."""
     from .diff import within_as_range
 
     s = res.setup
@@ -200,15 +190,19 @@ def rank_rows(res: SuiteResult) -> list[list[str]]:
     return out
 
 
-def table(res: SuiteResult, columns=COLUMNS, body=None) -> str:
-    data = [list(columns)] + (rows(res) if body is None else body)
+def grid(columns, body) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned."""
+    data = [list(columns)] + body
     widths = [max(len(r[i]) for r in data) for i in range(len(columns))]
     line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    sep = "  ".join("-" * w for w in widths)
-    text = "\n".join([line(data[0]), sep] + [line(r) for r in data[1:]])
-    per_rank = rank_rows(res) if body is None else []
+    return "\n".join([line(data[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in body])
+
+
+def table(res: SuiteResult) -> str:
+    text = grid(COLUMNS, rows(res))
+    per_rank = rank_rows(res)
     if per_rank:
-        text += "\n\nper rank (medians over repeats):\n" + table(res, RANK_COLUMNS, per_rank)
+        text += "\n\nper rank (medians over repeats):\n" + grid(RANK_COLUMNS, per_rank)
     return text
 
 
@@ -216,11 +210,8 @@ BELOW_TRAINING = 0.95  # loader-only under this share of the training rate is re
 
 
 def below_training_lines(res: SuiteResult) -> list[str]:
-    """The rows whose loader-only rate fell below their training rate in every repeat, by
-    more than ``BELOW_TRAINING`` at the median. A loader cannot feed training faster than it
-    runs alone, so one of the two windows missed the steady state: on the H200 DALI's first
-    epoch fell in the loader-only window (docs/results/h200/README.md, dali-first-epoch), and
-    the suite's windows did before their fixes (suite-steady-state)."""
+    """The rows whose loader-only rate fell below ``BELOW_TRAINING`` x their training rate in
+    every repeat: one of the two windows missed the steady state."""
     out = []
     for v in res.variants:
         pairs = [(r.loader_only_per_s, r.samples_per_s) for r in v.repeats
@@ -249,10 +240,8 @@ def _span(xs, fmt: str) -> str:
 
 
 def window_lines(res: SuiteResult) -> list[str]:
-    """Per variant: the timed window in batches and seconds against the loader's queue
-    (compare.isolate NOTE [steady state]), the torch backends' decoder (``pinned`` picks one
-    from the data: NOTE [the default decoder] in pipelines/torch_backend/decode.py), and the
-    warm-up that ran until its workers were out of step (NOTE [settling] in compare.runner)."""
+    """Per variant: the timed window against the loader's queue, the decoder, the calibration
+    and the settling warm-up."""
     out = []
     for v in res.variants:
         steps = [r.steps for r in v.repeats if r.steps]
@@ -279,11 +268,8 @@ def window_lines(res: SuiteResult) -> list[str]:
 
 
 def step_slowdown(res: SuiteResult, v: VariantResult) -> float | None:
-    """How much longer ``v``'s model step took than the ceiling's, on a GPU: the busy share of
-    its window, ``1 - idle``, over its rate, against the ceiling's time per sample. Above 0 the
-    step itself ran slower beside the loader, with no wait for data to blame: the loader's own
-    GPU work (decode, augmentation, copies) shared the device. ``None`` off the GPU (no idle
-    from CUDA events) or without a ceiling."""
+    """How much longer ``v``'s step took than the ceiling's (busy time per sample), on a GPU
+    with a ceiling, else ``None``: above 0, the loader's GPU work shared the device."""
     if not res.on_gpu or res.ceiling is None:
         return None
     c, r, idle = (res.ceiling.median("samples_per_s"), v.median("samples_per_s"),
@@ -309,14 +295,13 @@ def _block(heading: str, items: list[str]) -> list[str]:
     return [heading, ""] + [f"- {x}" for x in items] + [""] if items else []
 
 
-def _md(columns, body) -> str:
+def md_table(columns, body) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "|".join("---" for _ in columns) + "|\n"
     return head + "".join("| " + " | ".join(r) + " |\n" for r in body)
 
 
 def research_lines(res: SuiteResult) -> list[str]:
-    """The summary's sections on how the numbers were measured (the order of the isolated
-    repeats, the spreads): after the main table (NOTE [verdict first] in ``verdict_lines``)."""
+    """The order of the isolated repeats and the spreads."""
     s = res.setup
     lines: list[str] = []
     if s.get("isolate") and s.get("order"):
@@ -336,8 +321,7 @@ def research_lines(res: SuiteResult) -> list[str]:
 
 
 def details_lines(res: SuiteResult) -> list[str]:
-    """The research sections (``--details``): how the numbers were measured, and each lab
-    probe's section (``compare.probes``)."""
+    """The research sections (``--details``), the probes' included."""
     lines = research_lines(res)
     lines += _block("**The step ran slower beside the loader** (busy time per sample against "
                     "the ceiling's; not data waits: the loader's own GPU work shared the device)",
@@ -351,8 +335,7 @@ def details_lines(res: SuiteResult) -> list[str]:
 
 
 def markdown(res: SuiteResult, details: bool = False) -> str:
-    """summary.md: the verdict, the setup, the table, notes and warnings; ``details``: the
-    research sections too (``details_lines``)."""
+    """summary.md: the verdict, the setup, the table, notes and warnings (and ``details``)."""
     s = res.setup
     e = res.env
     w = warnings_for(res)
@@ -398,9 +381,9 @@ def markdown(res: SuiteResult, details: bool = False) -> str:
         why = f" Stopped by: {s['error']}" if s.get("error") else ""
         lines += [f"**Partial results**: {len(res.variants)} of {planned} variants finished "
                   f"(`complete: false` in results.json).{why}", ""]
-    lines += [_md(COLUMNS, rows(res))]
+    lines += [md_table(COLUMNS, rows(res))]
     if world > 1:
-        lines += ["**Per rank** (medians over repeats)", "", _md(RANK_COLUMNS, rank_rows(res))]
+        lines += ["**Per rank** (medians over repeats)", "", md_table(RANK_COLUMNS, rank_rows(res))]
     if details:
         lines += details_lines(res)
     if s.get("notes"):
@@ -414,9 +397,8 @@ PROG = "python -m compare report"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m compare report``: the markdown summary of a results.json, on
-    stdout or into ``--out``."""
-    from .plot import load
+    """``python -m compare report``: the summary of a results.json, on stdout or ``--out``."""
+    from .plot import read
 
     p = argparse.ArgumentParser(
         prog=PROG, description="Write the markdown summary of a suite results.json again, with "
@@ -428,17 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--details", action="store_true",
                    help="add the research sections (spreads, windows, the probes' sections)")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
-    src = Path(a.results)
-    if src.is_dir():
-        src = src / "results.json"
     try:
-        text = markdown(load(src), a.details)
+        text = markdown(read(a.results)[1], a.details)
     except ValueError as e:
-        print(f"{PROG}: error: RESULTS.json: {str(src)!r} is {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"{PROG}: error: RESULTS.json: cannot read {str(src)!r} ({e.strerror or e})",
-              file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     if a.out is None:
         print(text)

@@ -12,9 +12,7 @@ from typing import Any
 from .probes import FIELDS
 
 SCHEMA = "gpu-feed.compare/1"
-# the default window (no --steps) holds at least this many times the loader's queue, long
-# enough to average the workers' waves (docs/results/h200/seeds-reference/README.md, steady/:
-# stretches of a --long window); runner.window applies it
+# without --steps a window holds at least this many times the loader's queue (runner.window)
 FIT_QUEUES = 4
 SPREAD_WARN = 0.10  # warn when (max - min) >= 10% of the median, as pyperf does with std/mean
 OVER_CEILING = 105.0  # % of the ceiling above which a row is flagged (report.warnings_for)
@@ -43,28 +41,19 @@ class Repeat:
     cpu_util_pct: float | None = None
     nvml_util_pct: float | None = None
     waits_ms: tuple[float, ...] = ()
-    # under torchrun: each rank's own samples/s, loader-only img/s, waits and idle % (rank
-    # order); the fields above are then the job's (compare.ddp.merge)
+    # under torchrun: each rank's own figures; the fields above are the job's (ddp.merge)
     ranks: tuple[dict[str, float], ...] = ()
     steps: int | None = None       # the timed window, in batches (training run)
     window_s: float | None = None  # the timed window, in seconds (training run)
     pid: int | None = None         # the process that ran this repeat (compare.isolate)
-    # samples/s over the training window's first and second halves (metrics.RunMeasure.halves)
-    halves: tuple[float, float] | None = None
-    # img/s over the loader-only window's first and last stretches of whole worker waves
-    # (metrics.LoaderOnly, NOTE [waves and halves]); plain halves in runs before 8b2e2a8
+    halves: tuple[float, float] | None = None  # samples/s, training window's two halves
+    # img/s, the loader-only window's first and last whole waves (NOTE [waves and halves])
     loader_only_halves: tuple[float, float] | None = None
-    # warm-up batches run after --warmup until the workers were out of step, and whether they
-    # were by the cap (NOTE [settling] in compare.runner); None: the loader does not settle
-    settle_batches: int | None = None
+    settle_batches: int | None = None  # extra warm-up (NOTE [settling]); None: no settling
     settled: bool | None = None
-    # the torch backends' decoder (TorchOptions.decoder, or the one pinned chose from the data)
-    decoder: str | None = None
-    # DALI with hw_decoder_load=None: the calibration's decisions in this repeat's process,
-    # oldest first (``Decision.describe``; NOTE [calibration] in pipelines.dali.calibrate)
-    calibration: tuple[str, ...] = ()
-    # what the lab probes it ran with added (compare.probes: a probe's ``fields``), written
-    # into the repeat's object in results.json beside the fields above
+    decoder: str | None = None  # the torch backends' decoder
+    calibration: tuple[str, ...] = ()  # DALI's calibration decisions (pipelines.dali.calibrate)
+    # the lab probes' fields, written beside the fields above in results.json
     probes: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,10 +85,8 @@ class VariantResult:
         return (max(v) - min(v)) if v else float("nan")
 
     def within_spread(self, field: str = "halves") -> float | None:
-        """The median gap between the two halves of a repeat's training window (samples/s;
-        ``field="loader_only_halves"``: the loader-only window's two stretches): the variation
-        inside one process. ``spread`` is the one across repeats (across processes under
-        ``--isolate``). ``None`` when no repeat has halves."""
+        """The median gap between the two halves of a repeat's window (``field``): the variation
+        inside one process (``None`` without halves); ``spread`` is the one across repeats."""
         gaps = [abs(h[0] - h[1]) for r in self.repeats if (h := getattr(r, field))]
         return statistics.median(gaps) if gaps else None
 
@@ -120,11 +107,8 @@ class VariantResult:
 
 @dataclass(frozen=True)
 class SuiteResult:
-    """A whole comparison: environment, the shared setup, the ceiling and every variant.
-
-    ``complete`` is False while the suite runs (``results.json`` is rewritten after each
-    variant) and in a run that stopped early; ``setup["error"]`` then says why.
-    """
+    """A whole comparison: environment, setup, ceiling and variants; ``complete`` is False while
+    the suite runs and in a run that stopped early (``setup["error"]`` says why)."""
 
     env: dict[str, object]
     setup: dict[str, object]
@@ -141,16 +125,14 @@ class SuiteResult:
 
     @property
     def on_gpu(self) -> bool:
-        """Whether the run timed a GPU (CUDA there and ``--device cuda``): GPU idle % and the
-        DALI GPU operators mean something only then."""
+        """Whether the run timed a GPU (CUDA there and ``--device cuda``)."""
         cuda = self.env.get("cuda_available")
         if cuda is None:  # an environment recorded without the flag: a named GPU says it
             cuda = bool(self.env.get("gpu"))
         return bool(cuda) and str(self.setup.get("device") or "cuda").startswith("cuda")
 
     def row_label(self, v: VariantResult) -> str:
-        """``v``'s name in tables and plots: a DALI row timed without a GPU says that it ran
-        DALI's CPU operators."""
+        """``v``'s name in tables and plots (a DALI row without a GPU: ``(CPU operators)``)."""
         return f"{v.label} (CPU operators)" if v.backend == "dali" and not self.on_gpu else v.label
 
     def baseline(self) -> VariantResult | None:
@@ -179,9 +161,7 @@ class SuiteResult:
                 "variants": [row(v) for v in self.variants]}
 
     def dump(self, path: str | Path) -> None:
-        """Write strict JSON (a metric that is not a number, NaN or infinite, is ``null``)
-        atomically (a sibling file renamed over ``path``): a reader or a crash mid-write
-        never sees half a file."""
+        """Write strict JSON (NaN as ``null``) atomically, through a sibling file."""
         path = Path(path)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(strict(self.to_dict()), indent=1, default=str, allow_nan=False))
@@ -189,8 +169,7 @@ class SuiteResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> SuiteResult:
-        check_doc(d)  # a ValueError naming the first malformed field; unknown fields (those of
-        # probes since removed, or of a later version) are ignored
+        check_doc(d)  # unknown fields (of probes since removed) are ignored
         if d.get("schema") != SCHEMA:
             raise ValueError(f"schema={d.get('schema')!r} is not {SCHEMA!r}")
 
@@ -218,8 +197,7 @@ class SuiteResult:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-# Repeat fields by the JSON type they hold (``null`` is allowed for each: a number that was not
-# finite is written as null, and older runs lack the newer fields)
+# Repeat fields by JSON type (each may be null or missing: older runs lack newer fields)
 _NUMBERS = ("samples_per_s", "loader_only_per_s", "wait_p50_ms", "wait_p95_ms", "idle_pct",
             "cpu_util_pct", "nvml_util_pct", "steps", "window_s", "pid", "settle_batches")
 _PAIRS = ("halves", "loader_only_halves")
@@ -235,12 +213,8 @@ def _type(x) -> str:
 
 
 def check_doc(d) -> None:
-    """Refuse a ``results.json`` document that is not shaped as ``SuiteResult.dump`` writes it.
-
-    Raises:
-        ValueError: naming the first malformed field by its path (``variants[0].repeats[1].
-            samples_per_s is a string ('fast'), not a number``).
-    """
+    """Refuse a document not shaped as ``dump`` writes it: a ``ValueError`` naming the first
+    malformed field (``variants[0].repeats[1].samples_per_s is a string ('fast'), ...``)."""
     def bad(where: str, x, want: str) -> ValueError:
         shown = f" ({x!r})" if isinstance(x, (str, int, float)) and not isinstance(x, bool) else ""
         return ValueError(f"{where} is {_type(x)}{shown}, not {want}")

@@ -1,5 +1,4 @@
-"""Runs every variant (``compare.variants``) on the same files, augmentation, batch size,
-model, steps and warm-up."""
+"""Runs every variant on the same files, augmentation, batch size, model, steps and warm-up."""
 from __future__ import annotations
 
 import gc
@@ -57,9 +56,7 @@ def open_loader(v: Variant, cfg: LoaderConfig):
 
 
 def queue_depth(loader) -> int | None:
-    """Batches ``loader`` holds ahead of the consumer once it is full: the DataLoader's
-    ``workers x prefetch_factor`` (plus the CUDA prefetch of ``pinned``), or DALI's
-    ``queue_depth`` per pipeline; ``None`` for a loader of another kind."""
+    """Batches ``loader`` holds ahead of the consumer once full (``None``: unknown kind)."""
     opt = getattr(loader, "options", None)
     if getattr(loader, "queue_batches", None) is not None:  # compare.reference's DALI recipe
         return loader.queue_batches
@@ -75,9 +72,8 @@ def queue_depth(loader) -> int | None:
 
 def window(steps: int, queue: int | None, epoch_batches: int, fit: bool = False,
            probes: Active = NONE) -> int:
-    """The timed window in batches: ``steps``; with ``fit`` (``--steps`` not given) at least
-    ``FIT_QUEUES`` times the queue; as a probe makes it (``--long``); rounded up to whole
-    epochs when an epoch is at most twice that long (NOTE [steady state] in compare.isolate)."""
+    """The timed window in batches: ``steps`` (with ``fit``, at least ``FIT_QUEUES`` queues),
+    as a probe makes it, rounded up to whole epochs when an epoch is at most twice as long."""
     n = max(steps, FIT_QUEUES * (queue or 0)) if fit else steps
     n = probes.window(n, queue, epoch_batches)
     if 0 < epoch_batches <= 2 * n:
@@ -85,26 +81,16 @@ def window(steps: int, queue: int | None, epoch_batches: int, fit: bool = False,
     return n
 
 
-# NOTE [settling]
-# A DataLoader's workers start together, each makes a whole batch, and the batches are taken
-# in order, so they arrive in waves of ``num_workers``. With one iterator across epochs
-# (``pinned``'s ``epoch_stream``) the workers drift out of step over some hundreds of batches:
-# the waves are a start-up transient, which a default window timed on the H200 and a ``--long``
-# one mostly did not (docs/results/h200/seeds-reference). So before the training window of
-# such a loader the warm-up goes on, ``num_workers`` batches at a time, until the last
-# ``3 x num_workers`` waits hold fewer than three long ones (``metrics.out_of_step``), or
-# ``SETTLE_CAP_QUEUES`` times its queue more batches have run; each repeat records how many
-# ran and whether it settled. Loaders that restart their workers every epoch (``pageable``,
-# the plain recipe) are back in step after each epoch start: that is their steady state,
-# which whole-epoch windows time, so they do not settle. Under torchrun every rank must run
-# as many DDP steps, so the ranks settle together: a block runs until all of them are out of
-# step (``Job.all_agree``); without such an agreement ranks of a process group do not settle.
+# NOTE [settling] (docs/benchmarking.md, Steady state)
+# Workers that run across epochs (``epoch_stream``) start in step and deliver in waves, a
+# start-up transient: warm up ``num_workers`` batches at a time until ``metrics.out_of_step``,
+# or ``SETTLE_CAP_QUEUES`` queues. Loaders that restart workers each epoch do not settle (that
+# is their steady state). Under torchrun the ranks settle together (``Job.all_agree``).
 SETTLE_CAP_QUEUES = 5
 
 def settle_of(loader, queue: int | None, agreed: bool = False) -> tuple[int, int] | None:
-    """``(period, cap)`` for ``metrics.measure``'s ``settle`` (NOTE [settling]), or ``None``
-    for a loader that does not settle. ``agreed``: the ranks of a process group agree on
-    when to stop (else they do not settle)."""
+    """``(period, cap)`` for ``metrics.measure``'s ``settle``, or ``None`` for a loader that
+    does not settle (``agreed``: the ranks of a process group agree on when to stop)."""
     workers = getattr(loader, "num_workers", 0) or 0
     if not getattr(loader, "epoch_stream", False) or workers < 2:
         return None
@@ -116,9 +102,8 @@ def settle_of(loader, queue: int | None, agreed: bool = False) -> tuple[int, int
 
 
 def wave_period(loader) -> int | None:
-    """The batches of one wave of ``loader``'s DataLoader workers (its ``num_workers``, from 2),
-    which a loader-only window's stretches hold whole (NOTE [waves and halves] in
-    compare.metrics); ``None`` for a loader without such workers (DALI)."""
+    """``loader``'s DataLoader workers (from 2), whose waves a loader-only stretch holds whole;
+    ``None`` for DALI."""
     workers = getattr(loader, "num_workers", 0) or 0
     return workers if hasattr(loader, "prefetch_factor") and workers >= 2 else None
 
@@ -141,9 +126,8 @@ def drain(it: Iterator, batches: int) -> None:
 
 
 def first_epoch(epoch_batches: int, steps: int) -> int:
-    """The batches of a new loader's first epoch that run before its loader-only window: all
-    of them when the epoch is at most twice the window, else none (NOTE [steady state] in
-    compare.isolate)."""
+    """The first-epoch batches run before the first window: all when the epoch is at most twice
+    the window, else none (NOTE [steady state] in compare.isolate)."""
     return epoch_batches if 0 < epoch_batches <= 2 * steps else 0
 
 
@@ -154,17 +138,14 @@ def time_repeat(it: Iterator, step: Callable, *, steps: int, warmup: int,
                 agree: Callable[[bool], bool] | None = None,
                 period: int | None = None, probes: Active = NONE, unit: str = "",
                 first_repeat: bool = False) -> Repeat:
-    """One repeat on a running loader: the step primed on one batch (``warmup`` calls, at
-    least one), then loader-only, then the model step, both ``steps`` batches after
-    ``warmup``. The loader fills its ``queue`` (its depth in batches) while the step is primed,
-    so that many batches are drained before the loader-only window's warm-up: counted in the
-    window, they were made before its clock started. ``first``: the batches of the loader's
-    first epoch (``first_epoch``) when this is its first repeat; they run before anything
-    else (NOTE [steady state] in compare.isolate). ``settle``: the training warm-up goes on
-    until the workers are out of step (NOTE [settling]), on every rank (``agree``).
-    ``period``: the loader's ``wave_period``. ``probes``: the lab probes' hooks, before each
-    window (the queue is drained again after one acts) and after both (``unit``: the row's
-    label; ``first_repeat``: its first repeat)."""
+    """One repeat on a running loader: the step primed on one batch, then the loader-only and
+    the training window, ``steps`` batches each after ``warmup``.
+
+    The ``queue`` filled while the step was primed (or a probe acted) is drained first: it was
+    made before the clock started. ``first``: ``first_epoch``'s batches, on the first repeat.
+    ``settle``/``agree``: NOTE [settling]; ``period``: ``wave_period``; ``probes``: the lab
+    probes' hooks around the windows.
+    """
     x, y = next(it)  # the step's first calls (CUDA/cuDNN set-up) run before any window, so
     for _ in range(max(1, warmup)):  # the loader cannot fill its queue while they run
         step(x, y)  # (NOTE [steady state] in compare.isolate)
@@ -218,12 +199,9 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
 
     Args:
         capture: when given, one more batch (cloned) is appended to it, for the ceiling run.
-        sync: called before each timed run (``Job.barrier`` under torchrun: ranks start
-            together).
-        agree: the job's verdict from this rank's (``Job.all_agree`` under torchrun), so that
-            the ranks settle together (NOTE [settling]).
-        fit: ``--steps`` was not given: time at least ``FIT_QUEUES`` x the queue (``window``).
-        probes: the lab probes the run turned on (compare.probes).
+        sync: called before each timed run (``Job.barrier`` under torchrun).
+        agree: the job's verdict from this rank's (``Job.all_agree``; NOTE [settling]).
+        fit: ``--steps`` was not given (``window``).
     """
     cfg = v.config_of(base)
     device = device_of(cfg)
@@ -256,8 +234,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
 def ceiling_repeat(batch, step: Callable, *, steps: int, warmup: int,
                    device: torch.device, sync: Callable[[], None] = _nothing,
                    probes: Active = NONE, first_repeat: bool = False) -> Repeat:
-    """One repeat of the same step on one batch already on the device (``probes``' hooks
-    after the window, as in ``time_repeat``)."""
+    """One repeat of the same step on one batch already on the device."""
     sync()
     m = measure(itertools.repeat(batch), step, steps, warmup, device)
     sync()
@@ -283,8 +260,7 @@ def run_ceiling(batch, step: Callable, *, steps: int, warmup: int, repeats: int,
 
 def make_step(model: str, cfg: LoaderConfig, classes: int,
               wrap: Callable | None = None) -> TrainStep:
-    """The model step for ``cfg``'s device (``cuda:LOCAL_RANK`` under torchrun), with a
-    ``classes``-wide head (at least 2); ``wrap`` is ``compare.ddp.wrap`` in a job."""
+    """The model step for ``cfg``'s device, with a ``classes``-wide head (at least 2)."""
     cuda = cfg.wants_cuda and torch.cuda.is_available()
     amp = torch.bfloat16 if cuda else None
     return TrainStep(model, cfg.resolved().torch_device if cuda else torch.device("cpu"),

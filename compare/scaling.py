@@ -1,12 +1,10 @@
 """``python -m compare scaling ONE/results.json MANY/results.json``: how a run scales with GPUs.
 
-ONE and MANY are the same command run with fewer and more ranks (``torchrun --nproc_per_node
-1`` and ``2``, say). For each variant in both, and the ceiling, it prints the job's samples/s in
-each run, MANY's per rank, the speed-up and the scaling efficiency: speed-up / rank ratio,
-which is also MANY's per-rank samples/s against ONE's per rank. The range after each ratio
-comes from the repeats' extremes (worst and best pairing); an efficiency whose range holds 100
-is within the noise of perfect scaling. Setups that differ in more than the rank count are
-refused (``--force`` compares them anyway). With ``--out FILE`` the table is also written as markdown.
+ONE and MANY are the same command run with fewer and more ranks. For each variant in both, and
+the ceiling: the job's samples/s, MANY's per rank, the speed-up and the scaling efficiency
+(speed-up / rank ratio), each with the range of the repeats' extremes (an efficiency whose range
+holds 100 is within noise of perfect scaling). Setups that differ in more than the rank count
+are refused (``--force`` compares them anyway). ``--out FILE`` also writes it as markdown.
 """
 from __future__ import annotations
 
@@ -15,6 +13,7 @@ from pathlib import Path
 
 from . import cli
 from .diff import _load, comparable
+from .report import grid, md_table
 from .results import SuiteResult, VariantResult
 
 PROG = "python -m compare scaling"
@@ -54,11 +53,7 @@ def render(one: SuiteResult, many: SuiteResult, body: list[list[str]]) -> str:
             f"({many.setup.get('nodes', 1)} node(s)); model {many.setup.get('model')}, batch "
             f"{many.setup.get('batch_size')} per rank, workers {one.setup.get('workers')} -> "
             f"{many.setup.get('workers')} per rank")
-    widths = [max(len(r[i]) for r in [list(COLUMNS)] + body) for i in range(len(COLUMNS))]
-    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w)  # noqa: E731
-                               for i, (c, w) in enumerate(zip(r, widths)))
-    return "\n".join([head, "", line(COLUMNS), "  ".join("-" * w for w in widths)]
-                     + [line(r) for r in body])
+    return f"{head}\n\n{grid(COLUMNS, body)}"
 
 
 def markdown(one: SuiteResult, many: SuiteResult, body: list[list[str]], a: str, b: str) -> str:
@@ -70,8 +65,7 @@ def markdown(one: SuiteResult, many: SuiteResult, body: list[list[str]], a: str,
         "(MANY)",
         "- speed-up = MANY / ONE samples/s (the jobs' totals); efficiency = speed-up / rank "
         "ratio = MANY per rank / ONE per rank; [low, high] from the repeats' extremes", "",
-        "| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|",
-        *("| " + " | ".join(r) + " |" for r in body), ""])
+        md_table(COLUMNS, body)])
 
 
 def main(argv: list[str] | None = None) -> int:

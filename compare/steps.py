@@ -1,14 +1,9 @@
 """Example training steps for ``python -m compare --step`` (``compare.userstep``).
 
-``compare.steps:compiled(model='resnet50')`` builds a torchvision model on the GPU (the rank's
-own under torchrun), SGD with momentum, bf16 autocast and channels_last, wrapped by
-``torch.compile`` unless ``compile=False``, and returns its step. Copy it and put your own
-model, loss and optimiser in.
-
-``compare.steps:host_sleep(ms=55)`` sleeps on the host and queues no GPU work. Beside
-``--model synthetic:55`` (one GPU kernel that spins 55 ms, the host free, as in a step whose
-launches run ahead) it tells what in a model's step a loader reacts to: a loader that waits
-beside the GPU kernel and not beside the host sleep waits for the step's GPU work.
+``compiled(model='resnet50')``: a torchvision model with SGD, bf16 autocast, channels_last and
+``torch.compile``; copy it and put your own model in. ``host_sleep(ms=55)`` sleeps on the host
+and queues no GPU work: beside ``--model synthetic:55`` (a GPU kernel of 55 ms) it tells whether
+a loader reacts to the step's GPU work or to its host time.
 """
 from __future__ import annotations
 

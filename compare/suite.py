@@ -1,7 +1,5 @@
-"""What ``python -m compare`` runs: plan every variant, check every input, time them, report.
-
-The options and their meaning are documented in ``compare/args.py`` (``--help``).
-"""
+"""What ``python -m compare`` runs: plan every variant, check every input, time them, report
+(the options: ``compare/args.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -40,8 +38,7 @@ LARGE_BATCH = 64  # its default --batch-size with CUDA: 16 batches an epoch, one
 
 
 def default_gen_config(num_images: int, large: bool = False):
-    """The ``GenConfig`` of the default dataset (in the cache), or of ``--preset large``'s
-    large photos; nothing is written yet."""
+    """The ``GenConfig`` of the default dataset in the cache (``large``: of large photos)."""
     from data_gen.generate import GenConfig
 
     name = f"default-large-{num_images}-seed0" if large else f"default-{num_images}-seed0"
@@ -65,13 +62,8 @@ def default_dataset(cfg, log) -> Path:
 
 
 def load_transform(ref: str):
-    """``"module:name"`` -> the transform it names, as the flat v2 Compose ``LoaderConfig`` keeps.
-
-    The name may hold a v2 or v1 ``Compose``, a single transform, an ``nn.Sequential`` of
-    transforms, or a function that returns one of these, called with no arguments or with
-    the literal keyword arguments written after it: ``"pipelines.transforms.presets:torchvision_ref(
-    auto_augment='ta_wide', random_erase=0.1)"``.
-    """
+    """``"module:name"`` (a transform, or a function returning one, optionally written as a call
+    ``NAME(key=literal, ...)``) -> the flat v2 Compose ``LoaderConfig`` keeps."""
     import inspect
 
     from pipelines.transforms.migrate import check_transform
@@ -159,8 +151,7 @@ def plan(a, note: Callable[[str], None]) -> Plan:
             a.num_images = LARGE_IMAGES[0 if cuda else 1]
         if getattr(a, "given_batch_size", a.batch_size) is None and cuda:
             a.batch_size = LARGE_BATCH
-        # its torch rows decode tens of photos a second: a window of FIT_QUEUES x their queue
-        # would take minutes a repeat, so --steps is the window, as if given
+        # FIT_QUEUES x the queue of photos would take minutes: --steps is the window, as if given
         a.given_steps = a.steps
     gen = None if a.data else default_gen_config(a.num_images, large)
     base = cli.loader_config(
@@ -218,8 +209,7 @@ def plan(a, note: Callable[[str], None]) -> Plan:
 
 
 def plan_variants(variants: list[Variant], base: LoaderConfig) -> list[LoaderConfig]:
-    """Each variant's config, with its options checked too; an error names the command-line
-    item that set the value and the variant."""
+    """Each variant's config, options checked; an error names the item that set it."""
     configs = []
     for v in variants:
         try:
@@ -240,9 +230,8 @@ def check_dataset(n: int, variants: list[Variant], configs: list[LoaderConfig]) 
 
 
 def short_epochs(n: int, variants: list[Variant], configs: list[LoaderConfig]) -> list[str]:
-    """A line for each torch row whose epoch of ``n`` images has fewer batches than it has
-    workers: at every epoch start at most that many workers decode, so the row times epoch
-    starts rather than decoding."""
+    """A line for each torch row whose epoch of ``n`` images has fewer batches than workers
+    (it would time epoch starts more than decoding)."""
     out = []
     for v, cfg in zip(variants, configs):
         cfg = cfg.resolved()
@@ -260,9 +249,8 @@ def short_epochs(n: int, variants: list[Variant], configs: list[LoaderConfig]) -
 
 
 def prepare(p: Plan, a, log, job: ddp.Job | None = None, build_step: bool = True):
-    """Make (or reuse) the default dataset and check it as ``--data`` is; build the model step
-    (in DDP under torchrun: rank 0 makes the dataset while the others wait), unless
-    ``build_step`` is False (isolated runs build it in each unit's process): then ``None``."""
+    """Make (or reuse) the default dataset (rank 0 first) and check it; ``(root, step)``, the
+    step ``None`` unless ``build_step`` (isolated units build their own)."""
     job = job or ddp.Job()
     root, classes = p.base.root, p.classes
     user_step = None
@@ -290,9 +278,7 @@ def prepare(p: Plan, a, log, job: ddp.Job | None = None, build_step: bool = True
 
 
 def run(argv=None) -> int:
-    """Run the suite for ``argv`` (or already parsed options); returns the exit status.
-
-    Under torchrun every rank runs it and rank 0 reports (``compare.ddp``)."""
+    """Run the suite for ``argv`` (or parsed options); the exit status. Rank 0 reports."""
     a = argv if isinstance(argv, argparse.Namespace) else parse_args(argv)
     try:
         cli.check_dist_env()  # RANK and WORLD_SIZE come as a pair, before any work
@@ -347,8 +333,7 @@ def isolated(a, job: ddp.Job, note: Callable[[str], None]) -> bool:
 
 
 def _manifest(root: Path, read_manifest) -> dict | None:
-    """data_gen's manifest of ``root``; for a pattern of shards, the manifest of their folder
-    when the pattern names every shard it lists (its statistics describe them all)."""
+    """data_gen's manifest of ``root`` (of a shard pattern: its folder's, if it names every shard)."""
     if root.is_dir() or source_kind(root) is not SourceKind.SHARDS:
         return read_manifest(root)
     shards = shard_paths(root)

@@ -1,11 +1,6 @@
-"""``--step MODULE:NAME``: time your own training step instead of a built-in model.
-
-The name holds the step, a callable ``step(images, labels)`` that runs one training step on a
-batch already on the device (any model, optimiser, AMP, ``torch.compile``, DDP); what it
-returns is ignored. Written as a call, ``MODULE:NAME(key=literal, ...)``, the name is a factory
-called once with those arguments, and its result is the step. The suite times it exactly as it
-times a built-in model: after every loader's batches, and on a batch already on the device for
-the ceiling. ``compare.steps`` has an example.
+"""``--step MODULE:NAME``: time your own ``step(images, labels)`` instead of a built-in model;
+``MODULE:NAME(key=literal, ...)`` names a factory called once for the step. Example:
+``compare.steps``.
 """
 from __future__ import annotations
 

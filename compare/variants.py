@@ -15,10 +15,7 @@ from pipelines.options import Options
 
 from .cli import PRESETS
 
-# What a variant may change: how data is loaded, never the data, augmentation, batch or model.
-# ``num_workers`` (a LoaderConfig field every backend honours) and every field of the backend's
-# options class (``pipelines.factory.options_for``), read from the class, so a new option is sweepable
-# as soon as it exists.
+# What a variant may change: how data is loaded (``num_workers`` and the backend's options).
 CONFIG_KEYS = ("num_workers",)
 
 
@@ -36,12 +33,8 @@ def honours(b: Backend, key: str) -> bool:
 
 @dataclass(frozen=True)
 class Variant:
-    """A backend plus loader-only overrides: ``num_workers`` and its options' fields.
-
-    ``sources`` names, for each override, the command-line item that set it (e.g.
-    ``{"num_workers": "--sweep num_workers=4"}``), so a value that is refused is reported
-    against what the user typed.
-    """
+    """A backend plus loader-only overrides; ``sources``: the command-line item that set each
+    (``{"num_workers": "--sweep num_workers=4"}``), which a refused value's error names."""
 
     label: str
     backend: Backend
@@ -75,21 +68,7 @@ ORDER = (Backend.PAGEABLE, Backend.PINNED, Backend.DALI)
 
 
 def preset(name: str, backends: Sequence[Backend]) -> list[Variant]:
-    """The variants of ``--preset name``, restricted to ``backends``:
-
-    * ``seeds``: the seeds' table, with every torch row on the PIL decoder so that only pinning
-      and streams differ (``pageable``; ``pin-only``: pinned memory, no stream; ``pinned``: two
-      streams), then ``pinned`` on the two faster decoders, ``pinned torchvision`` and
-      ``pinned scaled`` (which one is faster depends on the image size:
-      docs/results/cpu/README.md), and ``dali``;
-    * ``large``: ``pageable``, ``pinned`` (torchvision's decoder), ``pinned scaled`` (the scaled
-      decode, the fastest on large photos), ``dali``, ``dali hw 1 x2`` (the hardware decoder
-      for every file, two pipelines: the fastest DALI setting measured on such photos,
-      docs/results/h200/README.md, large-photos) and ``dali calibrated`` (the hardware
-      decoder's share chosen by measurement and preallocation hints sized from the data:
-      ``hw_decoder_load=None`` and the hints ``None``), for the large photos the suite
-      generates for it (``compare.suite.LARGE``).
-    """
+    """The variants of ``--preset name`` (``--help-all`` lists them), restricted to ``backends``."""
     if name not in PRESETS:
         raise ValueError(f"--preset {name!r} is unknown; choose one of {', '.join(PRESETS)}")
     src = {"streams": f"--preset {name}", "decoder": f"--preset {name}"}
@@ -117,14 +96,9 @@ def preset(name: str, backends: Sequence[Backend]) -> list[Variant]:
     return [v for v in out if v.backend in backends]
 
 
-# NOTE [sweep keys and the backends they apply to]
-# A sweep key is ``num_workers`` or a field of a backend's options class; it has an effect on
-# the backends that honour it (``honours``) and none on the others, so sweeping it there would
-# time identical setups and report noise as a speed-up. The rule: each backend is swept over
-# the keys it honours only, and runs once per combination of those (a one-line note says "no
-# effect on <backend>"); a key that no backend of the run honours is refused. ``pin`` is not a
-# knob but picks backends: on = pinned, off = pageable; without --backends it chooses them, with
-# --backends it must agree with them.
+# NOTE [sweep keys]: each backend is swept over the keys it ``honours`` only (else identical
+# setups would report noise as a speed-up); a key no backend honours is refused. ``pin`` picks
+# backends (on = pinned, off = pageable) and must agree with --backends when given.
 PIN = {"on": Backend.PINNED, "off": Backend.PAGEABLE}
 WORDS = {"on": True, "off": False, "true": True, "false": False}
 
@@ -143,8 +117,7 @@ def _names(backs) -> str:
 
 
 def _sweep_value(key: str, hint, raw: str):
-    """One ``--sweep`` value, typed from the option's annotation (ranges are checked by the
-    options class later)."""
+    """One ``--sweep`` value, typed from the option's annotation."""
     if key == "pin":
         if raw not in PIN:
             raise ValueError(f"--sweep pin={raw} must be on or off")
@@ -197,30 +170,18 @@ def _axes(spec: str, note: Callable[[str], None]) -> dict[str, list[tuple[str, o
 
 def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
                 note: Callable[[str], None] = lambda s: None) -> list[Variant]:
-    """``"num_workers=0,4,8 pin=on,off"`` -> one variant per combination (see the NOTE above).
-
-    Keys: ``num_workers`` (every backend) and the fields of each backend's options class
-    (``TorchOptions``: ``prefetch_factor``, ``persistent_workers``, and for ``pinned`` only
-    ``queue_depth``, ``streams``, ``cpu_binding``; ``DaliOptions``: ``queue_depth``,
-    ``hw_decoder_load``, ``pipelines``, ``use_mmap``, ...). Booleans are ``on``/``off``.
-    ``pin=on`` picks the ``pinned`` backend, ``pin=off`` the ``pageable`` one.
+    """``"num_workers=0,4,8 pin=on,off"`` -> one variant per combination (NOTE [sweep keys]).
 
     Example: backends pageable,dali and ``"num_workers=2,4 hw_decoder_load=0,1"`` -> two
-    ``pageable`` variants and four ``dali`` ones; a note says hw_decoder_load has no effect on
-    pageable.
+    ``pageable`` variants and four ``dali`` ones, and a note. ``" | "`` joins sweeps.
 
     Args:
         backends: the backends to sweep (``--backends``, or every one available).
-        chosen: the user listed ``backends`` (``--backends``): ``pin`` must agree with them.
+        chosen: the user listed ``backends``: ``pin`` must agree with them.
         note: receives one-line notes (merged duplicates, keys with no effect on a backend).
 
-    ``" | "`` joins sweeps: ``"hw_decoder_load=0 run_on=off | hw_decoder_load=1 pipelines=1,2"``
-    runs the first sweep's variant and then the second's two, each labelled with its own keys;
-    a variant that two of them make runs once, with a note.
-
     Raises:
-        ValueError: naming the ``--sweep`` item (bad key or value, a removed option, or a key no
-            backend honours).
+        ValueError: naming the ``--sweep`` item.
     """
     if "|" in spec:
         out: list[Variant] = []

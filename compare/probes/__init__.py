@@ -1,11 +1,6 @@
-"""Lab probes: opt-in plug-ins of ``python -m compare``, one file each.
-
-A probe declares its option (``add_arguments``, listed by ``--help-all`` only), the fields it
-adds to each repeat of a row in ``results.json`` (``fields``, kept in ``Repeat.probes``), its
-summary lines and warnings, and hooks the runner calls around the timed windows. ``args``,
-``suite``, ``isolate``, ``runner``, ``results``, ``report`` and ``diff`` iterate over
-``PROBES``: a new probe is one file here and one entry in ``PROBES``. Each module imports its
-heavy dependencies inside its hooks, so ``--help`` stays fast.
+"""Lab probes: opt-in plug-ins of ``python -m compare``, one file each, declaring an option
+(``--help-all`` only), the fields it adds to each repeat, its summary lines, and hooks around the
+timed windows. A new probe is one file here and one entry in ``_registry``.
 """
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ class Probe:
         """Add its option(s): ``add(*names, lab=True, **argparse keywords)``."""
 
     def setting(self, a, out) -> Any:
-        """What the hooks get, from the parsed options and ``--out`` (picklable: it travels to
-        ``--isolate``'s processes); falsy: the probe is off."""
+        """What the hooks get (picklable, for ``--isolate``); falsy: the probe is off."""
         return bool(getattr(a, self.name, False))
 
     def check(self, setting, root: str) -> None:
@@ -37,15 +31,12 @@ class Probe:
         return n
 
     def before_window(self, setting, root: str) -> dict[str, Any] | None:
-        """Before each timed window: fields for the repeat (the training window's are kept),
-        or ``None`` when it did nothing (the runner drains the loader's queue otherwise)."""
+        """Before each timed window: fields for the repeat, or ``None`` when it did nothing."""
         return None
 
     def after_windows(self, setting, rerun: Callable[[], Any], unit: str,
                       first: bool) -> dict[str, Any]:
-        """After a repeat's windows (``first``: a row's first repeat; ``unit`` names the row):
-        fields for the repeat. ``rerun()`` times one more training window, marked for a
-        trace (``metrics.measure``'s ``mark``)."""
+        """After a repeat's windows: fields for the repeat; ``rerun()`` times one more window."""
         return {}
 
     def summary_lines(self, res) -> list[str]:
@@ -72,8 +63,7 @@ FIELDS = frozenset(f for p in PROBES for f in p.fields)
 
 @dataclass(frozen=True)
 class Active:
-    """The probes a run turned on (``{name: setting}``) and the dataset they act on; the
-    runner calls its hooks, which call each probe's in ``PROBES`` order."""
+    """The probes a run turned on (``{name: setting}``) and their dataset; hooks in order."""
 
     on: dict[str, Any] = field(default_factory=dict)
     root: str = ""

@@ -1,9 +1,5 @@
-"""``--cold``: evict the dataset's files from the page cache before each timed window.
-
-``evict(paths)`` advises each file out (``posix_fadvise(POSIX_FADV_DONTNEED)``, no root) and
-then checks once with ``mincore(2)`` what stayed resident: "cold" means "not in this kernel's
-page cache", and only that check says whether the advice took (tmpfs pages are the files; dirty
-pages of a file just written stay). See docs/benchmarking.md.
+"""``--cold``: evict the dataset's files from the page cache (``posix_fadvise``, no root)
+before each timed window, and check with ``mincore(2)`` that it took. See docs/benchmarking.md.
 """
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ _UNAVAILABLE = "--cold needs Linux posix_fadvise and mincore"
 
 @dataclass(frozen=True)
 class EvictReport:
-    """Files and bytes advised, the share of their pages still resident ``after``, the files
-    that could not be opened, and whether it ``took`` (``after <= TOOK_THRESHOLD``)."""
+    """One eviction: files and bytes advised, the share still resident ``after``, and more."""
 
     files: int
     bytes: int
@@ -51,8 +46,7 @@ def _mincore():
 
 
 def _resident_pages(fd: int, size: int) -> tuple[int, int]:
-    """(resident, total) pages of the open file ``fd``; a private mapping that is never touched
-    (it faults nothing in) and mincore reports the file's page cache for it."""
+    """(resident, total) pages of the open file ``fd``, through an untouched private mapping."""
     if size == 0:
         return 0, 0
     pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
@@ -99,8 +93,7 @@ def available() -> bool:
 
 
 def resident_fraction(paths) -> float:
-    """Share of the pages of ``paths`` in the page cache, weighted by pages (0.0 for none);
-    files that cannot be opened count for nothing."""
+    """Share of the pages of ``paths`` in the page cache (0.0 for none)."""
     if not available():
         raise RuntimeError(_UNAVAILABLE)
     got = _each(paths, _resident_pages)[0]
@@ -163,8 +156,7 @@ class Cold(Probe):
         return " (cold)" if took else " (NOT cold: the eviction did not take)"
 
     def warnings(self, res) -> list[str]:
-        """Rows whose window mostly re-read files (a rank reads ``num_images / world_size``
-        cold after each eviction, the queue, warm-up and settling first): too small a dataset."""
+        """Rows whose window mostly re-read files: too small a dataset for a cold window."""
         s, w = res.setup, []
         data = s.get("dataset")
         images = data.get("num_images") if isinstance(data, dict) else None

@@ -1,12 +1,8 @@
 """``--trace``: a torch.profiler timeline of one more training window after the first repeat of
-each row (and of the ceiling), and the CUDA calls in flight during its longest waits.
+each row, and the CUDA calls in flight during its longest waits (*stalls*).
 
-The window runs under ``torch.profiler`` (CUDA activity on a GPU, CPU activity without one); its
-numbers are not in the results. The steps are marked on the host's clock as ``MARK_WAIT`` /
-``MARK_STEP`` ranges; ``analyse`` finds the *stalls* (waits of at least ``STALL_FLOOR_MS`` and
-``STALL_FACTOR`` x the median) and the host CUDA calls in flight during each. CUPTI does not see
-everything (a driver-API free, the hardware JPEG decoder). Files in OUT/trace:
-``<unit>.trace.json.gz`` (for Perfetto) and ``<unit>.summary.json``. See docs/benchmarking.md.
+NOTE [trace]: CUPTI does not see everything (a driver-API free, the hardware JPEG decoder).
+Files in OUT/trace: ``<unit>.trace.json.gz`` (for Perfetto) and ``<unit>.summary.json``.
 """
 from __future__ import annotations
 
@@ -51,9 +47,7 @@ def _config():
 
 
 def with_marks(trace: dict[str, Any], marks_ns) -> dict[str, Any]:
-    """``trace`` with a ``MARK_WAIT`` and a ``MARK_STEP`` range for each ``(wait start, wait
-    end, step launched)`` of ``marks_ns`` (ns since the epoch; the trace's times are µs after
-    its ``baseTimeNanoseconds``)."""
+    """``trace`` with a ``MARK_WAIT`` and a ``MARK_STEP`` range for each of ``marks_ns``."""
     base = int(trace.get("baseTimeNanoseconds", 0))
     pid, tid = os.getpid(), threading.get_native_id()
     extra = []
@@ -65,11 +59,8 @@ def with_marks(trace: dict[str, Any], marks_ns) -> dict[str, Any]:
 
 
 def record(run: Callable[[], T], base: Path) -> tuple[T, dict[str, Any]]:
-    """``run()`` (a ``measure`` with ``mark``) under the profiler; writes ``base`` +
-    ``.trace.json.gz`` (the trace with the marks, without CPU operators) and ``.summary.json``
-    (``analyse``), and returns ``(run's result, the summary)``. The trace is extra to the run's
-    timed windows, so a profiler that fails to start, stop or export gives a summary with its
-    ``error`` instead of failing the run; an error of ``run()`` itself is raised."""
+    """``run()`` under the profiler, its files written at ``base``: ``(run's result, summary)``.
+    A profiler that fails gives a summary with its ``error``, never a failed run."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -126,12 +117,8 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 
 
 def analyse(trace: dict[str, Any]) -> dict[str, Any]:
-    """The waits of a Chrome trace of a marked window, and per stall the host CUDA calls in
-    flight (by name, longest overlap first).
-
-    Raises:
-        ValueError: the trace has no marked step (not a window this module recorded).
-    """
+    """The waits of a marked Chrome trace, and per stall the host CUDA calls in flight
+    (``ValueError`` for a trace without marks)."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e]
     waits = sorted(_span(e) for e in events
                    if e.get("name") == MARK_WAIT and e.get("cat") == "user_annotation")
@@ -162,8 +149,7 @@ def analyse(trace: dict[str, Any]) -> dict[str, Any]:
 
 
 def digest(summary: dict[str, Any], file: str) -> dict[str, Any]:
-    """What a repeat's results keep (``Repeat.probes["trace"]``): the summary's file, the
-    stalls and the calls most in flight during them; or the summary's ``error``."""
+    """What a repeat keeps of ``summary``: its file, the stalls and the calls most in flight."""
     if "error" in summary:
         return {"file": None, "error": summary["error"]}
     total: dict[str, float] = {}
