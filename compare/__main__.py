@@ -1,4 +1,4 @@
-"""``python -m compare [run] | doctor | memory | diff | scaling | plot | report``: each command
+"""``python -m compare [run] | doctor | diff | scaling | plot | report``: each command
 is a module imported only when asked for (``run`` parses its options without torch).
 """
 from __future__ import annotations
@@ -10,7 +10,6 @@ import sys
 COMMANDS = {
     "run": ("compare.suite", "time every backend on the same files and model (the default)"),
     "doctor": ("compare.doctor", "check /dev/shm, workers, pinned memory, CUDA and DALI here"),
-    "memory": ("compare.memory", "device and host memory of each backend over epochs"),
     "diff": ("compare.diff", "compare two results.json: faster, slower or no difference"),
     "scaling": ("compare.scaling", "a run with more ranks against one with fewer: efficiency"),
     "plot": ("compare.plot", "redraw the PNGs of a results.json"),
@@ -18,7 +17,7 @@ COMMANDS = {
 }
 # former commands, now in the repository's examples/ and tools/ (not installed; issue 42)
 MOVED = {"fuzz": "python -m tools.fuzz", "microbench": "python -m tools.microbench",
-         "train": "python examples/train.py"}
+         "train": "python examples/train.py", "memory": "python -m tools.memory"}
 
 
 def main(argv=None) -> int:

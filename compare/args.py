@@ -6,7 +6,6 @@ writes a table, ``results.json``, PNG plots and ``summary.md`` to ``--out``.
 Commands (``python -m compare COMMAND --help`` for each):
   run      time every backend on the same files and model (the default; these options)
   doctor   check /dev/shm, workers, pinned memory, CUDA and DALI on this machine
-  memory   device and host memory of each backend over epochs
   diff     compare two results.json: faster, slower or no significant difference
   scaling  a run with more ranks against one with fewer: speed-up and efficiency
   plot     redraw the PNGs of a results.json
@@ -78,7 +77,7 @@ writes a table, results.json, PNG plots and summary.md (the verdict first) to --
 
 EPILOG = """\
 other commands (python -m compare COMMAND --help): doctor (check this machine), diff (two
-results.json: faster, slower or no difference), report (the summary again), memory, scaling,
+results.json: faster, slower or no difference), report (the summary again), scaling,
 plot. Multi-GPU: torchrun ... -m compare. --help-all: every option (the lab ones too), how
 presets and sweeps pick the variants, and what is checked before timing. A training loop to
 copy: examples/train.py in the repository."""

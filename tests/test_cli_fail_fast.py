@@ -2,7 +2,7 @@
 option; ``python -m compare`` keeps the variants that finished when a later one fails.
 
 Three classes: late failures (made early, or made harmless), ``compare train`` and the helpers
-(``doctor``, ``compare.memory``, ``tools.microbench``), and options that contradict each other.
+(``doctor``, ``tools.memory``, ``tools.microbench``), and options that contradict each other.
 """
 import json
 import shutil
@@ -233,7 +233,7 @@ def test_doctor_fails_negative_settings(capsys, args, name):
     (["--workers", "-1"], "--workers: num_workers=-1"),
 ])
 def test_memory_refuses_bad_arguments_before_any_epoch(root, tmp_path, capsys, args, name):
-    from compare.memory import main as memory
+    from tools.memory import main as memory
 
     out = tmp_path / "mem"
     assert timed(memory, ["--data", str(root), "--out", str(out), "--backends", "pageable",
@@ -243,7 +243,7 @@ def test_memory_refuses_bad_arguments_before_any_epoch(root, tmp_path, capsys, a
 
 
 def test_memory_missing_data_and_unwritable_out(tmp_path, root, capsys):
-    from compare.memory import main as memory
+    from tools.memory import main as memory
 
     assert memory(["--data", str(tmp_path / "nope"), "--out", str(tmp_path / "m")]) == 2
     assert "--data: root=" in one_line(capsys.readouterr().err)

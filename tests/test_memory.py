@@ -1,4 +1,4 @@
-from compare.memory import summarize
+from tools.memory import summarize
 
 
 def test_slope_separates_a_leak_from_noise():

@@ -506,8 +506,8 @@ def test_cold_on_tmpfs_is_refused_before_timing(tiny_root, tmp_path, capsys, no_
 # -- class 2: RANK and WORLD_SIZE as a pair, in every CLI ---------------------------------------
 
 def _cli_calls(data: Path, out: Path):
-    from compare import doctor, memory
-    from tools import microbench
+    from compare import doctor
+    from tools import memory, microbench
     from tools.fuzz import cli as fuzz_cli
 
     return {
@@ -605,7 +605,7 @@ def test_data_gen_shard_size_with_wds_still_works(tmp_path):
 
 
 def test_memory_refuses_out_inside_data(data, capsys):
-    from compare import memory
+    from tools import memory
 
     before = listing(data)
     assert memory.main(["--data", str(data), "--backends", "pageable", "--epochs", "1",

@@ -1,4 +1,4 @@
-"""``python -m compare memory``: host and GPU memory of each backend over many epochs.
+"""``python -m tools.memory``: host and GPU memory of each backend over many epochs.
 
 Per epoch: host RSS (this process and its workers), torch's allocated and reserved CUDA memory,
 and NVML's device memory in use (DALI's pools too). ``memory.json`` is rewritten after each
@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from . import cli, owned
+from compare import cli, owned
 
 if TYPE_CHECKING:
     from pipelines import LoaderConfig
@@ -56,7 +56,7 @@ def track(backend: str, cfg: LoaderConfig, epochs: int) -> list[dict]:
 
     rows = []
     cuda = torch.cuda.is_available() and cfg.wants_cuda
-    from .progress import bar
+    from compare.progress import bar
 
     with create_loader(backend, cfg) as loader:
         for e in range(epochs):
@@ -98,7 +98,7 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-PROG = "python -m compare memory"
+PROG = "python -m tools.memory"
 
 
 def main(argv=None) -> int:
