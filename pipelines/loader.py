@@ -225,7 +225,7 @@ class LoaderBase:
         self.targets = build_targets(config.target, self.paths, root_base(config.root),
                                      self.data_source.targets)
         self._fetch = self._fetcher()  # remote shards: pipelines.sources.spool NOTE [spool]
-        self.recipe = TransformPlan.of(config.augment, config.transform)
+        self.transform_plan = TransformPlan.of(config.augment, config.transform)
         self._res = self._want_res = config.augment  # set_resolution: in use, and asked for
         self.mix = config.mix  # a MixSpec or None (pipelines.transforms.mix)
         if self.mix is not None and self.mix.num_classes not in (None, len(self.classes)):

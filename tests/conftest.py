@@ -28,6 +28,15 @@ def tiny_root(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def wds(tmp_path_factory):
+    """``tiny_root``'s images (the same GenConfig) as 5 tar shards of 8, 8, 8, 8 and 5."""
+    out = tmp_path_factory.mktemp("wds")
+    generate(GenConfig(out=str(out), num_images=37, classes=3, seed=7, width_range=(48, 96),
+                       workers=1, layout="wds", shard_size=8), progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
 def gpu_root(tmp_path_factory):
     """A larger set with ImageNet-like sizes for GPU tests."""
     out = tmp_path_factory.mktemp("gpu")

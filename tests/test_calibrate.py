@@ -277,7 +277,7 @@ def test_only_a_gpu_with_the_hardware_decoder_calibrates(monkeypatch, tiny_root,
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: cc)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "a GPU")
     fake = SimpleNamespace(gpu=True, device_id=0, device=torch.device("cpu"),
-                           paths=["a", "b"], recipe="r")
+                           paths=["a", "b"], transform_plan="r")
     cfg = _cfg(tiny_root)
     cal = DaliLoader._calibrator(fake, cfg, DaliOptions(hw_decoder_load=None, pipelines=1))
     assert (cal is not None) == calibrates

@@ -93,14 +93,9 @@ def same_root(tmp_path_factory, tiny_root):
 
 
 @pytest.fixture(scope="module")
-def shard_root(tmp_path_factory):
-    """``tiny_root``'s images as 5 tar shards."""
-    from data_gen.generate import GenConfig, generate
-
-    out = tmp_path_factory.mktemp("wds")
-    generate(GenConfig(out=str(out), num_images=N, classes=3, seed=7, width_range=(48, 96),
-                       workers=1, layout="wds", shard_size=8), progress=False)
-    return out
+def shard_root(wds):
+    """``tiny_root``'s images as 5 tar shards (conftest)."""
+    return wds
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2ranks", "3ranks"])

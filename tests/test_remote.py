@@ -32,14 +32,6 @@ def _cfg(root, **kw):
     return LoaderConfig(**base)
 
 
-@pytest.fixture(scope="module")
-def wds(tmp_path_factory):
-    out = tmp_path_factory.mktemp("wds")
-    generate(GenConfig(out=str(out), num_images=N, classes=3, seed=7, width_range=(48, 96),
-                       workers=1, layout="wds", shard_size=SHARD), progress=False)
-    return out
-
-
 @pytest.fixture
 def http(wds):
     with FaultyServer(str(wds)) as srv:

@@ -10,7 +10,6 @@ import warnings
 import numpy as np
 import pytest
 
-from data_gen.generate import GenConfig, generate
 from pipelines import AugmentSpec, BadFileError, LoaderConfig, create_loader
 from pipelines.config import LastBatchPolicy
 from pipelines.epoch_plan import contiguous_shard, epoch_batches, grouped_order, shard_indices
@@ -26,15 +25,6 @@ def _cfg(root, **kw):
                 augment=AugmentSpec(size=32), seed=2)
     base.update(kw)
     return LoaderConfig(**base)
-
-
-@pytest.fixture(scope="module")
-def wds(tmp_path_factory):
-    """``tiny_root``'s images (same GenConfig) as 5 tar shards."""
-    out = tmp_path_factory.mktemp("wds")
-    generate(GenConfig(out=str(out), num_images=N, classes=3, seed=7, width_range=(48, 96),
-                       workers=1, layout="wds", shard_size=SHARD), progress=False)
-    return out
 
 
 def _key(name: str) -> int:

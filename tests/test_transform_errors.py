@@ -94,7 +94,7 @@ def _tail_cfg(root, device):
 def test_an_error_in_pinneds_batch_tail_is_a_transform_error_at_its_batch(root, device):
     seen = 0
     with create_loader("pinned", _tail_cfg(root, device)) as ld:
-        assert [type(t).__name__ for t in ld.recipe.tail.transforms] == ["ToDtype", "Normalize"]
+        assert [type(t).__name__ for t in ld.transform_plan.tail.transforms] == ["ToDtype", "Normalize"]
         with pytest.raises(TransformError) as e:
             for _ in ld:
                 seen += 1

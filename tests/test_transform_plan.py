@@ -61,6 +61,6 @@ def test_an_image_dependent_size_is_measured(tiny_root):
     cfg = LoaderConfig(root=tiny_root, batch_size=1, device="cpu", num_workers=0,
                        transform=v2.Resize(10))
     with create_loader("pageable", cfg) as ld:
-        assert ld.recipe.out_size is None
+        assert ld.transform_plan.out_size is None
         first = [ld.dataset[(0, i)][0] for i in range(3)]  # measured on the first files
         assert ld.sample_bytes == max(x.numel() for x in first) and first[0].shape[1] == 10

@@ -85,7 +85,7 @@ class DaliLoader(LoaderBase):
         self.gpu = self.device.type == "cuda"
         self.device_id = (self.device.index if self.device.index is not None
                           else torch.cuda.current_device()) if self.gpu else None
-        self.plan_dali = self.recipe.dali_plan()  # UnsupportedTransformError here, at build
+        self.plan_dali = self.transform_plan.dali_plan()  # UnsupportedTransformError here, at build
         if options.pipelines is None:  # the default follows the graph (DaliOptions)
             options = self.options = options.replace(
                 pipelines=options.lanes_for(conditional(self.plan_dali), cast(int, config.num_workers)))
@@ -142,7 +142,7 @@ class DaliLoader(LoaderBase):
             return None  # no hardware decoder: nothing to choose (the share has no effect)
         from nvidia.dali import __version__ as dali_version
         key = cache_key(torch.cuda.get_device_name(self.device_id), dali_version,
-                        len(self.paths), self.paths[:1], self.paths[-1:], repr(self.recipe),
+                        len(self.paths), self.paths[:1], self.paths[-1:], repr(self.transform_plan),
                         config.batch_size, config.dtype.value, config.world_size,
                         config.num_workers, options.pipelines, options.queue_depth)
         settle = options.queue_depth + 2

@@ -56,7 +56,7 @@ class TorchLoaderBase(LoaderBase):
     def __init__(self, config: LoaderConfig, options: TorchOptions, *, in_workers: str,
                  pin_memory: bool):
         super().__init__(config, options)
-        r = self.recipe
+        r = self.transform_plan
         steps = r.full if in_workers == "full" else r.head
         self.decoder = self._decoder(options, in_workers, steps)
         self.dataset = JpegDataset(self.paths, self.labels, steps, config.seed,

@@ -35,7 +35,7 @@ class PinnedLoader(TorchLoaderBase):
         super().__init__(config, options, in_workers="head", pin_memory=self.on_cuda)
         depth, streams = options.queue_depth, options.streams
         self.device = device
-        r = self.recipe
+        r = self.transform_plan
         if r.tail is not None:  # the user's own ToDtype/Normalize tail, on the GPU
             self._finish = functools.partial(_user_tail, tail=r.tail, dtype=config.dtype.torch,
                                              channels_last=config.channels_last)
