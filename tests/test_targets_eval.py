@@ -229,6 +229,8 @@ def test_set_resolution_takes_effect_at_the_next_epoch_and_resumes(backend, tiny
         assert state["resolution"] == [24, 24]
         ld.set_resolution((16, 20))
         assert all(tuple(b.images.shape[-2:]) == (16, 20) for b in ld)
+        ld.set_resolution(16)  # back to the config's own size (pinned's workers kept the last)
+        assert all(tuple(b.images.shape[-2:]) == (16, 16) for b in ld)
     with make(backend, _cfg(tiny_root, augment=AugmentSpec(size=24))) as ref:
         rest = _epoch_pixels(ref, 2)[2:]
     with make(backend, _cfg(tiny_root)) as fresh:

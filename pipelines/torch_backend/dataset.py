@@ -94,7 +94,8 @@ class JpegDataset(torch.utils.data.Dataset):
         self.decoder = Decoder(decoder)
         self._use(as_steps(transform))  # once, not per sample
         self.sized: Callable[[tuple[int, int]], Callable] | None = None  # set_resolution
-        self._variants: dict = {}  # (h, w) -> (transform, crop, pil, rest)
+        # (h, w) -> (transform, crop, pil, rest); None: the config's own size
+        self._variants: dict = {None: (self.transform, self._crop, self._pil, self._rest)}
 
     def _use(self, transform) -> None:
         self.transform = transform
@@ -107,11 +108,12 @@ class JpegDataset(torch.utils.data.Dataset):
                             self.transform.kind) if crop is not None else None)
 
     def _at(self, hw) -> None:
-        """Use the recipe at output size ``hw`` (``LoaderBase.set_resolution``); built once per
-        size in each worker."""
-        key = tuple(hw)
+        """Use the recipe at output size ``hw`` (``LoaderBase.set_resolution``; ``None``: the
+        config's size, which a key without a size asks for); built once per size in each
+        worker."""
+        key = None if hw is None else tuple(hw)
         if key not in self._variants:
-            if self.sized is None:
+            if self.sized is None or key is None:  # None is there from the start
                 raise RuntimeError("a key with a size, but the dataset has no sized recipe")
             self._use(as_steps(self.sized(key)))
             self._variants[key] = (self.transform, self._crop, self._pil, self._rest)
@@ -138,8 +140,9 @@ class JpegDataset(torch.utils.data.Dataset):
         Only reading, the byte check and decoding make a ``Bad`` file; an exception from the
         transform is a ``TransformError`` naming the step, raised under every policy."""
         epoch, index = key[0], key[1]
-        if len(key) == 3:  # (epoch, index, (h, w)): a resolution set by set_resolution
-            self._at(key[2])
+        # (epoch, index, (h, w)): a resolution set by set_resolution; (epoch, index): the
+        # config's own, also after a set_resolution back to it
+        self._at(key[2] if len(key) == 3 else None)
         path = self.paths[index]
         try:
             if self.read is not None:
