@@ -270,11 +270,11 @@ def prepare(p: Plan, a, log, job: ddp.Job | None = None, build_step: bool = True
         classes = len(names)
     p.classes = classes
     if not build_step:
-        return Path(root), None
+        return _local(root), None
     if user_step is not None:
-        return Path(root), user_step
+        return _local(root), user_step
     wrap = (lambda m: ddp.wrap(m, job)) if job.group else None
-    return Path(root), make_step(a.model, p.base, classes, wrap=wrap)
+    return _local(root), make_step(a.model, p.base, classes, wrap=wrap)
 
 
 def run(argv=None) -> int:
@@ -332,8 +332,19 @@ def isolated(a, job: ddp.Job, note: Callable[[str], None]) -> bool:
     return bool(want)
 
 
-def _manifest(root: Path, read_manifest) -> dict | None:
-    """data_gen's manifest of ``root`` (of a shard pattern: its folder's, if it names every shard)."""
+def _local(root):
+    """``root`` as a ``Path``; a remote root (``https://``, ``s3://``, ``pipe:``) stays a str,
+    which a ``Path`` would mangle (``https:/host``)."""
+    from pipelines.sources import remote
+
+    return root if remote.is_remote(root) else Path(root)
+
+
+def _manifest(root, read_manifest) -> dict | None:
+    """data_gen's manifest of ``root`` (of a shard pattern: its folder's, if it names every
+    shard); none for a remote root."""
+    if not isinstance(root, Path):
+        return None
     if root.is_dir() or source_kind(root) is not SourceKind.SHARDS:
         return read_manifest(root)
     shards = shard_paths(root)

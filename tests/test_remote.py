@@ -292,3 +292,17 @@ def test_wrong_s3_credentials_are_one_clear_error_without_the_secret(s3, fresh_c
 
 def test_numpy_is_used():  # keep the import honest for ruff
     assert np.int64(1) == 1
+
+
+def test_the_suite_takes_a_remote_root(http, tmp_path, fresh_cache):
+    """``python -m compare --data URL`` runs and records the URL (a ``Path`` mangled it)."""
+    import json
+
+    from compare.suite import main as suite
+
+    url = f"{http.url}/{SHARDS}"
+    assert suite(["--data", url, "--model", "none", "--backends", "pageable", "--steps", "2",
+                  "--warmup", "1", "--repeats", "1", "--no-ceiling", "--workers", "1",
+                  "--out", str(tmp_path / "run")]) == 0
+    r = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert r["setup"]["data"] == url and r["variants"][0]["repeats"][0]["samples_per_s"] > 0
