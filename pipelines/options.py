@@ -120,6 +120,10 @@ class Options:
         return dataclasses.replace(self, **changes)
 
 
+# DaliOptions.pipelines' default on large photos (NOTE [large photos] in pipelines/dali/loader.py)
+LARGE_PHOTO_LANES = 4
+
+
 @dataclass(frozen=True)
 class TorchOptions(Options):
     """Knobs of the torch DataLoader backends.
@@ -190,11 +194,13 @@ class DaliOptions(Options):
             choose: both run at 0.0.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
-            order. Each has its own augmentation seed, so the random crops differ from a
-            one-pipeline run. Must be ``<= num_workers``. ``None`` (default): 2 when the
-            augmentation runs with conditional execution (the AutoAugment family,
-            ``RandomApply``, ``RandomChoice``) and there are 2 threads or more, else 1: one
-            pipeline's executor caps such a graph (docs/results/h200/README.md, ta-wide-mix).
+            order. The draws are the same whatever the count (they are made on the host per
+            sample). Must be ``<= num_workers``. ``None`` (default): ``LARGE_PHOTO_LANES``
+            when nvJPEG decodes a dataset of large photos (NOTE [large photos] in
+            ``pipelines/dali/loader.py``); else 2 when the augmentation runs with conditional
+            execution (the AutoAugment family, ``RandomApply``, ``RandomChoice``) and there are
+            2 threads or more, else 1: one pipeline's executor caps such a graph
+            (docs/results/h200/README.md, ta-wide-mix).
         use_mmap: read files by mapping them (``fn.io.file.read``'s default) instead of
             ``read()``. Default off: see docs/results/h200/dali-io-probe.
         device_memory_padding, host_memory_padding: nvJPEG buffer padding in bytes.
@@ -245,10 +251,13 @@ class DaliOptions(Options):
             return self.reader_threads
         return min(8, max(2, num_workers // 2))
 
-    def lanes_for(self, conditional: bool, num_workers: int) -> int:
-        """``pipelines``, or its default for a graph that is (or is not) ``conditional``."""
+    def lanes_for(self, conditional: bool, num_workers: int, large_photos: bool = False) -> int:
+        """``pipelines``, or its default for a graph that is (or is not) ``conditional``, on a
+        dataset that is (or is not) of ``large_photos`` decoded by nvJPEG."""
         if self.pipelines is not None:
             return self.pipelines
+        if large_photos:
+            return max(1, min(LARGE_PHOTO_LANES, num_workers))
         return 2 if conditional and num_workers >= 2 else 1
 
     def check(self, num_workers: int) -> None:

@@ -297,3 +297,49 @@ def test_the_pipelines_run_on_dalis_dynamic_executor(tiny_root):
     (docs/investigations/dali-hardware-decoder.md)."""
     with make("dali", _cfg(tiny_root)) as ld:
         assert ld.pipes and all(p._exec_dynamic for p in ld.pipes)  # DALI's own attribute
+
+
+def test_large_photos_get_more_pipelines_by_default(tmp_path):
+    """NOTE [large photos]: the default pipeline count follows the data's median header size
+    (nvJPEG only); an explicit count wins."""
+
+    from pipelines.dali.loader import large_photos
+    from pipelines.options import LARGE_PHOTO_LANES, DaliOptions
+    from pipelines.sources.root import open_source
+
+    for name, (w, h) in {"small": (640, 480), "large": (2000, 1500)}.items():
+        d = tmp_path / name / "c"
+        d.mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (w, h), (i, 0, 0)).save(d / f"{i}.jpg")
+    assert not large_photos(open_source(str(tmp_path / "small")))
+    assert large_photos(open_source(str(tmp_path / "large")))
+    opt = DaliOptions()
+    assert opt.lanes_for(False, 14, large_photos=True) == LARGE_PHOTO_LANES
+    assert opt.lanes_for(True, 2, large_photos=True) == 2  # never more than the threads
+    assert opt.lanes_for(False, 14) == 1 and opt.lanes_for(True, 14) == 2
+    assert DaliOptions(pipelines=1).lanes_for(False, 14, large_photos=True) == 1
+
+
+def test_pipeline_count_does_not_change_the_draws(tiny_root):
+    """The draws are made on the host per sample: one pipeline or two, the same batches."""
+    outs = []
+    for n in (1, 2):
+        with make("dali", _cfg(tiny_root), pipelines=n) as ld:
+            outs.append(torch.cat([x for x, _ in ld]))
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_dali_large_tool_reports_each_config(tiny_root, capsys):
+    """``tools.dali_large`` (docs/results/h200/large-photos-dali): one JSON line per config,
+    with the pipelines that ran."""
+    import json
+
+    from tools import dali_large
+
+    assert dali_large.main(["--data", str(tiny_root), "--device", "cpu", "--batch-size", "8",
+                            "--workers", "2", "--epochs", "1",
+                            "--configs", '[{}, {"pipelines": 2, "workers": 2}]']) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r["pipelines"] for r in lines] == [1, 2]
+    assert all(r["median"] > 0 and len(r["rates"]) == 1 for r in lines)

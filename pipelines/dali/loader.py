@@ -55,6 +55,7 @@ import gc
 import weakref
 from typing import cast
 
+import numpy as np
 import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
@@ -71,6 +72,25 @@ from pipelines.options import DaliOptions
 from pipelines.sources.root import header_sizes
 from pipelines.types import Batch
 
+# NOTE [large photos]
+# On photos of several megapixels one pipeline's nvJPEG decoder falls far behind what the GPU
+# and the cores can do: on the H200, loader-only, batch 64, two sets of 2000 photos (1500-4000
+# and 2000-4000 px wide), more pipelines side by side raised the rate up to four
+# (docs/results/h200/large-photos-dali). So when nvJPEG decodes a dataset whose median image
+# (from the headers ``header_sizes`` samples) has at least ``LARGE_PHOTOS_MP`` megapixels,
+# ``DaliOptions.pipelines``' default is ``LARGE_PHOTO_LANES``. The threshold lies between
+# the default dataset's images (under half a megapixel), where one pipeline stays the best for
+# training, and the measured sets; sizes in between were not measured. The rule depends only
+# on the files, so a resumed job runs as the first run did.
+LARGE_PHOTOS_MP = 2.0
+
+
+def large_photos(source) -> bool:
+    """Whether ``source``'s median image (by ``header_sizes``) has ``LARGE_PHOTOS_MP`` or more
+    megapixels (NOTE [large photos])."""
+    sizes = [w * h / 1e6 for w, h in header_sizes(source)]
+    return bool(sizes) and float(np.median(sizes)) >= LARGE_PHOTOS_MP
+
 
 class DaliLoader(LoaderBase):
     """Decode and augment with DALI (GPU when the config's device is CUDA, CPU operators otherwise)."""
@@ -86,9 +106,10 @@ class DaliLoader(LoaderBase):
         self.device_id = (self.device.index if self.device.index is not None
                           else torch.cuda.current_device()) if self.gpu else None
         self.plan_dali = self.transform_plan.dali_plan()  # UnsupportedTransformError here, at build
-        if options.pipelines is None:  # the default follows the graph (DaliOptions)
-            options = self.options = options.replace(
-                pipelines=options.lanes_for(conditional(self.plan_dali), cast(int, config.num_workers)))
+        if options.pipelines is None:  # the default follows the graph and the data (DaliOptions)
+            options = self.options = options.replace(pipelines=options.lanes_for(
+                conditional(self.plan_dali), cast(int, config.num_workers),
+                decodes_on_gpu(options, self.gpu) and large_photos(self.data_source)))
         options = self.options = self._sized(options)
         depth = options.queue_depth
         self.calibrator = self._calibrator(config, options)  # NOTE [calibration]
