@@ -76,22 +76,11 @@ class Decoder(str, enum.Enum):
       torchvision's; only the interpolation source changes. A recipe that starts with an
       eval ``Resize`` to a shorter side is decoded the same way, the whole image being the
       crop. Other recipes decode as ``PIL``.
-    * ``VIPS``: as ``SCALED``, the same draws and reduction, decoded by libvips'
-      shrink-on-load and only down to the crop's bottom row (``pyvips``: the ``region`` extra).
-    * ``REGION``: as ``SCALED``, the same draws, but only the crop's window is decoded, at full
-      resolution, by nvImageCodec's CPU backend (libjpeg-turbo's crop and skip-scanlines; the
-      ``region`` extra). Neither beat ``SCALED`` on this project's CPU
-      (``pipelines/torch_backend/region.py``, NOTE [region decode]); without its package, each
-      runs as ``SCALED``, with a warning.
-
-    Example: ``TorchOptions(decoder="vips")``; ``python -m tools.large_photos`` times each.
     """
 
     PIL = "pil"
     TORCHVISION = "torchvision"
     SCALED = "scaled"
-    VIPS = "vips"
-    REGION = "region"
 
 
 class DecodeOn(str, enum.Enum):

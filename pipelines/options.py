@@ -143,12 +143,10 @@ class TorchOptions(Options):
             a plain DataLoader does. ``None``: on for ``pinned``, off for ``pageable`` (the
             default recipe, untuned).
         decoder: a ``Decoder``: how the workers decode (``"pil"``, ``"torchvision"``,
-            ``"scaled"``, ``"vips"``, ``"region"``). ``None``: ``"pil"`` on ``pageable`` (the
-            default recipe, as ``ImageFolder`` decodes); on ``pinned``, ``"torchvision"``, or
-            ``"scaled"`` for a dataset of photos of a megapixel or more (NOTE [the default
-            decoder] in ``pipelines/torch_backend/decode.py``). The loader's ``decoder`` says
-            which ran. ``"vips"`` and ``"region"`` need the ``region`` extra (else they run
-            as ``"scaled"``, with a warning).
+            ``"scaled"``). ``None``: ``"pil"`` on ``pageable`` (the default recipe, as
+            ``ImageFolder`` decodes); on ``pinned``, ``"torchvision"``, or ``"scaled"`` for a
+            dataset of photos of a megapixel or more (NOTE [the default decoder] in
+            ``pipelines/torch_backend/decode.py``). The loader's ``decoder`` says which ran.
         cpu_binding: ``pinned`` only; a ``CpuBinding``: ``"rank"`` restricts the workers to this
             local rank's slice of the cores under torchrun (``"none"``: the inherited
             affinity). Evidence for the default: docs/results/h200x2/README.md.

@@ -27,7 +27,6 @@ from pipelines.options import TorchOptions
 from pipelines.torch_backend import affinity, shm
 from pipelines.torch_backend.dataset import Bad, JpegDataset, PlanBatchSampler, collate_skipping
 from pipelines.torch_backend.decode import default_decoder
-from pipelines.torch_backend.region import decoder_or_fallback
 from pipelines.types import Batch
 
 
@@ -102,7 +101,7 @@ class TorchLoaderBase(LoaderBase):
         recipe in the workers); for ``pinned``, torchvision's decoder, or the scaled one for a
         dataset of photos of a megapixel or more (NOTE [the default decoder] in ``decode``)."""
         if options.decoder is not None:
-            return decoder_or_fallback(Decoder(options.decoder))
+            return options.decoder
         if in_workers == "full":
             return Decoder.PIL
         return Decoder(default_decoder(steps, self.data_source))

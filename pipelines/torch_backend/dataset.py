@@ -46,7 +46,6 @@ def decode_rgb(data: bytes) -> torch.Tensor:
 
 
 from pipelines.torch_backend.decode import (  # noqa: E402
-    CROP_FIRST,
     as_tensor,
     first_crop,
     pil_image,
@@ -54,7 +53,6 @@ from pipelines.torch_backend.decode import (  # noqa: E402
     scaled_crop,
     takes_pil,
 )
-from pipelines.torch_backend.region import CROPS  # noqa: E402
 
 
 def seed_cpu(seed: int) -> None:
@@ -101,9 +99,9 @@ class JpegDataset(torch.utils.data.Dataset):
 
     def _use(self, transform) -> None:
         self.transform = transform
-        # Decoder.SCALED, VIPS, REGION: the recipe's RandomResizedCrop (eval: Resize) runs in
-        # the decoder, the rest after it
-        crop = first_crop(self.transform) if self.decoder in CROP_FIRST else None
+        # Decoder.SCALED: the recipe's RandomResizedCrop (eval: Resize) runs in the decoder, the
+        # rest after it
+        crop = first_crop(self.transform) if self.decoder is Decoder.SCALED else None
         self._crop = crop
         self._pil = takes_pil(self.transform)  # hand the PIL image over, else a tensor of it
         self._rest = (Steps(self.transform.transforms[1:], self.transform.offset + 1,
@@ -122,12 +120,11 @@ class JpegDataset(torch.utils.data.Dataset):
         self.transform, self._crop, self._pil, self._rest = self._variants[key]
 
     def _decode(self, data: bytes, seed: int):
-        """``(image, the steps still to run)``; with a crop-first decoder (``CROP_FIRST``) the
-        crop is done (and its random numbers drawn from ``seed``)."""
+        """``(image, the steps still to run)``; with the scaled path the crop is done (and its
+        random numbers drawn from ``seed``)."""
         if self._crop is not None and data.startswith(b"\xff\xd8"):
             seed_cpu(seed)
-            crop = CROPS.get(self.decoder, scaled_crop)
-            img = crop(data, self._crop)
+            img = scaled_crop(data, self._crop)
             if img is not None:
                 return (img if self._pil else as_tensor(img)), self._rest
         if self.decoder is Decoder.TORCHVISION:

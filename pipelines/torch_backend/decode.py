@@ -23,19 +23,14 @@ from __future__ import annotations
 
 import functools
 import io
-from typing import NamedTuple
 
 import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from pipelines.config import Decoder
 from pipelines.sources.root import SIZE_SAMPLE, header_sizes  # noqa: F401 (SIZE_SAMPLE: NOTE below)
 
 EXIF_ORIENTATION = 0x0112
-# the decoders that draw the recipe's first crop from the header and decode for it
-# (``crop_plan``): this module's scaled path and ``region``'s two
-CROP_FIRST = (Decoder.SCALED, Decoder.VIPS, Decoder.REGION)
 # NOTE [the default decoder]: ``pinned`` decodes with torchvision unless the recipe starts with
 # a step the scaled path runs and the median image of the dataset (from the headers of
 # ``SIZE_SAMPLE`` files spread over the listing) has at least ``SCALED_FROM_MP`` megapixels.
@@ -198,104 +193,57 @@ def reduced_decode(data: bytes, k: int, library: str | None = None) -> np.ndarra
         return np.asarray(im.convert("RGB"))
 
 
-def window(box, size, shape, support: float) -> tuple[int, int, int, int]:
-    """``(x0, y0, x1, y1)``: the pixels of an image of ``shape`` (``H, W``) that a resize of
-    ``box`` to ``size`` (``(w, h)``) with a filter of radius ``support`` reads, one pixel of
-    margin more, clipped to the image."""
-    h, w = shape[:2]
+def _resize_box(rgb: np.ndarray, box, size, resample, support: float) -> Image.Image:
+    """``Image.fromarray(rgb).resize(size, resample, box=box)`` with only ``box`` and the
+    ``support`` (the filter's radius) around it made a PIL image: the pixels the filter reads,
+    so the result is the same up to rounding (``tests/test_decode.py`` bounds it)."""
+    h, w = rgb.shape[:2]
     mx = support * max(1.0, (box[2] - box[0]) / size[0]) + 1
     my = support * max(1.0, (box[3] - box[1]) / size[1]) + 1
     x0, y0 = max(0, int(box[0] - mx)), max(0, int(box[1] - my))
-    return x0, y0, min(w, int(box[2] + mx) + 1), min(h, int(box[3] + my) + 1)
-
-
-def resize_window(sub: np.ndarray, origin, box, size, mode: str) -> Image.Image:
-    """``box`` (in the coordinates of the image ``sub`` was cut from at ``origin``, ``(x, y)``)
-    resized to ``size`` from ``sub`` alone (``H x W x 3`` or ``H x W`` uint8): what
-    ``Image.fromarray(whole).resize(size, box=box)`` gives when ``sub`` holds ``window``'s
-    pixels of ``whole``, up to rounding (``tests/test_decode.py`` bounds it)."""
-    x, y = origin
-    im = Image.fromarray(np.ascontiguousarray(sub))
-    if im.mode != "RGB":
-        im = im.convert("RGB")
-    return im.resize(size, _RESAMPLE[mode], box=(box[0] - x, box[1] - y, box[2] - x, box[3] - y))
+    x1, y1 = min(w, int(box[2] + mx) + 1), min(h, int(box[3] + my) + 1)
+    sub = Image.fromarray(np.ascontiguousarray(rgb[y0:y1, x0:x1]))
+    return sub.resize(size, resample, box=(box[0] - x0, box[1] - y0, box[2] - x0, box[3] - y0))
 
 
 _SUPPORT = {"bilinear": 1.0, "bicubic": 2.0}  # PIL's filter radii
-
-
-class CropPlan(NamedTuple):
-    """What a crop-first decode (``scaled_crop``, ``pipelines.torch_backend.region``) does with
-    one file: the crop ``box`` (left, top, right, bottom) in the full image's pixels, drawn from
-    the header's ``width`` x ``height``; the output ``size`` (``(w, h)``); the DCT reduction
-    ``k`` that still covers it (``reduction``); and the filter ``mode``."""
-
-    width: int
-    height: int
-    box: tuple[float, float, float, float]
-    size: tuple[int, int]
-    k: int
-    mode: str
-
-    def box_in(self, shape) -> tuple[float, float, float, float]:
-        """The box in the reduced image of ``shape`` (``(H, W)``, the full image scaled)."""
-        sx, sy = shape[1] / self.width, shape[0] / self.height
-        b = self.box
-        return (b[0] * sx, b[1] * sy, b[2] * sx, b[3] * sy)
-
-    def reduced_shape(self, k: int | None = None) -> tuple[int, int]:
-        """``(H, W)`` of the image decoded at ``1/k`` (default: ``self.k``): ``ceil(size / k)``,
-        as libjpeg scales."""
-        k = self.k if k is None else k
-        return -(-self.height // k), -(-self.width // k)
-
-    def window(self, shape) -> tuple[int, int, int, int]:
-        """``window`` of ``box_in(shape)``: the pixels of the reduced image that the resize
-        reads."""
-        return window(self.box_in(shape), self.size, shape, _SUPPORT[self.mode])
-
-    def resize(self, sub: np.ndarray, origin, shape) -> Image.Image:
-        """The output from ``sub``, the pixels at ``origin`` (``(x, y)``) of the image reduced
-        to ``shape`` that cover ``window(shape)`` (``resize_window``)."""
-        return resize_window(sub, origin, self.box_in(shape), self.size, self.mode)
-
-
-def crop_plan(im: Image.Image, t) -> CropPlan | None:
-    """The crop ``t`` (see ``first_crop``) draws for the JPEG opened as ``im`` (header only),
-    drawn as torchvision draws it (module NOTE); ``None``, with no random number drawn, when
-    the file is not an RGB or greyscale JPEG with upright EXIF (then it is decoded in full)."""
-    from torchvision.transforms import v2
-
-    if im.format != "JPEG" or im.mode not in ("RGB", "L") or \
-            im.getexif().get(EXIF_ORIENTATION, 1) not in (None, 1):
-        return None
-    width, height = im.size
-    if isinstance(t, v2.Resize):
-        out_h, out_w = resized_size(height, width, t.size[0])
-        p = {"top": 0, "left": 0, "height": height, "width": width}
-    else:
-        p = _params(t, height, width)
-        out_h, out_w = t.size
-    box = (p["left"], p["top"], p["left"] + p["width"], p["top"] + p["height"])
-    return CropPlan(width, height, box, (out_w, out_h),
-                    reduction(p["height"], p["width"], out_h, out_w), _mode(t))
 
 
 def scaled_crop(data: bytes, t, library: str | None = None) -> Image.Image | None:
     """``t`` (see ``first_crop``) on the JPEG ``data`` through a DCT-scaled decode (module
     NOTE); ``None`` when the file needs the full decode, and then no random number has been
     drawn. ``library``: ``"simplejpeg"`` or ``"pil"`` (default: ``jpeg_library()``)."""
+    from torchvision.transforms import v2
+
     library = library or jpeg_library()
     if library not in LIBRARIES:
         raise ValueError(f"library={library!r} is not one of {LIBRARIES}")
-    with Image.open(io.BytesIO(data)) as im:
-        plan = crop_plan(im, t)
-        if plan is None:
+    im = Image.open(io.BytesIO(data))
+    try:
+        if im.format != "JPEG" or im.mode not in ("RGB", "L") or \
+                im.getexif().get(EXIF_ORIENTATION, 1) not in (None, 1):
             return None
+        width, height = im.size
+        if isinstance(t, v2.Resize):
+            out_h, out_w = resized_size(height, width, t.size[0])
+            p = {"top": 0, "left": 0, "height": height, "width": width}
+        else:
+            p = _params(t, height, width)
+            out_h, out_w = t.size
+        k = reduction(p["height"], p["width"], out_h, out_w)
+        rgb = None
         if library == "simplejpeg":
-            rgb = _reduced_rgb(data, plan.width, plan.height, plan.k)
-            x0, y0, x1, y1 = plan.window(rgb.shape)
-            return plan.resize(rgb[y0:y1, x0:x1], (x0, y0), rgb.shape)
-        _draft(im, plan.width, plan.height, plan.k)  # PIL's own reduced size: its NOTE
-        box = plan.box_in(im.size[::-1])
-        return im.convert("RGB").resize(plan.size, _RESAMPLE[plan.mode], box=box)
+            rgb = _reduced_rgb(data, width, height, k)
+            rh, rw = rgb.shape[:2]
+        else:
+            _draft(im, width, height, k)
+            rw, rh = im.size
+        sx, sy = rw / width, rh / height
+        box = (p["left"] * sx, p["top"] * sy, (p["left"] + p["width"]) * sx,
+               (p["top"] + p["height"]) * sy)
+        mode = _mode(t)
+        if rgb is not None:
+            return _resize_box(rgb, box, (out_w, out_h), _RESAMPLE[mode], _SUPPORT[mode])
+        return im.convert("RGB").resize((out_w, out_h), _RESAMPLE[mode], box=box)
+    finally:
+        im.close()
