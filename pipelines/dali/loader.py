@@ -43,11 +43,12 @@ many ranks) that wait is in a large share of the steps. The next epoch is guesse
 this, or this one again when the consumer repeated its last epoch (no ``set_epoch``). An
 ``iter()`` of another epoch, a resumed position, a recovery, a calibration switch, or an epoch
 whose size was set after its first batches were fed (``pipelines.resolution`` NOTE [sizes
-ahead]) drops what was made ahead (drained, as after an early end) and starts afresh. In an epoch the loader asks a
-lane for a batch only while the lane's oldest batch not yet yielded is of this epoch, so a batch
-of the next one is never yielded early. When the guess is right, the random draws follow the
-batches in the same order as without running on: the same crops, and resumption (NOTE [resume])
-stays exact: the draws are keyed by the sample, not by what ran before.
+ahead]) drops what was made ahead (drained, as after an early end) and starts afresh. In an
+epoch the loader asks a lane for a batch only while the lane's oldest batch not yet yielded is
+of this epoch, so a batch of the next one is never yielded early. When the guess is right, the
+random draws follow the batches in the same order as without running on: the same crops, and
+resumption (NOTE [resume]) stays exact: the draws are keyed by the sample, not by what ran
+before.
 """
 from __future__ import annotations
 

@@ -277,7 +277,7 @@ class PlanSource:
 
     def _out_size(self, epoch: int) -> tuple[int, int, int] | None:
         """``epoch``'s output size, asked of ``size_of`` once (NOTE [draws])."""
-        if not self._draws.fed_size:
+        if not self._draws.carries_size:
             return None
         if epoch not in self._sizes:
             if self.size_of is None:

@@ -7,10 +7,11 @@ start, and with short epochs, as on many ranks, that dominates (docs/results/h20
 DataLoader iterator runs over the plan of epoch after epoch (``PlanBatchSampler``), and each
 ``iter()`` of the loader takes exactly ``len()`` batches from it, so the workers decode the next
 epoch's first batches while the consumer finishes this one. The stream is kept only while the
-consumer follows it: an ``iter()`` for another epoch than the next one, or after an epoch that
-was left early or failed, starts a fresh stream at that epoch (the batches made ahead are
-dropped). Samples are keyed by ``(epoch, index)``, so what a batch holds and its augmentation do
-not depend on when it was made.
+consumer follows it: an ``iter()`` for another epoch than the next one, after an epoch that
+was left early or failed, or of an epoch whose size was set after its first keys went out
+(``pipelines.resolution`` NOTE [sizes ahead]), starts a fresh stream at that epoch (the batches
+made ahead are dropped). Samples are keyed by ``(epoch, index)``, so what a batch holds and its
+augmentation do not depend on when it was made.
 """
 from __future__ import annotations
 

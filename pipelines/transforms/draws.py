@@ -227,7 +227,7 @@ class DrawPlan:
         return any(s.kind == "window" for s in self.steps)
 
     @property
-    def fed_size(self) -> bool:
+    def carries_size(self) -> bool:
         """Whether the rows carry the output size (a ``"size"`` step)."""
         return any(s.kind == "size" for s in self.steps)
 
@@ -251,7 +251,7 @@ class DrawPlan:
         out = np.zeros((n, max(1, self.width)), np.float32)
         if self.needs_size and sizes is None:
             raise ValueError("DrawPlan.rows: a crop window needs the images' sizes")
-        if self.fed_size and out_size is None:
+        if self.carries_size and out_size is None:
             raise ValueError("DrawPlan.rows: a size step needs the epoch's out_size")
         off = np.zeros(n, np.int64)
         r = np.arange(n)
