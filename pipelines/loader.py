@@ -75,6 +75,7 @@ from pipelines.epoch_plan import (
 )
 from pipelines.options import Options
 from pipelines.placement import check_unchanged
+from pipelines.resolution import Resolutions
 from pipelines.sources.root import open_source, root_base
 from pipelines.sources.targets import build_targets
 from pipelines.sources.validate import BadFileError
@@ -226,7 +227,9 @@ class LoaderBase:
                                      self.data_source.targets)
         self._fetch = self._fetcher()  # remote shards: pipelines.sources.spool NOTE [spool]
         self.transform_plan = TransformPlan.of(config.augment, config.transform)
-        self._res = self._want_res = config.augment  # set_resolution: in use, and asked for
+        # set_resolution: each epoch's size, and the recipe of the epoch running (or run last)
+        self._sizes = Resolutions(config.augment, fixed=config.transform is not None)
+        self._res = config.augment
         self.mix = config.mix  # a MixSpec or None (pipelines.transforms.mix)
         if self.mix is not None and self.mix.num_classes not in (None, len(self.classes)):
             raise ValueError(f"mix: num_classes={self.mix.num_classes} but the dataset has "
@@ -314,12 +317,10 @@ class LoaderBase:
         if self._resume is None and epoch != self.epoch:  # set_epoch since: nothing read yet
             epoch, done = self.epoch, 0
         state = {"version": STATE_VERSION, "epoch": epoch, "batches": done, **self._plan_id()}
-        # set_resolution: the size of the epoch the state resumes: the one that ran, when it
-        # is that epoch's position, else the one the next iter() takes
+        # set_resolution: the size of the epoch the state resumes (the one that ran, when it is
+        # that epoch's position, else the one its next iter() takes) and of those after it
         ran = self._resume is None and 0 < done < len(self)
-        hw = (self._res if ran else self._want_res).hw
-        if hw != self.config.augment.hw:
-            state["resolution"] = list(hw)
+        state.update(self._sizes.saved(epoch, self._res if ran else self._sizes.at(epoch)))
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -333,16 +334,9 @@ class LoaderBase:
                 last-batch policy, shuffle window).
         """
         epoch, done = self._checked(state)
-        res = self.config.augment
-        if "resolution" in state:
-            r = state["resolution"]
-            if not (isinstance(r, list) and len(r) == 2
-                    and all(type(v) is int and v >= 1 for v in r)):
-                raise ValueError(f"load_state_dict: resolution={_show(r)} is not a [height, "
-                                 "width] of positive ints from state_dict()")
-            res = self._spec_at(tuple(r), "load_state_dict: resolution")
+        sizes = self._sizes.checked(state, epoch)
         self._end_live("load_state_dict()")
-        self._want_res = res  # the live iterator, if any (NOTE [one iterator])
+        self._sizes.load(*sizes)
         self.epoch = epoch
         self._resume = (epoch, done)
 
@@ -380,36 +374,36 @@ class LoaderBase:
     #: parts a state may hold besides the base's: ``dali``, the pipeline checkpoints that
     #: states of earlier versions carried, is accepted and ignored (a state is the position
     #: only: pipelines.transforms.draws NOTE [one plan])
-    _extra_keys: tuple[str, ...] = ("dali", "resolution")
+    _extra_keys: tuple[str, ...] = ("dali", "resolution", "resolution_schedule")
 
-    # -- progressive resizing -------------------------------------------------------------------
-    def set_resolution(self, size: int | tuple[int, int]) -> None:
+    # -- progressive resizing (pipelines.resolution NOTE [sizes ahead]) ----------------------
+    def set_resolution(self, size: int | tuple[int, int], epoch: int | None = None) -> None:
         """Make the output ``size`` (an int, or ``(height, width)``) that of the epochs from the
-        next ``iter()`` on, on every backend: the ``AugmentSpec`` recipe at that size, the same
-        draws. It is saved in ``state_dict``. The torch backends keep their workers (each key
-        carries the size); ``dali`` rebuilds its pipelines when the size changes.
+        next ``iter()`` on, or, with ``epoch``, from that epoch on: the ``AugmentSpec`` recipe
+        at that size, the same draws, on every backend. An epoch that has begun keeps its size.
+        Sizes are saved in ``state_dict``. Workers and pipelines are kept; what was made ahead
+        of an epoch at another size is dropped at its ``iter()``, so announce a size before the
+        epoch before it ends (``epoch=``) and nothing is dropped.
+
+        Example: ``set_resolution(128, epoch=4)`` and ``set_resolution(160, epoch=8)`` on a
+        loader built at 96: epochs 0-3 at 96, 4-7 at 128, 8 on at 160; a later
+        ``set_resolution(96)`` makes it 96 for every epoch again.
+
+        Args:
+            size: an int (square) or ``(height, width)``.
+            epoch: the first epoch at ``size`` (up to the next epoch given a size); ``None``:
+                every epoch, from the next ``iter()`` on.
 
         Raises:
-            ValueError: naming ``size``, or ``transform`` (a user Compose has its own sizes).
+            ValueError: naming ``size``, ``epoch``, or ``transform`` (a user Compose has its
+                own sizes).
         """
-        self._want_res = self._spec_at(size, "set_resolution: size")
-
-    def _spec_at(self, size: Any, what: str):
-        if self.config.transform is not None:
-            raise ValueError(f"{what}: the loader runs transform=, whose steps fix the sizes; "
-                             "progressive resizing needs the AugmentSpec recipe (augment=)")
-        try:
-            return self.config.augment.at_size(size)
-        except ValueError as e:
-            raise ValueError(f"{what}={size!r}: {e}") from None
+        self._sizes.set(size, epoch)
 
     @property
     def resolution(self) -> tuple[int, int]:
-        """The output ``(height, width)`` of the next epoch."""
-        return self._want_res.hw
-
-    def _use_resolution(self, spec) -> None:  # pragma: no cover - every backend overrides it
-        raise NotImplementedError
+        """The output ``(height, width)`` of epoch ``epoch`` at its next ``iter()``."""
+        return self._sizes.at(self.epoch).hw
 
     # -- the epoch (NOTE [one iterator]) ------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
@@ -433,9 +427,7 @@ class LoaderBase:
         if token != self._token:
             raise _ended(self._ended_by)
         epoch = self.epoch
-        if self._want_res.hw != self._res.hw:  # set_resolution: from this epoch on
-            self._use_resolution(self._want_res)
-            self._res = self._want_res
+        self._res = self._sizes.at(epoch)  # the backend makes the epoch at this size
         start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         self._resume = None
         self._pos = (epoch, start)

@@ -25,6 +25,7 @@ class Row:
         self.node = node
         self.steps: list[Step] = []
         self.width = 0
+        self.size = None  # the fed output size's columns, once taken (out_size)
 
     def take(self, step: Step, vector: bool = False):
         """The step's columns: a scalar per sample for one column (unless ``vector``), else
@@ -54,6 +55,16 @@ def _row() -> Row:
         raise RuntimeError("pipelines.dali.draws: random numbers are taken only while "
                            "build_pipeline builds a graph")
     return _ROWS[-1]
+
+
+def out_size(which: str):
+    """The output size of the sample's epoch, fed with its row (a ``"size"`` step, taken once
+    per graph; ``pipelines.resolution``): ``which="hw"``: ``[height, width]`` (a float
+    vector), ``"resize"``: the eval ``resize_size`` (a float)."""
+    row = _row()
+    if row.size is None:
+        row.size = row.take(Step("size"), vector=True)
+    return row.size[0:2] if which == "hw" else row.size[2]
 
 
 def window(scale: Sequence[float], ratio: Sequence[float]):

@@ -13,6 +13,7 @@ import math
 import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
+from nvidia.dali.data_node import DataNode
 
 from pipelines.dali import draws
 from pipelines.transforms.migrate import Op
@@ -73,10 +74,17 @@ def rrc_window(shape, scale, ratio, attempts: int = 10):
     return fn.stack(y, x), fn.stack(ch, cw)
 
 
+def fed(op: Op, which: str):
+    """The op's size: fed with each sample when the op says so (``("fed", which)``:
+    ``AugmentSpec``'s recipe, whose size ``set_resolution`` changes without a rebuild;
+    ``pipelines.dali.draws.out_size``), else its own ``size``."""
+    return draws.out_size(which) if dict(op.args).get("fed") == which else op["size"]
+
+
 def resize(images, size, op: Op):
-    h, w = size
-    return fn.resize(images, size=[h, w], interp_type=INTERP[op["interp"]],
-                     antialias=op["antialias"])
+    """``images`` resized to ``size``: ``(h, w)``, or a fed ``[h, w]`` per sample."""
+    return fn.resize(images, size=size if isinstance(size, DataNode) else list(size),
+                     interp_type=INTERP[op["interp"]], antialias=op["antialias"])
 
 
 def resize_fixed(images, op: Op):
@@ -90,7 +98,7 @@ def random_resized_crop(images, op: Op):
     start, shape = rrc_window(images.shape(), op["scale"], op["ratio"])
     images = fn.slice(images, start, shape, axis_names="HW", normalized_anchor=False,
                       normalized_shape=False)
-    return resize(images, op["size"], op)
+    return resize(images, fed(op, "hw"), op)
 
 
 def decode_random_resized_crop(jpegs, op: Op, device: str, dec_kw: dict):
@@ -101,7 +109,7 @@ def decode_random_resized_crop(jpegs, op: Op, device: str, dec_kw: dict):
     images = fn.decoders.image_slice(
         jpegs, start, shape, device=device, output_type=types.RGB, axis_names="HW",
         normalized_anchor=False, normalized_shape=False, **dec_kw)
-    return resize(images, op["size"], op)
+    return resize(images, fed(op, "hw"), op)
 
 
 def flip(images, op: Op):
@@ -124,7 +132,9 @@ def resize_shorter(images, op: Op):
     h = fn.cast(shp[0], dtype=types.INT64)
     w = fn.cast(shp[1], dtype=types.INT64)
     short, long = dmath.min(h, w), dmath.max(h, w)
-    size, max_size = op["size"], op["max_size"]
+    size, max_size = fed(op, "resize"), op["max_size"]
+    if isinstance(size, DataNode):
+        size = fn.cast(size, dtype=types.INT64)
     if size is None:
         new_short, new_long = (max_size * short) // long, long * 0 + max_size
     else:
@@ -143,18 +153,26 @@ def resize_shorter(images, op: Op):
 def centre_crop(images, op: Op):
     """torchvision's ``CenterCrop`` to ``op["size"]``: offsets ``round((H - ch) / 2)`` with
     ties to even (DALI's ``crop_pos=0.5`` rounds ties up); an image smaller than the crop is
-    padded with zeros, ``(ch - H) // 2`` rows on top, as torchvision pads."""
-    ch, cw = op["size"]
+    padded with zeros, ``(ch - H) // 2`` rows on top, as torchvision pads. A fed size
+    (``fed``) is one per sample."""
+    size = fed(op, "hw")
     shp = images.shape()
     h = fn.cast(shp[0], dtype=types.INT64)
     w = fn.cast(shp[1], dtype=types.INT64)
+    shape: DataNode | list[int]
+    if isinstance(size, DataNode):
+        ch, cw = fn.cast(size[0], dtype=types.INT64), fn.cast(size[1], dtype=types.INT64)
+        shape = fn.cast(size, dtype=types.INT32)
+    else:
+        ch, cw = size
+        shape = [ch, cw]
 
     def offset(k):  # round(k / 2) ties to even for k >= 0, -((-k) // 2) below (floor divisions
         kp, kn = dmath.max(k, 0), dmath.max(-k, 0)  # of non-negative numbers only)
         return kp // 2 + (kp + 1) // 4 - kp // 4 - kn // 2
 
     start = fn.stack(offset(h - ch), offset(w - cw))
-    return fn.slice(images, start=fn.cast(start, dtype=types.INT32), shape=[ch, cw],
+    return fn.slice(images, start=fn.cast(start, dtype=types.INT32), shape=shape,
                     axis_names="HW", out_of_bounds_policy="pad", fill_values=0.0)
 
 

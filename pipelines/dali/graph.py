@@ -8,7 +8,9 @@ draws it, fused into the decoder (``decoders.image_slice``) -> resize to ``size`
 ``crop_mirror_normalize`` with the fed flip as its mirror. The graph has no random operator:
 every random number is a column of the row fed with each sample (``pipelines.dali.draws``;
 ``pipelines.transforms.draws`` NOTE [one plan]). Eval: decode -> resize the shorter side to
-``resize_size`` -> centre crop -> ``crop_mirror_normalize``.
+``resize_size`` -> centre crop -> ``crop_mirror_normalize``. With ``AugmentSpec``'s recipe the
+sizes are columns of that row too (the epoch's, ``pipelines.resolution``), so one graph serves
+every size ``set_resolution`` sets, with no rebuild.
 
 On a GPU the decoder is ``device="mixed"`` (nvJPEG, with the hardware JPEG decoder taking
 ``hw_decoder_load`` of the images where the GPU has one) and the rest runs on the GPU; with

@@ -41,16 +41,19 @@ first batches of the next epoch are made while the consumer finishes this one, a
 batch waits for a whole batch's read, decode and augmentation: at short epochs (large photos,
 many ranks) that wait is in a large share of the steps. The next epoch is guessed: the one after
 this, or this one again when the consumer repeated its last epoch (no ``set_epoch``). An
-``iter()`` of another epoch, a resumed position, a recovery or a calibration switch drops what
-was made ahead (drained, as after an early end) and starts afresh. In an epoch the loader asks a
-lane for a batch only while the lane's oldest batch not yet yielded is of this epoch, so a batch
-of the next one is never yielded early. When the guess is right, the random draws follow the
-batches in the same order as without running on: the same crops, and resumption (NOTE [resume])
-stays exact: the draws are keyed by the sample, not by what ran before.
+``iter()`` of another epoch, a resumed position, a recovery, a calibration switch, or an epoch
+whose size was set after its first batches were fed (``pipelines.resolution`` NOTE [sizes
+ahead]) drops what was made ahead (drained, as after an early end) and starts afresh. In an
+epoch the loader asks a lane for a batch only while the lane's oldest batch not yet yielded is
+of this epoch, so a batch of the next one is never yielded early. When the guess is right, the
+random draws follow the batches in the same order as without running on: the same crops, and
+resumption (NOTE [resume]) stays exact: the draws are keyed by the sample, not by what ran
+before.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import weakref
 from typing import cast
@@ -119,7 +122,8 @@ class DaliLoader(LoaderBase):
                                  keep_alive=depth + 2, max_pixels=config.max_image_pixels,
                                  lanes=cast(int, options.pipelines),
                                  read=None if self.data_source.by_path
-                                 else self.data_source.read)
+                                 else self.data_source.read,
+                                 size_of=functools.partial(_fed_size, self._sizes))
         self.pipes: list = []
         self._its: list[DALIGenericIterator] | None = None
         # NOTE [calibration]: the other candidates' pipelines, built up front and idle, as
@@ -197,18 +201,6 @@ class DaliLoader(LoaderBase):
         self._its = None
         self._ran_on: int | None = None  # the epoch every lane ran on into (NOTE [running on])
 
-    def _use_resolution(self, spec) -> None:
-        """Rebuild the pipelines with the recipe at ``spec``'s size (a resize is built into
-        the graph); what they made ahead is dropped."""
-        from pipelines.transforms.plan import TransformPlan
-
-        self.plan_dali = TransformPlan.of(spec).dali_plan()
-        self.source.stop()
-        self._spare = {}  # the calibration's other shares: built again at their first switch
-        with self._on_device():
-            self._rebuild()
-        self._in_epoch = False
-
     def _pipes_for(self, load: float) -> list:
         """One pipeline per lane, with the hardware decoder's share ``load``; the source
         fills the rows of draws by their graph's layout."""
@@ -283,7 +275,9 @@ class DaliLoader(LoaderBase):
         ran_on, self._ran_on = self._ran_on, None
         target = self._target_after(epoch)
         self._last_epoch = epoch
-        if (ran_on == epoch and start == 0 and not self._broken and self._its is not None):
+        size = _fed_size(self._sizes, epoch)  # pipelines.resolution NOTE [sizes ahead]
+        if (ran_on == epoch and start == 0 and not self._broken and self._its is not None
+                and self.source.fed_size(epoch) in (None, size)):
             self.source.continue_into(epoch)
             self.source.run_on(target)
             return
@@ -295,7 +289,8 @@ class DaliLoader(LoaderBase):
                 self._rebuild()  # start from scratch
         self._in_epoch = False
         n = cast(int, self.options.pipelines)  # lane j serves positions j, j + n, ...: its first >= start
-        self.source.start_epoch(epoch, resume=[start + (j - start) % n for j in range(n)])
+        self.source.start_epoch(epoch, resume=[start + (j - start) % n for j in range(n)],
+                                size=size)
         if self._its is None:
             self._its = self._iterators()
         else:
@@ -460,3 +455,10 @@ class DaliLoader(LoaderBase):
         self.pipes = []
         if any(r() is not None for r in held):
             gc.collect()
+
+
+def _fed_size(sizes, epoch: int) -> tuple[int, int, int]:
+    """The ``(height, width, resize)`` that ``epoch``'s rows carry (``AugmentSpec``'s recipe
+    feeds its sizes: ``pipelines.transforms.migrate.spec_ops``)."""
+    spec = sizes.at(epoch)
+    return (*spec.hw, cast(int, spec.resize_size))

@@ -52,7 +52,9 @@ counted in ``dropped_batches``), so the yielded order then differs from the plan
 NOTE [draws]
 Each fed batch carries a row of random numbers per sample (``pipelines.transforms.draws`` NOTE [one
 plan]), made by the read-ahead pool with the batch: a crop window needs the decoded image's
-size, which ``_check`` reads from the header when it first checks the file. The raw generator
+size, which ``_check`` reads from the header when it first checks the file; with
+``AugmentSpec``'s recipe the row also carries its epoch's output size (``size_of``, fixed when
+the epoch's first batch is fed: ``pipelines.resolution`` NOTE [sizes ahead]). The raw generator
 outputs behind the rows cost a fixed number of numpy steps per call, so they are made for
 ``_BLOCK`` samples of the plan at once. A bad sample replaced by another takes that sample's
 draws with its file, as the torch backends repeat the other sample's output.
@@ -145,12 +147,16 @@ class PlanSource:
             note).
         max_pixels: decompression-bomb limit.
         lanes: pipelines fed side by side (``lane(k)``; NOTE [lanes]).
+        size_of: ``size_of(epoch) -> (height, width, resize)``, the output size the rows
+            carry when the graph feeds it (``pipelines.resolution`` NOTE [sizes ahead]): asked
+            when the epoch's first batch is fed, then kept for the epoch (``fed_size``).
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray,
                  plan: Callable[[int], list[np.ndarray]], readahead: int = 3, threads: int = 4,
                  keep_alive: int = 4, max_pixels: int = DEFAULT_MAX_PIXELS, lanes: int = 1,
-                 read: Callable[[int], bytes] | None = None):
+                 read: Callable[[int], bytes] | None = None,
+                 size_of: Callable[[int], tuple[int, int, int]] | None = None):
         if not isinstance(lanes, int) or lanes < 1:
             raise ValueError(f"lanes={lanes!r} must be an int >= 1")
         self.paths = list(paths)
@@ -184,19 +190,26 @@ class PlanSource:
         self._hw = np.zeros((len(self.paths), 2), dtype=np.int64)  # decoded (h, w), once checked
         self._draws = DrawPlan(())  # NOTE [draws]: set by draw() once the graph is built
         self._seed = 0
+        self.size_of = size_of
+        self._sizes: dict[int, tuple[int, int, int]] = {}  # epoch -> the size it is fed at
         self._raws: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._raws_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dali-read")
 
     # -- epoch control (the loader's side) ---------------------------------------------------
-    def start_epoch(self, epoch: int, resume: Sequence[int] | None = None) -> None:
+    def start_epoch(self, epoch: int, resume: Sequence[int] | None = None,
+                    size: tuple[int, int, int] | None = None) -> None:
         """Fix the epoch whose plan the lanes' next calls serve.
 
         Args:
             epoch: the epoch.
             resume: per lane, the plan position to start from (default ``k`` for lane ``k``); the
                 loader's recovery passes the first position each lane had not yet yielded.
+            size: the epoch's output size (``size_of``); ``None``: the one it was fed at so
+                far, if any (a restart within the epoch). Other epochs' are asked again.
         """
+        self._sizes = {epoch: size} if size is not None else {
+            e: v for e, v in self._sizes.items() if e == epoch}
         self.epoch = epoch
         self._gen += 1
         self._stopped = False
@@ -258,6 +271,22 @@ class PlanSource:
                 out.append(self._lane_pos[k])
         return out
 
+    def fed_size(self, epoch: int) -> tuple[int, int, int] | None:
+        """The output size ``epoch``'s batches are fed at, or ``None`` before its first."""
+        return self._sizes.get(epoch)
+
+    def _out_size(self, epoch: int) -> tuple[int, int, int] | None:
+        """``epoch``'s output size, asked of ``size_of`` once (NOTE [draws])."""
+        if not self._draws.carries_size:
+            return None
+        if epoch not in self._sizes:
+            if self.size_of is None:
+                raise RuntimeError("the graph feeds the output size, but the source has no "
+                                   "size_of")
+            self._sizes = {e: v for e, v in self._sizes.items() if e in (self.epoch, self._target)}
+            self._sizes[epoch] = self.size_of(epoch)
+        return self._sizes[epoch]
+
     def draw(self, plan: DrawPlan, seed: int) -> None:
         """Fill the rows of draws by ``plan`` (the built graph's layout), from ``seed``."""
         if plan != self._draws or seed != self._seed:
@@ -310,7 +339,7 @@ class PlanSource:
         k = pos - block * per
         return raws[starts[k]:starts[k + 1]]
 
-    def _load(self, epoch: int, pos: int, batches: list[np.ndarray]):
+    def _load(self, epoch: int, pos: int, batches: list[np.ndarray], size=None):
         idx = batches[pos]
         data: dict[int, bytes] = {}
         for i in idx[self._status[idx] == _UNKNOWN]:
@@ -340,7 +369,7 @@ class PlanSource:
         encoded = [data[i] for i in rows.tolist()] if self.read is not None else None
         plan = self._draws
         raws = self._raws_of(epoch, pos, batches)[take]
-        draws = plan.rows(raws, self._hw[rows] if plan.needs_size else None)
+        draws = plan.rows(raws, self._hw[rows] if plan.needs_size else None, size)
         return rows, bad, True, encoded, draws
 
     # -- serving (DALI's side) ------------------------------------------------------------------
@@ -399,7 +428,8 @@ class PlanSource:
                 continue
             for q in range(pos, min(pos + 1 + self.readahead * self.lanes, len(batches))):
                 if (epoch, q) not in self._pending:
-                    self._pending[(epoch, q)] = self._pool.submit(self._load, epoch, q, batches)
+                    self._pending[(epoch, q)] = self._pool.submit(self._load, epoch, q, batches,
+                                                                  self._out_size(epoch))
             rows, bad, any_good, encoded, draws = self._pending.pop((epoch, pos)).result()
             self._lane_pos[k] += self.lanes
             carry.positions.append(pos)

@@ -7,10 +7,11 @@ start, and with short epochs, as on many ranks, that dominates (docs/results/h20
 DataLoader iterator runs over the plan of epoch after epoch (``PlanBatchSampler``), and each
 ``iter()`` of the loader takes exactly ``len()`` batches from it, so the workers decode the next
 epoch's first batches while the consumer finishes this one. The stream is kept only while the
-consumer follows it: an ``iter()`` for another epoch than the next one, or after an epoch that
-was left early or failed, starts a fresh stream at that epoch (the batches made ahead are
-dropped). Samples are keyed by ``(epoch, index)``, so what a batch holds and its augmentation do
-not depend on when it was made.
+consumer follows it: an ``iter()`` for another epoch than the next one, after an epoch that
+was left early or failed, or of an epoch whose size was set after its first keys went out
+(``pipelines.resolution`` NOTE [sizes ahead]), starts a fresh stream at that epoch (the batches
+made ahead are dropped). Samples are keyed by ``(epoch, index)``, so what a batch holds and its
+augmentation do not depend on when it was made.
 """
 from __future__ import annotations
 
@@ -67,6 +68,8 @@ class TorchLoaderBase(LoaderBase):
         if config.transform is None:  # set_resolution: the recipe at another size, in workers
             self.dataset.sized = functools.partial(_sized_steps, config.augment, in_workers)
         self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
+        if config.transform is None:  # set_resolution: each epoch's size goes with its keys
+            self.plan_sampler.size_of = functools.partial(_key_size, self._sizes)
         self._stream: Iterator[Any] | None = None  # the DataLoader iterator over epoch after epoch (NOTE)
         self._next: int | None = None  # the epoch the stream reaches next, at its start
         self.sample_bytes = r.sample_bytes(in_workers=in_workers) or self._measured_bytes()
@@ -137,12 +140,6 @@ class TorchLoaderBase(LoaderBase):
             return 0.0
         return self.sample_bytes + 8.0  # the image and its int64 label
 
-    def _use_resolution(self, spec) -> None:
-        """Send the size with every key from now on (the workers build the recipe at it once);
-        what the stream made ahead at the old size is dropped."""
-        self.plan_sampler.hw = None if spec.hw == self.config.augment.hw else spec.hw
-        self._stop_stream()
-
     def _produce(self, epoch: int, start: int):
         for batch, bad in self._batches(self._cpu_batches(self._stream_at(epoch, start))):
             self._report(bad.files, bad.dropped)
@@ -150,8 +147,12 @@ class TorchLoaderBase(LoaderBase):
 
     def _stream_at(self, epoch: int, start: int):
         """The DataLoader items of ``epoch`` from batch ``start`` on, from the running stream
-        when it is there (NOTE); a restart at ``start`` > 0 never decodes the batches before."""
-        if self._stream is None or self._next != epoch or start:
+        when it is there (NOTE) and its keys of ``epoch`` went out at the epoch's size
+        (``pipelines.resolution`` NOTE [sizes ahead]); a restart at ``start`` > 0 never decodes
+        the batches before."""
+        sent = self.plan_sampler.sent
+        want = _key_size(self._sizes, epoch)
+        if self._stream is None or self._next != epoch or start or sent.get(epoch, want) != want:
             self._stop_stream()
             self.plan_sampler.start, self.plan_sampler.skip = epoch, start
             self._stream = iter(self.loader)
@@ -205,6 +206,13 @@ class TorchLoaderBase(LoaderBase):
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
         self.loader._iterator = None
+
+
+def _key_size(sizes, epoch: int) -> tuple[int, int] | None:
+    """The size the keys of ``epoch`` carry: ``None`` for the config's own
+    (``pipelines.resolution.Resolutions``)."""
+    hw = sizes.at(epoch).hw
+    return None if hw == sizes.own.hw else hw
 
 
 def _sized_steps(spec, in_workers: str, hw: tuple[int, int]):

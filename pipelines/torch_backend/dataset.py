@@ -201,7 +201,12 @@ class PlanBatchSampler(torch.utils.data.Sampler):
     ``(epoch, index)``: epoch ``start``'s, then the next epoch's, and so on without end, so the
     DataLoader's workers cross an epoch boundary without draining (see ``TorchLoaderBase``).
     The first epoch starts at its batch ``skip`` (a resumed epoch). ``len()`` is one epoch's
-    batch count."""
+    batch count.
+
+    With ``size_of`` (set_resolution), each key of an epoch is ``(epoch, index, (h, w))`` at
+    the size ``size_of(epoch)`` gives when the epoch's first batch goes out (``None``: the
+    config's own, plain keys); ``sent`` records it per epoch, for the loader to check
+    (``pipelines.resolution`` NOTE [sizes ahead])."""
 
     def __init__(self, plan: Callable[[int], list[np.ndarray]], length: int):
         self.plan = plan
@@ -209,16 +214,21 @@ class PlanBatchSampler(torch.utils.data.Sampler):
         self.start = 0
         self.skip = 0
         self.one_epoch = False  # TorchOptions.epoch_stream off: epoch ``start`` only
-        self.hw: tuple[int, int] | None = None  # set_resolution's size, sent with every key
+        self.size_of: Callable[[int], tuple[int, int] | None] | None = None
+        self.sent: dict[int, tuple[int, int] | None] = {}  # epoch -> the size its keys carry
 
     def __iter__(self) -> Iterator[list[tuple]]:  # (epoch, index) or (epoch, index, (h, w))
         e, skip = self.start, self.skip
+        self.sent = {}  # a new stream: nothing of it has gone out
         while True:
+            hw = self.size_of(e) if self.size_of is not None else None
+            self.sent = {k: v for k, v in self.sent.items() if k >= e - 1}
+            self.sent[e] = hw
             for b in self.plan(e)[skip:]:
-                if self.hw is None:
+                if hw is None:
                     yield [(e, int(i)) for i in b]
                 else:
-                    yield [(e, int(i), self.hw) for i in b]
+                    yield [(e, int(i), hw) for i in b]
             if self.one_epoch:
                 return
             e, skip = e + 1, 0

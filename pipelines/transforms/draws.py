@@ -193,6 +193,9 @@ class Step:
             torchvision v2 draws them: the op ``randint(len(mags))``; for an op with
             magnitudes (``mags``) the bin ``randint(bins)``, and for a signed one (``signs``)
             a negative magnitude when ``rand() <= 0.5``.
+        ``"size"``: 3 columns ``height, width, resize``, no random number: the output size of
+            the sample's epoch and its eval ``resize_size`` (``set_resolution``: the size is
+            fed, so one graph serves every size; ``pipelines.resolution``).
     """
 
     kind: str
@@ -206,7 +209,7 @@ class Step:
 
     @property
     def width(self) -> int:
-        return {"window": 4, "trivial": 3}.get(self.kind, self.count)
+        return {"window": 4, "trivial": 3, "size": 3}.get(self.kind, self.count)
 
 
 @dataclass(frozen=True)
@@ -224,23 +227,32 @@ class DrawPlan:
         return any(s.kind == "window" for s in self.steps)
 
     @property
+    def carries_size(self) -> bool:
+        """Whether the rows carry the output size (a ``"size"`` step)."""
+        return any(s.kind == "size" for s in self.steps)
+
+    @property
     def raw_count(self) -> int:
         """Raw outputs a sample may consume: 22 per window (ten attempts and the offsets),
-        one per coin or uniform number."""
-        return max(1, sum({"window": 22, "trivial": 3}.get(s.kind, s.count) for s in self.steps))
+        one per coin or uniform number, none for the size."""
+        return max(1, sum({"window": 22, "trivial": 3, "size": 0}.get(s.kind, s.count)
+                          for s in self.steps))
 
     def raws(self, seed: int, epoch: int, indices) -> np.ndarray:
         """The raw outputs of the samples ``indices`` of ``epoch`` (:func:`mt_raws` of their
         ``sample_seeds``); pass many at once."""
         return mt_raws(sample_seeds(seed, epoch, indices), self.raw_count)
 
-    def rows(self, raws: np.ndarray, sizes=None) -> np.ndarray:
+    def rows(self, raws: np.ndarray, sizes=None, out_size=None) -> np.ndarray:
         """The ``N x width`` float32 rows from the samples' :meth:`raws`; ``sizes``: ``N x 2``
-        decoded ``(height, width)``, needed when a step is a window."""
+        decoded ``(height, width)``, needed when a step is a window; ``out_size``: the
+        ``(height, width, resize)`` of the samples' epoch, needed when a step is a size."""
         n = len(raws)
         out = np.zeros((n, max(1, self.width)), np.float32)
         if self.needs_size and sizes is None:
             raise ValueError("DrawPlan.rows: a crop window needs the images' sizes")
+        if self.carries_size and out_size is None:
+            raise ValueError("DrawPlan.rows: a size step needs the epoch's out_size")
         off = np.zeros(n, np.int64)
         r = np.arange(n)
         c = 0
@@ -258,6 +270,8 @@ class DrawPlan:
                 neg = signed & (_unit(raws[r, off + 1 + has]) <= 0.5)
                 out[:, c], out[:, c + 1], out[:, c + 2] = op, b, neg
                 off = off + 1 + has + signed
+            elif st.kind == "size":
+                out[:, c:c + 3] = np.asarray(out_size, np.float32)
             elif st.kind == "coin":
                 out[:, c] = _unit(raws[r, off]) < st.p
                 off = off + 1

@@ -39,15 +39,19 @@ class TvPlan:
 
 
 def spec_ops(spec) -> TvPlan:
-    """The ``AugmentSpec`` as a plan (the built-in recipe, without a user Compose)."""
+    """The ``AugmentSpec`` as a plan (the built-in recipe, without a user Compose). Its sizes
+    are fed with each sample (``("fed", "hw")``: the output size, ``("fed", "resize")``: the
+    eval resize; ``pipelines.dali.draws.out_size``), so one graph serves every size that
+    ``set_resolution`` sets; ``size`` holds the spec's own."""
     from pipelines.transforms.spec import Mode
 
     if spec.mode is Mode.TRAIN:
         ops = (Op("random_resized_crop", (("size", spec.hw), ("scale", spec.scale),
                                           ("ratio", spec.ratio),
-                                          *LINEAR)),
+                                          *LINEAR, ("fed", "hw"))),
                Op("hflip", (("p", spec.flip_p),)))
     else:
-        ops = (Op("resize_shorter", (("size", spec.resize_size), ("max_size", None), *LINEAR)),
-               Op("center_crop", (("size", spec.hw),)))
+        ops = (Op("resize_shorter", (("size", spec.resize_size), ("max_size", None), *LINEAR,
+                                     ("fed", "resize"))),
+               Op("center_crop", (("size", spec.hw), ("fed", "hw"))))
     return TvPlan(ops, spec.mean_255, spec.std_255, spec.hw)
