@@ -89,6 +89,21 @@ def test_each_shard_is_indexed_once_and_read_once_an_epoch(wds, http, fresh_cach
     assert sum(http.sent.values()) <= 2 * size
 
 
+def test_a_window_of_all_shards_is_copied_ahead_and_kept_across_epochs(wds, http, fresh_cache):
+    """One shuffle window over all 5 shards: the first batch reads nearly all of them, so the
+    fetcher copies them all ahead (not two), and the next epoch, which opens them all again at
+    once, finds them still spooled: no copy again, no wait at the epoch's start (spool NOTE
+    [ahead])."""
+    root = f"{http.url}/{SHARDS}"
+    list_dataset(root)
+    http.reset()
+    with create_loader("pageable", _cfg(root, num_workers=1, batch_size=16)) as ld:
+        for e in (0, 1, 2):
+            ld.set_epoch(e)
+            assert sum(len(y) for _, y in ld) == N
+    assert sum(http.gets.values()) == 5, dict(http.gets)
+
+
 def test_an_untested_scheme_and_a_remote_folder_are_refused_by_name():
     for url in ("gs://bucket/train-{0..3}.tar", "ftp://host/a.tar", "hf://datasets/x/a.tar"):
         with pytest.raises(DatasetRootError, match=f"the {url.split(':')[0]}:// scheme is not "
