@@ -1,4 +1,5 @@
-"""``python -m data_gen --out DIR --num-images N --classes C --seed S``"""
+"""``python -m data_gen --out DIR --num-images N --classes C --seed S``; ``--format wds --out
+s3://bucket/prefix`` uploads the shards (data_gen/upload.py)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,7 @@ import sys
 import time
 
 from .generate import LAYOUTS, GenConfig, generate
+from .upload import generate_and_upload, is_url, parse_options
 
 
 def _pair(s: str) -> tuple[int, int]:
@@ -19,7 +21,8 @@ def _pair(s: str) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m data_gen", description=__doc__)
-    p.add_argument("--out", help="output directory (its layout: --format)")
+    p.add_argument("--out", help="output directory (its layout: --format), or s3://bucket/prefix "
+                                 "to upload tar shards (--format wds) made in a temporary folder")
     p.add_argument("--bad-inputs", metavar="DIR",
                    help="write a corpus of problem files (truncated, empty, CMYK, EXIF, bomb...) "
                         "next to good ones into DIR, instead of a dataset")
@@ -47,12 +50,23 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true",
                    help="write beside files data_gen did not write (they stay), or replace a "
                         "data_gen output of the other kind (dataset / bad-inputs corpus)")
+    p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                   help="with --out s3://..., a keyword argument of s3fs.S3FileSystem (e.g. "
+                        "endpoint_url=http://127.0.0.1:9000); else the AWS environment")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar (there is none either when stdout is not a terminal, "
                         "unless GPU_FEED_PROGRESS=1)")
     a = p.parse_args(argv)
     if not a.bad_inputs and not a.out:
         p.error("--out is required (or --bad-inputs DIR)")
+    if a.bad_inputs and is_url(a.bad_inputs):
+        print(f"data_gen: error: --bad-inputs {a.bad_inputs!r}: takes a folder, not a URL",
+              file=sys.stderr)
+        return 2
+    if a.storage_option and not (a.out and is_url(a.out)):
+        print("data_gen: error: --storage-option applies only to --out s3://bucket/prefix",
+              file=sys.stderr)
+        return 2
     if a.shard_size is not None and (a.bad_inputs or a.layout != "wds"):
         what = "--bad-inputs" if a.bad_inputs else f"--format {a.layout}"
         print(f"data_gen: error: --shard-size applies only to --format wds (tar shards), not "
@@ -65,13 +79,18 @@ def main(argv=None) -> int:
 
             m = make_bad_inputs(a.bad_inputs, seed=a.seed, force=a.force)
         else:
-            m = generate(GenConfig(
+            cfg = GenConfig(
                 out=a.out, num_images=a.num_images, classes=a.classes, seed=a.seed,
                 width_range=a.width_range, quality_range=a.quality_range, workers=a.workers,
                 force=a.force, mix_formats=a.mix_formats, layout=a.layout, target=a.target,
                 **({} if a.shard_size is None else {"shard_size": a.shard_size}),
-            ), progress=False if a.quiet else None)
-    except (ValueError, OSError) as e:  # user errors and unwritable folders: one line
+            )
+            progress = False if a.quiet else None
+            if is_url(a.out):
+                m = generate_and_upload(cfg, parse_options(a.storage_option), progress)
+            else:
+                m = generate(cfg, progress=progress)
+    except (ValueError, OSError, ImportError) as e:  # user errors, unwritable folders: one line
         print(f"data_gen: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -83,7 +102,8 @@ def main(argv=None) -> int:
                 print(f"{f['expect']:5s}  {rel:32s} {f['kind']}")
         return 0
     dt = time.perf_counter() - t
-    print(json.dumps({"out": a.out, "seconds": round(dt, 2), **m["stats"]}, indent=1))
+    root = {"root": m["root"]} if "root" in m else {}
+    print(json.dumps({"out": a.out, **root, "seconds": round(dt, 2), **m["stats"]}, indent=1))
     return 0
 
 

@@ -316,7 +316,8 @@ class LoaderConfig:
     def _check_remote(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
         if self.storage_options is not None and not isinstance(self.storage_options, dict):
-            raise TypeError(f"storage_options={self.storage_options!r} must be a dict of "
+            raise TypeError(f"storage_options: a {type(self.storage_options).__name__} (not "
+                            "shown: it may hold secrets); it must be a dict of "
                             "s3fs.S3FileSystem arguments")
         s("storage_options", dict(self.storage_options or {}))
         t = self.read_timeout

@@ -1,3 +1,5 @@
+import os
+
 from tools.memory import summarize
 
 
@@ -7,3 +9,11 @@ def test_slope_separates_a_leak_from_noise():
     assert summarize(leak)["host_rss_mib"]["slope_per_epoch"] == 5.0
     assert abs(summarize(noise)["host_rss_mib"]["slope_per_epoch"]) < 1.0
     assert summarize(noise)["host_rss_mib"]["max"] == 1050
+
+
+def test_stream_memory_slope_and_its_tree():
+    from tools.stream_memory import slope, tree_rss_mib
+
+    assert slope([0.0, 0.5, 1.0, 1.5], [100.0, 110.0, 120.0, 130.0]) == 20.0  # MiB per GB
+    assert slope([0.3], [100.0]) == 0.0 and slope([1.0, 1.0], [1.0, 2.0]) == 0.0
+    assert tree_rss_mib(set()) > tree_rss_mib({os.getpid()}) >= 0

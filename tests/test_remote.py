@@ -3,6 +3,7 @@ on every backend give the batches of the same shards read locally; faults; resum
 spool. Servers listen on 127.0.0.1 only."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -86,6 +87,21 @@ def test_each_shard_is_indexed_once_and_read_once_an_epoch(wds, http, fresh_cach
     size = sum(os.path.getsize(wds / f"shard-{k:06d}.tar") for k in range(5))
     # the header sample reads one shard at build; each epoch copies each shard about once
     assert sum(http.sent.values()) <= 2 * size
+
+
+def test_a_window_of_all_shards_is_copied_ahead_and_kept_across_epochs(wds, http, fresh_cache):
+    """One shuffle window over all 5 shards: the first batch reads nearly all of them, so the
+    fetcher copies them all ahead (not two), and the next epoch, which opens them all again at
+    once, finds them still spooled: no copy again, no wait at the epoch's start (spool NOTE
+    [ahead])."""
+    root = f"{http.url}/{SHARDS}"
+    list_dataset(root)
+    http.reset()
+    with create_loader("pageable", _cfg(root, num_workers=1, batch_size=16)) as ld:
+        for e in (0, 1, 2):
+            ld.set_epoch(e)
+            assert sum(len(y) for _, y in ld) == N
+    assert sum(http.gets.values()) == 5, dict(http.gets)
 
 
 def test_an_untested_scheme_and_a_remote_folder_are_refused_by_name():
@@ -280,14 +296,155 @@ def test_s3_roots_give_the_local_batches(backend, wds, s3, fresh_cache):
     _same(local, got, pixels=backend != "dali")
 
 
-def test_wrong_s3_credentials_are_one_clear_error_without_the_secret(s3, fresh_cache):
-    opts = {"key": "testing", "secret": "wrong-secret-zzz"}
-    # moto accepts any key: a bucket that does not exist stands for refused access here
+def test_a_missing_bucket_is_one_clear_error(s3, fresh_cache):
     with pytest.raises(RemoteError) as e:
         list_dataset(f"s3://nobucket/wds/{SHARDS}")
     msg = str(e.value)
     assert "s3://nobucket/wds/shard-000000.tar" in msg and "\n" not in msg
-    assert s3["AWS_SECRET_ACCESS_KEY"] not in msg and opts["secret"] not in msg
+    assert s3["AWS_SECRET_ACCESS_KEY"] not in msg
+
+
+@pytest.fixture
+def s3_auth(s3):
+    """The moto server checks signatures (moto's ``INITIAL_NO_AUTH_ACTION_COUNT``, set to 0
+    through its ``/moto-api/reset-auth``) for this test: only the IAM user's key, made here,
+    is let in. ``(access key id, secret)``."""
+    import boto3
+    import requests
+
+    ep = s3["AWS_ENDPOINT_URL"]
+    iam = boto3.client("iam", endpoint_url=ep, region_name="us-east-1")
+    if not any(u["UserName"] == "reader" for u in iam.list_users()["Users"]):
+        iam.create_user(UserName="reader")
+        iam.put_user_policy(UserName="reader", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17",
+             "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName="reader")["AccessKey"]
+    requests.post(f"{ep}/moto-api/reset-auth", data=b"0", timeout=10).raise_for_status()
+    try:
+        yield key["AccessKeyId"], key["SecretAccessKey"]
+    finally:
+        requests.post(f"{ep}/moto-api/reset-auth", data=b"inf", timeout=10).raise_for_status()
+
+
+def _texts(e: BaseException) -> str:
+    """The text of ``e`` and of every exception chained to it."""
+    out, seen = [], set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        out.append(f"{type(e).__name__}: {e} {e.args!r}")
+        e = e.__cause__ or e.__context__
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("wrong", ["secret", "token"])
+def test_wrong_s3_credentials_are_one_clear_error_without_the_secret(wrong, s3_auth, fresh_cache):
+    key_id, secret = s3_auth
+    root = f"s3://bucket/wds/{SHARDS}"
+    good = {"key": key_id, "secret": secret}
+    with create_loader("pageable", _cfg(root, storage_options=good)) as ld:  # auth is on
+        assert sum(len(y) for _, y in ld) == N
+    with pytest.raises(RemoteError):  # the environment's key is not the IAM user's
+        list_dataset(root)
+    bad = dict(good, **({"secret": "wrong-secret-zzz"} if wrong == "secret"
+                        else {"token": "wrong-session-token-zzz"}))
+    with pytest.raises(RemoteError) as e:  # refused access is no bad shard to skip
+        create_loader("pageable", _cfg(root, storage_options=bad, on_bad_file="skip"))
+    msg = str(e.value)
+    assert "s3://bucket/wds/shard-000000.tar" in msg and "credentials" in msg and "\n" not in msg
+    chain = _texts(e.value)
+    for value in (secret, bad.get("token", ""), "wrong-secret-zzz"):
+        assert not value or value not in chain, chain
+
+
+# -- data_gen --out s3:// ------------------------------------------------------------------------
+GEN = ["--format", "wds", "--num-images", "30", "--classes", "3", "--seed", "5", "--width-range",
+       "40,64", "--shard-size", "8", "--workers", "1", "--quiet"]
+
+
+def _data_gen(argv, capsys) -> tuple[int, str, str]:
+    from data_gen.__main__ import main
+
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _objects(prefix: str) -> dict[str, bytes]:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    return {p[len(prefix) + 1:]: fs.cat_file(p) for p in fs.find(prefix)}
+
+
+def test_data_gen_uploads_shards_that_every_backend_reads(s3, tmp_path, fresh_cache, capsys):
+    rc, out, err = _data_gen([*GEN, "--out", "s3://bucket/gen/"], capsys)
+    assert rc == 0, err
+    root = json.loads(out)["root"]
+    assert root == "s3://bucket/gen/shard-{000000..000003}.tar"
+    local = tmp_path / "local"
+    assert _data_gen([*GEN, "--out", str(local)], capsys)[0] == 0
+    objects = _objects("bucket/gen")  # the same bytes as a local run, the manifest too
+    assert objects == {p.name: p.read_bytes() for p in local.iterdir()}
+    labels = {int(r["key"]): r["label"] for r in json.loads(objects["manifest.json"])["samples"]}
+    assert len(labels) == 30
+    for backend in BACKENDS:
+        with create_loader(backend, _cfg(root)) as ld:
+            got = {}
+            for _, y in ld:
+                keys = [int(os.path.basename(n).split(".")[0])
+                        for n in (ld.paths[i] for i in ld.last_batch_indices.tolist())]
+                got.update(zip(keys, y.tolist()))
+            assert sorted(ld.last_indices.tolist()) == list(range(30))  # each sample once
+        assert got == labels, backend
+
+
+def test_data_gen_never_overwrites_a_prefix_silently(s3, fresh_cache, capsys):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=s3["AWS_ENDPOINT_URL"])
+    fs.pipe_file("bucket/mine/shard-000000.tar", b"my own shard")
+    fs.pipe_file("bucket/mine/notes.txt", b"my notes")
+    rc, out, err = _data_gen([*GEN, "--out", "s3://bucket/mine"], capsys)
+    assert rc == 2 and out == ""
+    assert err.strip() == ("data_gen: error: --out 's3://bucket/mine' holds 2 objects (e.g. "
+                           "'notes.txt'); choose another prefix, delete them, or pass --force to "
+                           "replace those of the same names")
+    assert _objects("bucket/mine") == {"shard-000000.tar": b"my own shard",
+                                       "notes.txt": b"my notes"}
+    rc, out, err = _data_gen([*GEN, "--out", "s3://bucket/mine", "--force"], capsys)
+    assert rc == 0 and "held 2 objects: 1 replaced (same names), 1 left as they were" in err
+    after = _objects("bucket/mine")
+    assert after["notes.txt"] == b"my notes" and len(after) == 4 + 1 + 1
+    assert after["shard-000000.tar"] != b"my own shard"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--out", "https://127.0.0.1:9/up"], "--out 'https://127.0.0.1:9/up': data_gen uploads "
+                                          "to s3://bucket/prefix only, not https://"),
+    (["--out", "s3://nobucket/up"], "--out 's3://nobucket/up': listing failed: "
+                                    "FileNotFoundError: "),
+    (["--out", "s3://bucket/up", "--format", "folder"], "a remote --out takes --format wds"),
+    (["--out", "s3://bucket/up", "--storage-option", "nokey"], "--storage-option 'nokey': "
+                                                               "expected KEY=VALUE"),
+    (["--out", "local", "--storage-option", "a=b"], "--storage-option applies only to --out "
+                                                    "s3://"),
+])
+def test_data_gen_upload_refusals_are_one_line(argv, message, s3, capsys):
+    argv = [a for a in GEN if a not in ("--shard-size", "8")] + argv
+    rc, out, err = _data_gen(argv, capsys)
+    assert rc == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_data_gen_upload_with_a_wrong_secret_says_so_without_it(s3_auth, capsys):
+    key_id, _ = s3_auth
+    rc, out, err = _data_gen([*GEN, "--out", "s3://bucket/denied", "--storage-option",
+                              f"key={key_id}", "--storage-option", "secret=wrong-secret-zzz"],
+                             capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith("data_gen: error: --out 's3://bucket/denied': listing failed: "
+                          "PermissionError: ") and "check the credentials" in err
+    assert "wrong-secret-zzz" not in err and s3_auth[1] not in err
 
 
 def test_numpy_is_used():  # keep the import honest for ruff
@@ -296,8 +453,6 @@ def test_numpy_is_used():  # keep the import honest for ruff
 
 def test_the_suite_takes_a_remote_root(http, tmp_path, fresh_cache):
     """``python -m compare --data URL`` runs and records the URL (a ``Path`` mangled it)."""
-    import json
-
     from compare.suite import main as suite
 
     url = f"{http.url}/{SHARDS}"

@@ -20,9 +20,10 @@ A transient failure (a refused or reset connection, a 5xx or 429 answer, a read 
 out, a body shorter than its ``Content-Length``) is retried ``Storage.attempts`` times in all
 with exponential backoff, within ``Storage.retry_s`` seconds; an interrupted HTTP or S3 copy
 resumes at the byte it reached. After that, or at once for a permanent failure (404, 403,
-wrong credentials), one ``RemoteError`` names the shard (redacted) and the last cause. A
-stalled server is a read timeout (``Storage.timeout``, ``LoaderConfig.read_timeout``), never
-a hang.
+wrong credentials, a bad session token, any other refusal: ``Refused``), one ``RemoteError``
+names the shard (redacted) and the last cause, never as a bad shard that
+``on_bad_file="skip"`` would drop. A stalled server is a read timeout (``Storage.timeout``,
+``LoaderConfig.read_timeout``), never a hang.
 """
 from __future__ import annotations
 
@@ -60,6 +61,11 @@ class Transient(OSError):
     """A failure worth another attempt (NOTE [faults])."""
 
 
+class Refused(OSError):
+    """A failure that another attempt would not mend: the server refused the request (a bad
+    session token's 400, an unknown key, a denied action) (NOTE [faults])."""
+
+
 @dataclass(frozen=True)
 class Storage:
     """How remote shards are reached (from ``LoaderConfig``).
@@ -72,7 +78,7 @@ class Storage:
         cache: ``LoaderConfig.shard_cache``, the folder that keeps shards across epochs.
     """
 
-    options: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict, repr=False)  # may hold secrets
     timeout: float = 60.0
     attempts: int = 5
     retry_s: float = 300.0
@@ -276,6 +282,10 @@ def _s3_call(fn: Callable[[], Any]):
                                           "InternalError", "ServiceUnavailable", "503", "500",
                                           "IncompleteRead", "ResponseStreamingError")):
             raise Transient(f"{name}: {text}") from None
+        if isinstance(e, (OSError, ValueError)) or name == "ClientError":
+            # s3fs turns botocore's 400 answers (a bad session token: InvalidToken; on a HEAD,
+            # only "Bad Request") into OSError(EINVAL): no shard is to blame
+            raise Refused(f"{name}: {text}") from None
         raise
 
 
@@ -321,9 +331,10 @@ def _retrying(what: str, storage: Storage, step: Callable[[], Any]):
                                   f"{time.monotonic() - start:.1f} s; last: "
                                   f"{scrub(cause, storage)}") from None
             time.sleep(wait)
-        except (PermissionError, FileNotFoundError) as e:
-            raise RemoteError(f"{what}: {type(e).__name__}: {scrub(str(e), storage)} (check "
-                              "the URL and the credentials)") from None
+        except (PermissionError, FileNotFoundError, Refused) as e:
+            cause = str(e) if isinstance(e, Refused) else f"{type(e).__name__}: {e}"
+            raise RemoteError(f"{what}: {scrub(cause, storage)} (check the URL and the "
+                              "credentials)") from None
     raise AssertionError("unreachable")
 
 

@@ -4,7 +4,7 @@ NOTE [spool]
 DataLoader workers and DALI's read-ahead threads each call ``reader(i)``; if each fetched its
 own byte ranges, the traffic would grow with their count. Instead one ``Fetcher`` thread in
 the loader's process follows this rank's plan, the shard order of each epoch, a little ahead
-of the consumer (``AHEAD`` shards), and copies each shard it needs whole
+of the consumer (NOTE [ahead] below), and copies each shard it needs whole
 (``remote.download``) to a local spool file; ``SpoolReader(i)`` waits for the file of sample
 ``i``'s shard and reads the sample from it with one ``os.pread``, as ``ShardReader`` does from a
 local shard (so DALI's size check, ``validate.decoded_size``, reads spooled bytes as any).
@@ -19,9 +19,16 @@ local shard (so DALI's size check, ``validate.decoded_size``, reads spooled byte
 * Without ``LoaderConfig.shard_cache`` the spool is a private temporary folder, deleted at
   ``close()``; a shard leaves it once the consumer has received every batch of the plan that
   reads it (the loader pushes its position, ``at``), so the disk holds the shards of the
-  batches in flight plus ``AHEAD``, whatever the dataset size. With ``shard_cache`` the shards
-  stay there across epochs and loaders, the least recently used removed once the folder
-  holds more than ``shard_cache_bytes`` (never one in use).
+  batches in flight plus those copied ahead, whatever the dataset size. With ``shard_cache``
+  the shards stay there across epochs and loaders, the least recently used removed once the
+  folder holds more than ``shard_cache_bytes`` (never one in use).
+* NOTE [ahead]: the fetcher copies ahead the shards that the next ``AHEAD`` steps of the plan
+  open, however many they are: under a shuffle window of ``W`` shards the first batch of a
+  window (and of an epoch) reads from nearly all ``W`` of them, so ``AHEAD`` shards would leave
+  the workers waiting for the rest, one copy after another, at every window's start. A shard
+  the next epoch opens early that is still spooled is kept, not copied again. So the spool
+  holds the shards of the batches in flight plus those the next window opens first: about
+  two windows, whatever the dataset size.
 * The fetcher's failures reach the consumer: ``check()`` re-raises the original exception
   at the next batch (``LoaderBase``). A shard shorter than its index under
   ``on_bad_file="skip"`` is not a failure: its samples become bad files, counted.
@@ -39,7 +46,7 @@ import numpy as np
 
 from pipelines.sources import remote
 
-AHEAD = 2  # shards copied ahead of the consumer's need
+AHEAD = 2  # the future steps that open shards whose shards are copied ahead (NOTE [ahead])
 BEAT_S = 0.5
 WAIT_S = 3600.0
 
@@ -252,9 +259,11 @@ class Fetcher:
                 pass
 
     def _may_fetch(self, g0: int) -> bool:
-        ahead = sum(1 for s, v in self._live.items()
-                    if s in self._have and self._first.get(s, 0) > self._consumer and v != float("inf"))
-        return g0 <= self._consumer + 1 or ahead < AHEAD
+        """Whether the job of a shard first read at global step ``g0`` may start (NOTE [ahead])."""
+        ahead = {self._first.get(s, 0) for s, v in self._live.items()
+                 if s in self._have and self._first.get(s, 0) > self._consumer
+                 and v != float("inf")}
+        return g0 <= self._consumer + 1 or g0 in ahead or len(ahead) < AHEAD
 
     def _requests(self) -> None:
         for name in os.listdir(self.tmp):
