@@ -402,7 +402,7 @@ class LoaderBase:
 
     @property
     def resolution(self) -> tuple[int, int]:
-        """The output ``(height, width)`` of epoch ``epoch`` at its next ``iter()``."""
+        """The output ``(height, width)`` of the epoch the next ``iter()`` runs."""
         return self._sizes.at(self.epoch).hw
 
     # -- the epoch (NOTE [one iterator]) ------------------------------------------------------
