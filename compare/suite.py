@@ -168,12 +168,6 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         if why is not None and any(v.reference and v.backend is Backend.DALI for v in variants):
             variants = [v for v in variants if not (v.reference and v.backend is Backend.DALI)]
             note(f"--reference: no DALI file-reader row: {why}")
-    if a.preset:  # a preset's row of several DALI pipelines needs a decoder thread each
-        few = [v for v in variants if (v.overrides.get("pipelines") or 1) > max(base.num_workers, 1)]
-        for v in few:
-            note(f"--preset {a.preset}: no {v.label!r} row: its {v.overrides['pipelines']} DALI "
-                 f"pipelines need as many workers (--workers {base.num_workers})")
-        variants = [v for v in variants if v not in few]
     configs = plan_variants(variants, base)
     if getattr(a, "reference", False):
         if base.mix is not None:

@@ -308,9 +308,12 @@ def test_sweep_and_preset_parsing():
     # the seeds' three rows share the PIL decoder, so only pinning and streams differ
     assert [v.options_of().decoder for v in seeds] == [None, "pil", "pil", "torchvision", "scaled"]
     assert preset("seeds", list(Backend))[-1].backend is Backend.DALI
-    assert [v.label for v in preset("large", list(Backend))] == [
-        "pageable", "pinned", "pinned scaled", "dali", "dali hw 1 x2", "dali calibrated"]
-    assert preset("large", [Backend.DALI])[1].options_of().pipelines == 2
+    large = preset("large", list(Backend))
+    assert [v.label for v in large] == ["pageable", "pinned", "pinned torchvision", "dali",
+                                        "dali one pipeline", "dali hw 0.5"]
+    # the loaders' defaults for large photos, not a forced decoder or pipeline count
+    assert large[1].options_of().decoder is None and large[3].options_of().pipelines is None
+    assert large[4].options_of().pipelines == 1 and large[5].options_of().hw_decoder_load == 0.5
 
 
 def test_window_shorter_than_the_dataloader_queue_is_flagged():
@@ -363,15 +366,6 @@ def test_the_large_preset_defaults_to_batch_64_with_cuda(tmp_path, monkeypatch):
     a = parse_args(["--preset", "large", "--data", str(root), "--device", "cpu",
                     "--batch-size", "16", "--out", str(tmp_path)])
     assert plan(a, lambda m: None).base.batch_size == 16  # given: kept
-    # the row of two DALI pipelines needs two workers: dropped with a note below that
-    for workers, kept in (("1", False), ("2", True)):
-        notes = []
-        a = parse_args(["--preset", "large", "--data", str(root), "--device", "cpu",
-                        "--backends", "dali", "--workers", workers, "--out", str(tmp_path)])
-        labels = [v.label for v in plan(a, notes.append).variants]
-        assert ("dali hw 1 x2" in labels) is kept and "dali" in labels
-        assert any("no 'dali hw 1 x2' row: its 2 DALI pipelines need as many workers "
-                   "(--workers 1)" in n for n in notes) is not kept
 
 
 def test_windows_fit_the_queue_only_without_steps_and_not_in_the_large_preset(tmp_path):
