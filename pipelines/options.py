@@ -120,8 +120,10 @@ class Options:
         return dataclasses.replace(self, **changes)
 
 
-# DaliOptions.pipelines' default on large photos (NOTE [large photos] in pipelines/dali/loader.py)
+# DaliOptions.pipelines' default on large photos (NOTE [large photos] in pipelines/dali/loader.py):
+# at most LARGE_PHOTO_LANES, and at least LANE_BATCHES batches of an epoch for each
 LARGE_PHOTO_LANES = 4
+LANE_BATCHES = 3
 
 
 @dataclass(frozen=True)
@@ -195,12 +197,12 @@ class DaliOptions(Options):
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
             order. The draws are the same whatever the count (they are made on the host per
-            sample). Must be ``<= num_workers``. ``None`` (default): ``LARGE_PHOTO_LANES``
-            when nvJPEG decodes a dataset of large photos (NOTE [large photos] in
-            ``pipelines/dali/loader.py``); else 2 when the augmentation runs with conditional
-            execution (the AutoAugment family, ``RandomApply``, ``RandomChoice``) and there are
-            2 threads or more, else 1: one pipeline's executor caps such a graph
-            (docs/results/h200/README.md, ta-wide-mix).
+            sample). Must be ``<= num_workers``. ``None`` (default): up to ``LARGE_PHOTO_LANES``
+            when nvJPEG decodes a dataset of large photos, with ``LANE_BATCHES`` batches of an
+            epoch or more for each (NOTE [large photos] in ``pipelines/dali/loader.py``);
+            else 2 when the augmentation runs with conditional execution (the AutoAugment
+            family, ``RandomApply``, ``RandomChoice``) and there are 2 threads or more, else 1:
+            one pipeline's executor caps such a graph (docs/results/h200/README.md, ta-wide-mix).
         use_mmap: read files by mapping them (``fn.io.file.read``'s default) instead of
             ``read()``. Default off: see docs/results/h200/dali-io-probe.
         device_memory_padding, host_memory_padding: nvJPEG buffer padding in bytes.
@@ -251,13 +253,16 @@ class DaliOptions(Options):
             return self.reader_threads
         return min(8, max(2, num_workers // 2))
 
-    def lanes_for(self, conditional: bool, num_workers: int, large_photos: bool = False) -> int:
+    def lanes_for(self, conditional: bool, num_workers: int, large_photos: bool = False,
+                  batches: int | None = None) -> int:
         """``pipelines``, or its default for a graph that is (or is not) ``conditional``, on a
-        dataset that is (or is not) of ``large_photos`` decoded by nvJPEG."""
+        dataset that is (or is not) of ``large_photos`` decoded by nvJPEG, in epochs of
+        ``batches`` batches (``None``: not known, as if long)."""
         if self.pipelines is not None:
             return self.pipelines
         if large_photos:
-            return max(1, min(LARGE_PHOTO_LANES, num_workers))
+            fit = LARGE_PHOTO_LANES if batches is None else batches // LANE_BATCHES
+            return max(1, min(LARGE_PHOTO_LANES, num_workers, fit))
         return 2 if conditional and num_workers >= 2 else 1
 
     def check(self, num_workers: int) -> None:

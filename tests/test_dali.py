@@ -317,6 +317,9 @@ def test_large_photos_get_more_pipelines_by_default(tmp_path):
     opt = DaliOptions()
     assert opt.lanes_for(False, 14, large_photos=True) == LARGE_PHOTO_LANES
     assert opt.lanes_for(True, 2, large_photos=True) == 2  # never more than the threads
+    # at least LANE_BATCHES batches of an epoch for each pipeline, and at least one pipeline
+    assert [opt.lanes_for(False, 14, True, batches=b) for b in (1, 5, 6, 9, 11, 12, 100)] == [
+        1, 1, 2, 3, 3, 4, 4]
     assert opt.lanes_for(False, 14) == 1 and opt.lanes_for(True, 14) == 2
     assert DaliOptions(pipelines=1).lanes_for(False, 14, large_photos=True) == 1
 

@@ -559,7 +559,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(str(e))
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(device.index or 0)
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     datas, sizes, oriented = load(paths)

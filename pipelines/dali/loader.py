@@ -81,10 +81,14 @@ from pipelines.types import Batch
 # and 2000-4000 px wide), more pipelines side by side raised the rate up to four
 # (docs/results/h200/large-photos-dali). So when nvJPEG decodes a dataset whose median image
 # (from the headers ``header_sizes`` samples) has at least ``LARGE_PHOTOS_MP`` megapixels,
-# ``DaliOptions.pipelines``' default is ``LARGE_PHOTO_LANES``. The threshold lies between
-# the default dataset's images (under half a megapixel), where one pipeline stays the best for
-# training, and the measured sets; sizes in between were not measured. The rule depends only
-# on the files, so a resumed job runs as the first run did.
+# ``DaliOptions.pipelines``' default is ``LARGE_PHOTO_LANES``, fewer when an epoch has fewer
+# than ``LANE_BATCHES`` batches for each. The pipelines take every n-th batch: on 384 such
+# photos, epochs of 6 batches ran slower on four pipelines than on one (alternately fast and
+# slow), and fastest on two; epochs of 12 and 24 batches ran fastest on four. The size
+# threshold lies between the default dataset's images (under half a megapixel), where one
+# pipeline stays the best for training, and the measured sets; sizes in between were not
+# measured. The rule depends only on the files and the epoch's length, so a resumed job runs
+# as the first run did.
 LARGE_PHOTOS_MP = 2.0
 
 
@@ -112,7 +116,7 @@ class DaliLoader(LoaderBase):
         if options.pipelines is None:  # the default follows the graph and the data (DaliOptions)
             options = self.options = options.replace(pipelines=options.lanes_for(
                 conditional(self.plan_dali), cast(int, config.num_workers),
-                decodes_on_gpu(options, self.gpu) and large_photos(self.data_source)))
+                decodes_on_gpu(options, self.gpu) and large_photos(self.data_source), len(self)))
         options = self.options = self._sized(options)
         depth = options.queue_depth
         self.calibrator = self._calibrator(config, options)  # NOTE [calibration]
