@@ -150,7 +150,7 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
     add("--steps", type=int, default=None, metavar="N", help=_auto("steps"))
     add("--warmup", type=int, default=None, metavar="N", help=_auto("warmup"))
     add("--repeats", type=int, default=3, metavar="N", help="timed repeats per variant")
-    add("--workers", type=int, default=None, metavar="N", help="default: CPU cores - 2")
+    add("--workers", type=int, default=None, metavar="N", help="default: cores - 2 (all on 2 or fewer)")
     add("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
         help=_auto("dtype"))
     add("--device", default=None, help=_auto("device"))

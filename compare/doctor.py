@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     """Print the report; the exit status is in the module docstring."""
     p = cli.Parser(prog="python -m compare doctor", description=__doc__)
     p.add_argument("--batch-size", type=int, default=256, help="samples per batch")
-    p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
+    p.add_argument("--workers", type=int, default=None, help="default: cores - 2 (all on 2 or fewer)")
     p.add_argument("--prefetch", type=int, default=2,
                    help="DataLoader batches per worker (TorchOptions.prefetch_factor)")
     p.add_argument("--image-size", type=int, default=224, help="output side in pixels")

@@ -108,7 +108,10 @@ def verdict_lines(res: SuiteResult) -> list[str]:
     NOTE [verdict first]
     The fastest non-reference row by median samples/s (loader-only img/s where no row has a
     training rate), with its % of the ceiling and speed-up; then the runner-up and whether the
-    gap is inside ``compare diff``'s noise floor; then what qualifies the run (partial, CPU)."""
+    gap is inside ``compare diff``'s noise floor; then what qualifies the run (partial, CPU).
+    The first line says "no significant difference" when that gap is inside the noise, and "no
+    reliable winner" when the fastest row is above the ceiling, so it never names a winner that
+    the lines after it take back."""
     from .diff import within_as_range
 
     s = res.setup
@@ -140,8 +143,7 @@ def verdict_lines(res: SuiteResult) -> list[str]:
     pct = res.pct_of_ceiling(best) if metric == "samples_per_s" else None
     if pct is not None:
         facts.append(f"{pct:.1f}% of the model-only ceiling"
-                     + (" (above what a loader can reach: see the warnings)"
-                        if pct > OVER_CEILING else ""))
+                     + (": see the warnings" if pct > OVER_CEILING else ""))
     else:
         facts[0] += " (no model-only ceiling was timed)"
     base = res.baseline()
@@ -149,8 +151,7 @@ def verdict_lines(res: SuiteResult) -> list[str]:
         up = res.speedup(best)
         if up is not None and math.isfinite(up):
             facts.append(f"{up:.2f}x {base.label}")
-    verb = "is the fastest" if len(ranked) > 1 else "is the only backend timed"
-    lines = [f"Verdict: {res.row_label(best)} {verb} {where}: {', '.join(facts)}."]
+    second, within = [], False
     if len(ranked) > 1:
         ru = ranked[1]
         r = rate(ru, metric)
@@ -158,16 +159,24 @@ def verdict_lines(res: SuiteResult) -> list[str]:
         head = (f"Runner-up {res.row_label(ru)}, {r:.1f} {unit}, is {100 * gap / b:.1f}% "
                 "slower")
         if min(len(best.values(metric)), len(ru.values(metric))) < 2:
-            lines.append(f"{head}; with one repeat there is no spread to tell noise by.")
+            second.append(f"{head}; with one repeat there is no spread to tell noise by.")
         else:
             noise = max(best.spread(metric), ru.spread(metric),
                         within_as_range(best, metric), within_as_range(ru, metric))
-            if gap <= noise:
-                lines.append(f"{head}: within noise (the gap, {gap:.1f}, is inside the "
-                             f"measured spread, {noise:.1f}).")
-            else:
-                lines.append(f"{head}: beyond noise (the gap, {gap:.1f}, is larger than the "
-                             f"measured spread, {noise:.1f}).")
+            within = gap <= noise
+            second.append(f"{head}: {'within' if within else 'beyond'} noise (the gap, "
+                          f"{gap:.1f}, is {'inside' if within else 'larger than'} the "
+                          f"measured spread, {noise:.1f}).")
+    if pct is not None and pct > OVER_CEILING:
+        first = (f"Verdict: no reliable winner {where}: the fastest row, {res.row_label(best)}, "
+                 f"is above what a loader can reach ({', '.join(facts)}).")
+    elif within:
+        first = (f"Verdict: no significant difference {where} between "
+                 f"{res.row_label(best)} ({', '.join(facts)}) and {res.row_label(ranked[1])}.")
+    else:
+        verb = "is the fastest" if len(ranked) > 1 else "is the only backend timed"
+        first = f"Verdict: {res.row_label(best)} {verb} {where}: {', '.join(facts)}."
+    lines = [first] + second
     if tail:
         lines.append(f"({'; '.join(tail)}.)")
     return lines

@@ -115,7 +115,7 @@ def parse(argv):
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--model", default=None, help="default: resnet50 on a GPU, tinycnn on the CPU")
     p.add_argument("--batch-size", type=int, default=None, help="default: 256 GPU, 32 CPU")
-    p.add_argument("--workers", type=int, default=None, help="default: CPU cores - 2")
+    p.add_argument("--workers", type=int, default=None, help="default: cores - 2 (all on 2 or fewer)")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     p.add_argument("--seed", type=int, default=0, help="order and augmentation seed")
     p.add_argument("--on-bad-file", choices=["error", "skip"], default="error")

@@ -120,7 +120,7 @@ def _state_int(name: str, value: Any, lo: int, hi: int, span: str = "") -> int:
 def _ended(by: str) -> RuntimeError:
     if by == "iter()":
         return RuntimeError("this iterator ended when a later iter() of its loader began: one "
-                            "loader serves one iterator at a time (NOTE [one iterator]); read "
+                            "loader serves one iterator at a time; read "
                             "the newest iterator, or make a second loader for a second stream")
     if by == "close()":
         return RuntimeError("this iterator's loader is closed; create a new one with "

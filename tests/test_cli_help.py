@@ -103,9 +103,21 @@ def test_the_summary_opens_with_the_verdict_then_the_table_then_the_research():
 def test_the_verdict_says_within_noise_when_the_gap_is_inside_the_spread():
     res = SuiteResult.load(FIXTURES / "B/results.json")  # dali 4604 ±12, pinned tv 4542 ±63
     lines = verdict_lines(res)
-    assert lines[0].startswith("Verdict: dali is the fastest in training")
+    # the first line names no winner that the next one calls noise
+    assert lines[0] == ("Verdict: no significant difference in training between dali (4604.1 "
+                        "samples/s, 97.9% of the model-only ceiling, 2.49x pageable) and pinned "
+                        "torchvision.")
     assert "pinned torchvision" in lines[1] and "within noise" in lines[1]
     assert 1 <= len(lines) <= 3
+
+
+def test_the_verdict_names_no_winner_above_the_ceiling():
+    lines = verdict_lines(_run({"pageable": ("pageable", [4000.0, 4100.0, 3900.0]),
+                                "dali": ("dali", [900.0, 910.0, 890.0])}))
+    assert lines[0] == ("Verdict: no reliable winner in training: the fastest row, pageable, is "
+                        "above what a loader can reach (4000.0 samples/s, 400.0% of the "
+                        "model-only ceiling: see the warnings).")
+    assert "beyond noise" in lines[1]
 
 
 def _run(rows, ceiling=1000.0, complete=True):

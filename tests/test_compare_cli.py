@@ -16,7 +16,11 @@ def test_compare_writes_table_json_png_and_summary(tiny_root, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "pageable" in text and "ceiling" in text and "% ceiling" in text
     report = text[text.rindex("Verdict: "):]  # the run's report opens with the verdict
-    assert report.index("% ceiling") > 0 and report.split(" ")[1] in ("pageable", "pinned")
+    assert report.index("% ceiling") > 0
+    # a tiny CPU run: a winner, or a verdict that names none and says why
+    first = report.splitlines()[0]
+    assert (first.split(" ")[1] in ("pageable", "pinned")
+            or first.startswith(("Verdict: no significant difference", "Verdict: no reliable"))), first
     res = SuiteResult.load(out / "results.json")
     assert [v.label for v in res.variants] == ["pageable", "pinned"]
     assert all(len(v.repeats) == 2 and v.median("samples_per_s") > 0 for v in res.variants)
