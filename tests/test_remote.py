@@ -463,3 +463,19 @@ def test_the_suite_takes_a_remote_root(http, tmp_path, fresh_cache):
                   "--out", str(tmp_path / "run")]) == 0
     r = json.loads((tmp_path / "run" / "results.json").read_text())
     assert r["setup"]["data"] == url and r["variants"][0]["repeats"][0]["samples_per_s"] > 0
+
+
+def test_close_stops_the_fetcher_at_once_when_every_shard_is_spooled(http, fresh_cache):
+    """NOTE [ahead]: with every shard spooled and read from an epoch's first batches, the
+    fetcher's walk ran on through later epochs without end, ignoring ``close()`` (which then
+    waited out its 10 s join) and spinning a core meanwhile."""
+    # batches of 32 of 37 samples: both batches of every epoch read from all 5 shards
+    ld = create_loader("pageable", _cfg(f"{http.url}/{SHARDS}", num_workers=0, batch_size=32))
+    n = sum(1 for _ in ld)  # a whole epoch: every shard is in the spool now
+    assert n == len(ld) == 2
+    thread = ld._fetch._thread
+    time.sleep(0.5)  # the fetcher looks ahead meanwhile
+    t0 = time.monotonic()
+    ld.close()
+    assert time.monotonic() - t0 < 3.0
+    assert not thread.is_alive()

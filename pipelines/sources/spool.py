@@ -26,7 +26,10 @@ local shard (so DALI's size check, ``validate.decoded_size``, reads spooled byte
   open, however many they are: under a shuffle window of ``W`` shards the first batch of a
   window (and of an epoch) reads from nearly all ``W`` of them, so ``AHEAD`` shards would leave
   the workers waiting for the rest, one copy after another, at every window's start. A shard
-  the next epoch opens early that is still spooled is kept, not copied again. So the spool
+  the next epoch opens early that is still spooled is kept, not copied again. The steps
+  counted are those of the jobs the fetcher took (not each shard's latest job, which a later
+  epoch overwrites: with every shard spooled and opened at each epoch's first step, the walk
+  then ran on through the epochs without end and ignored ``close()``). So the spool
   holds the shards of the batches in flight plus those the next window opens first: about
   two windows, whatever the dataset size.
 * The fetcher's failures reach the consumer: ``check()`` re-raises the original exception
@@ -158,7 +161,7 @@ class Fetcher:
         self._gen = 0
         self._consumer = -1
         self._live: dict[int, float] = {}  # shard -> the last global step that reads it
-        self._first: dict[int, int] = {}
+        self._opened: set[int] = set()  # steps at which accepted jobs open shards (NOTE [ahead])
         self._have: set[int] = set()
         self._beat_at = 0.0
         self._stop = False
@@ -210,6 +213,7 @@ class Fetcher:
         """``(shard, first step, last step)`` in the order the plan first reads the shards."""
         e, skip = epoch, start
         while True:
+            self._beat()  # a stop ends the walk, even where every shard is spooled already
             first: dict[int, int] = {}
             last: dict[int, int] = {}
             for b, idx in enumerate(self.plan_of(e)):
@@ -233,13 +237,14 @@ class Fetcher:
                     if self._origin is not None and gen != self._gen:
                         gen, jobs, pending = self._gen, self._jobs(*self._origin), None
                         self._live = {s: v for s, v in self._live.items() if v == float("inf")}
+                        self._opened = set()
                 self._requests()
                 self._evict()
                 if pending is None and jobs is not None:
                     pending = next(jobs)
                 if pending is not None and self._may_fetch(pending[1]):
                     s, g0, g1 = pending
-                    self._first[s] = g0
+                    self._opened.add(g0)
                     self._live[s] = g1 if self._live.get(s, -1) == float("inf") \
                         else max(self._live.get(s, -1), g1)
                     self._fetch(s)
@@ -260,9 +265,8 @@ class Fetcher:
 
     def _may_fetch(self, g0: int) -> bool:
         """Whether the job of a shard first read at global step ``g0`` may start (NOTE [ahead])."""
-        ahead = {self._first.get(s, 0) for s, v in self._live.items()
-                 if s in self._have and self._first.get(s, 0) > self._consumer
-                 and v != float("inf")}
+        ahead = {g for g in self._opened if g > self._consumer}
+        self._opened = ahead
         return g0 <= self._consumer + 1 or g0 in ahead or len(ahead) < AHEAD
 
     def _requests(self) -> None:
