@@ -20,17 +20,22 @@ def _pair(s: str) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m data_gen", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m data_gen", description=__doc__.replace("``", ""))
     p.add_argument("--out", help="output directory (its layout: --format), or s3://bucket/prefix "
                                  "to upload tar shards (--format wds) made in a temporary folder")
     p.add_argument("--bad-inputs", metavar="DIR",
                    help="write a corpus of problem files (truncated, empty, CMYK, EXIF, bomb...) "
                         "next to good ones into DIR, instead of a dataset")
-    p.add_argument("--num-images", type=int, default=1000)
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--width-range", type=_pair, default=(300, 800), metavar="LO,HI")
-    p.add_argument("--quality-range", type=_pair, default=(75, 95), metavar="LO,HI")
+    p.add_argument("--num-images", type=int, default=1000, metavar="N",
+                   help="images to write (default: 1000)")
+    p.add_argument("--classes", type=int, default=10, metavar="C",
+                   help="classes, the images spread evenly over them (default: 10)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the same seed and options write the same files (default: 0)")
+    p.add_argument("--width-range", type=_pair, default=(300, 800), metavar="LO,HI",
+                   help="image widths in pixels, inclusive, drawn uniformly (default: 300,800)")
+    p.add_argument("--quality-range", type=_pair, default=(75, 95), metavar="LO,HI",
+                   help="JPEG quality range, inclusive (default: 75,95)")
     p.add_argument("--format", choices=LAYOUTS, default="folder", dest="layout",
                    help="folder: ImageFolder layout; list: a flat images/ folder plus "
                         "labels.csv (a file-list dataset: --data OUT/labels.csv); wds: WebDataset "
