@@ -24,7 +24,6 @@ the loader's transport code.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -199,4 +198,4 @@ def generate_and_upload(cfg: GenConfig, options: dict | None = None,
     shards = sorted(n for n in names if n.endswith(".tar"))
     first, last = shards[0][len("shard-"):-4], shards[-1][len("shard-"):-4]
     span = first if first == last else f"{{{first}..{last}}}"
-    return {**json.loads(json.dumps(manifest)), "root": f"{bucket.url}/shard-{span}.tar"}
+    return {**manifest, "root": f"{bucket.url}/shard-{span}.tar"}

@@ -28,29 +28,31 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     a = p.parse_args(argv)
     base = graph.decoder_kwargs
-    for c in json.loads(a.configs):
-        c = dict(c)
-        extra, workers = c.pop("decoder", {}), c.pop("workers", a.workers)
-        graph.decoder_kwargs = lambda o, g, _e=extra: {**base(o, g), **_e} if base(o, g) else {}
-        cfg = LoaderConfig(root=a.data, batch_size=a.batch_size, device=a.device,
-                           num_workers=workers)
-        rates = []
-        with create_loader("dali", cfg, options=DaliOptions(**c)) as ld:
-            for epoch in range(1 + a.epochs):
-                if cfg.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                t, n = time.perf_counter(), 0
-                for x, _ in ld:
-                    n += x.shape[0]
-                if cfg.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                if epoch:
-                    rates.append(n / (time.perf_counter() - t))
-            lanes = ld.options.pipelines
-        print(json.dumps({"options": c, "decoder": extra, "workers": workers, "pipelines": lanes,
-                          "median": round(statistics.median(rates), 1),
-                          "rates": [round(r, 1) for r in rates]}), flush=True)
-    graph.decoder_kwargs = base
+    try:
+        for c in json.loads(a.configs):
+            c = dict(c)
+            extra, workers = c.pop("decoder", {}), c.pop("workers", a.workers)
+            graph.decoder_kwargs = lambda o, g, _e=extra: {**base(o, g), **_e} if base(o, g) else {}
+            cfg = LoaderConfig(root=a.data, batch_size=a.batch_size, device=a.device,
+                               num_workers=workers)
+            rates = []
+            with create_loader("dali", cfg, options=DaliOptions(**c)) as ld:
+                for epoch in range(1 + a.epochs):
+                    if cfg.device.startswith("cuda"):
+                        torch.cuda.synchronize()
+                    t, n = time.perf_counter(), 0
+                    for x, _ in ld:
+                        n += x.shape[0]
+                    if cfg.device.startswith("cuda"):
+                        torch.cuda.synchronize()
+                    if epoch:
+                        rates.append(n / (time.perf_counter() - t))
+                lanes = ld.options.pipelines
+            print(json.dumps({"options": c, "decoder": extra, "workers": workers, "pipelines": lanes,
+                              "median": round(statistics.median(rates), 1),
+                              "rates": [round(r, 1) for r in rates]}), flush=True)
+    finally:
+        graph.decoder_kwargs = base  # restored also when a config fails
     return 0
 
 

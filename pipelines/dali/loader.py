@@ -58,7 +58,6 @@ import gc
 import weakref
 from typing import cast
 
-import numpy as np
 import torch
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
@@ -72,7 +71,7 @@ from pipelines.device import HW_JPEG_DECODERS, resolve_device
 from pipelines.epoch_plan import config_len
 from pipelines.loader import LoaderBase
 from pipelines.options import DaliOptions
-from pipelines.sources.root import header_sizes
+from pipelines.sources.root import header_sizes, median_megapixels
 from pipelines.types import Batch
 
 # NOTE [large photos]
@@ -95,8 +94,8 @@ LARGE_PHOTOS_MP = 2.0
 def large_photos(source) -> bool:
     """Whether ``source``'s median image (by ``header_sizes``) has ``LARGE_PHOTOS_MP`` or more
     megapixels (NOTE [large photos])."""
-    sizes = [w * h / 1e6 for w, h in header_sizes(source)]
-    return bool(sizes) and float(np.median(sizes)) >= LARGE_PHOTOS_MP
+    mp = median_megapixels(source)
+    return mp is not None and mp >= LARGE_PHOTOS_MP
 
 
 class DaliLoader(LoaderBase):

@@ -112,6 +112,13 @@ def header_sizes(source: Source, k: int = SIZE_SAMPLE) -> list[tuple[int, int]]:
     return out
 
 
+def median_megapixels(source: Source) -> float | None:
+    """The median size, in megapixels, of the images ``header_sizes`` samples from ``source``;
+    ``None`` when none opened."""
+    sizes = [w * h / 1e6 for w, h in header_sizes(source)]
+    return float(np.median(sizes)) if sizes else None
+
+
 class SourceKind(str, enum.Enum):
     FOLDER = "folder"
     LIST = "list"

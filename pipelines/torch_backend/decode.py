@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from pipelines.sources.root import SIZE_SAMPLE, header_sizes  # noqa: F401 (SIZE_SAMPLE: NOTE below)
+from pipelines.sources.root import SIZE_SAMPLE, median_megapixels  # noqa: F401 (SIZE_SAMPLE: NOTE below)
 
 EXIF_ORIENTATION = 0x0112
 # NOTE [the default decoder]: ``pinned`` decodes with torchvision unless the recipe starts with
@@ -93,13 +93,6 @@ def first_crop(steps) -> object | None:
     if isinstance(t, v2.Resize) and (len(t.size) != 1 or t.max_size is not None):
         return None
     return t if _mode(t) in _RESAMPLE else None
-
-
-def median_megapixels(source) -> float | None:
-    """The median size, in megapixels, of the images ``header_sizes`` samples from ``source``
-    (a ``pipelines.sources.root.Source``); ``None`` when none opened."""
-    sizes = [w * h / 1e6 for w, h in header_sizes(source)]
-    return float(np.median(sizes)) if sizes else None
 
 
 def default_decoder(steps, source) -> str:
