@@ -19,7 +19,7 @@ Which variants run:
 * By default one per backend of ``--backends`` (default: every backend installed here).
 * ``--preset seeds``: pageable, pin-only and pinned (2 streams) on the PIL decoder, pinned
   torchvision, pinned scaled and dali; ``--preset large``: pageable, pinned, pinned torchvision, dali,
-  dali one pipeline and dali hw 0.5 on 2000-4000 px photos. Not with ``--sweep``.
+  dali one pipeline and dali hw 0 on 2000-4000 px photos. Not with ``--sweep``.
 * ``--sweep "KEY=V1,V2 ..."``: every combination, per backend. A key is ``num_workers`` or a
   field of ``TorchOptions``/``DaliOptions`` (booleans on/off); ``pin=on,off`` picks pinned /
   pageable. A key runs only on the backends that honour it (the others once, noted); a key no
@@ -127,7 +127,7 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
         short="seeds (the README's table) or large (big photos)",
         help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned "
              "torchvision, pinned scaled, dali; large: pageable, pinned, "
-             "pinned torchvision, dali, dali one pipeline, dali hw 0.5 (hardware decoder) "
+             "pinned torchvision, dali, dali one pipeline, dali hw 0 (no hardware decoder) "
              "on a "
              "default set of 2000-4000 px photos, batch 64 with CUDA unless given "
              "(restricted to --backends; not with --sweep)")

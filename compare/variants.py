@@ -7,11 +7,12 @@ import itertools
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pipelines import Backend, LoaderConfig
 from pipelines.config import Decoder
 from pipelines.factory import options_for
-from pipelines.options import Options
+from pipelines.options import Options, literal_words
 
 from .cli import PRESETS
 
@@ -81,7 +82,7 @@ def preset(name: str, backends: Sequence[Backend]) -> list[Variant]:
                Variant("dali", Backend.DALI),
                Variant("dali one pipeline", Backend.DALI, {"pipelines": 1},
                        {"pipelines": f"--preset {name}"}),
-               Variant("dali hw 0.5", Backend.DALI, {"hw_decoder_load": 0.5},
+               Variant("dali hw 0", Backend.DALI, {"hw_decoder_load": 0.0},
                        {"hw_decoder_load": f"--preset {name}"})]
     else:
         out = [Variant("pageable", Backend.PAGEABLE),
@@ -120,10 +121,12 @@ def _sweep_value(key: str, hint, raw: str):
             raise ValueError(f"--sweep pin={raw} must be on or off")
         return raw
     args = typing.get_args(hint)
-    if type(None) in args:
-        if raw.lower() == "none":
-            return None
-        hint = next(a for a in args if a is not type(None))
+    if type(None) in args and raw.lower() == "none":
+        return None
+    if raw in literal_words(hint):  # hw_decoder_load=auto
+        return raw
+    if args:
+        hint = next(a for a in args if a is not type(None) and typing.get_origin(a) is not Literal)
     if hint is bool:
         if raw.lower() not in WORDS:
             raise ValueError(f"--sweep {key}={raw} must be on or off")

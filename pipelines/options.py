@@ -19,7 +19,7 @@ import enum
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pipelines.config import CpuBinding, DecodeOn, Decoder, enum_option, int_option
 
@@ -31,6 +31,12 @@ def option(default: Any, *, lo: float | None = None, hi: float | None = None,
     return field(default=default, metadata={"lo": lo, "hi": hi, "only": only})
 
 
+def literal_words(hint: Any) -> tuple[str, ...]:
+    """The words a ``float | Literal[...]`` annotation admits besides numbers (``("auto",)``)."""
+    return tuple(w for a in typing.get_args(hint) if typing.get_origin(a) is Literal
+                 for w in typing.get_args(a))
+
+
 def _check(name: str, hint: Any, value: Any, meta: Mapping[str, Any]) -> Any:
     """``value`` converted to ``hint`` and checked against ``meta``, or a ``ValueError`` naming
     ``name``."""
@@ -38,7 +44,13 @@ def _check(name: str, hint: Any, value: Any, meta: Mapping[str, Any]) -> Any:
     if type(None) in args:  # Optional[X]
         if value is None:
             return None
-        hint = next(a for a in args if a is not type(None))
+    words = literal_words(hint)  # float | Literal["auto"]: the words are values too
+    if words and isinstance(value, str):
+        if value in words:
+            return value
+        raise ValueError(f"{name}={value!r} must be a number or {' or '.join(map(repr, words))}")
+    if typing.get_origin(hint) is not None and args:
+        hint = next(a for a in args if a is not type(None) and typing.get_origin(a) is not Literal)
     lo, hi = meta.get("lo"), meta.get("hi")
     if hint is bool:
         if not isinstance(value, bool):
@@ -120,10 +132,12 @@ class Options:
         return dataclasses.replace(self, **changes)
 
 
-# DaliOptions.pipelines' default on large photos (NOTE [large photos] in pipelines/dali/loader.py):
-# at most LARGE_PHOTO_LANES, and at least LANE_BATCHES batches of an epoch for each
+# DaliOptions' defaults on large photos (NOTE [large photos] in pipelines/dali/loader.py):
+# pipelines: at most LARGE_PHOTO_LANES, and at least LANE_BATCHES batches of an epoch for each;
+# hw_decoder_load: LARGE_PHOTO_HW_LOAD where the GPU has the hardware decoder
 LARGE_PHOTO_LANES = 4
 LANE_BATCHES = 3
+LARGE_PHOTO_HW_LOAD = 0.5
 
 
 @dataclass(frozen=True)
@@ -180,11 +194,13 @@ class DaliOptions(Options):
             reads them. ``None``: ``min(8, max(2, num_workers // 2))``.
         hw_decoder_load: share of the JPEGs sent to the GPU's hardware JPEG decoder (0..1),
             where the GPU has one. On the H200 0.0 suits training and 1.0 loader-bound work
-            (light models, evaluation, large photos; there with ``pipelines=2``):
-            docs/results/h200/dali-hw-table-train, dali-hw-table-loader and the index's
-            large-photos. Above 0, a DALI batch is not ready until the GPU work queued
-            before it, the consumer's step included, has finished, on any stream: what the
-            training loss is (docs/investigations/dali-hardware-decoder.md).
+            (light models, evaluation): docs/results/h200/dali-hw-table-train and
+            dali-hw-table-loader. ``"auto"`` (default): ``LARGE_PHOTO_HW_LOAD`` when nvJPEG
+            decodes a dataset of large photos, where it was faster in training too, else 0.0
+            (NOTE [large photos] in ``pipelines/dali/loader.py``). Above 0, a DALI batch is
+            not ready until the GPU work queued before it, the consumer's step included, has
+            finished, on any stream: what the default dataset's training loses
+            (docs/investigations/dali-hardware-decoder.md).
             ``None``: chosen between the two by measuring the consumer's own loop on the
             first batches, and again when the loop's pace changes, with the choice cached per
             machine (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
@@ -237,7 +253,7 @@ class DaliOptions(Options):
 
     queue_depth: int = option(2, lo=1)
     reader_threads: int | None = option(None, lo=1)
-    hw_decoder_load: float | None = option(0.0, lo=0.0, hi=1.0)
+    hw_decoder_load: float | Literal["auto"] | None = option("auto", lo=0.0, hi=1.0)
     pipelines: int | None = option(None, lo=1)
     use_mmap: bool = option(False)
     device_memory_padding: int = option(211025920, lo=0)
@@ -253,6 +269,13 @@ class DaliOptions(Options):
             return self.reader_threads
         return min(8, max(2, num_workers // 2))
 
+    def load_for(self, large_photos: bool = False) -> float | None:
+        """``hw_decoder_load``, or its default (``"auto"``) on a dataset that is (or is not)
+        of ``large_photos`` decoded by nvJPEG: ``LARGE_PHOTO_HW_LOAD`` or 0.0."""
+        if self.hw_decoder_load != "auto":
+            return self.hw_decoder_load
+        return LARGE_PHOTO_HW_LOAD if large_photos else 0.0
+
     def lanes_for(self, conditional: bool, num_workers: int, large_photos: bool = False,
                   batches: int | None = None) -> int:
         """``pipelines``, or its default for a graph that is (or is not) ``conditional``, on a
@@ -267,7 +290,7 @@ class DaliOptions(Options):
 
     def check(self, num_workers: int) -> None:
         """The rules that involve the ``LoaderConfig`` (raised when the loader is built)."""
-        if self.decode_on is DecodeOn.CPU and self.hw_decoder_load != 0.0:
+        if self.decode_on is DecodeOn.CPU and self.hw_decoder_load not in (0.0, "auto"):
             raise ValueError(f"hw_decoder_load={self.hw_decoder_load!r} is the hardware "
                              "decoder's share (None: chosen by measurement), which "
                              "decode_on='cpu' does not use; leave it at 0 or use "

@@ -310,10 +310,14 @@ def test_sweep_and_preset_parsing():
     assert preset("seeds", list(Backend))[-1].backend is Backend.DALI
     large = preset("large", list(Backend))
     assert [v.label for v in large] == ["pageable", "pinned", "pinned torchvision", "dali",
-                                        "dali one pipeline", "dali hw 0.5"]
+                                        "dali one pipeline", "dali hw 0"]
     # the loaders' defaults for large photos, not a forced decoder or pipeline count
     assert large[1].options_of().decoder is None and large[3].options_of().pipelines is None
-    assert large[4].options_of().pipelines == 1 and large[5].options_of().hw_decoder_load == 0.5
+    assert large[4].options_of().pipelines == 1 and large[5].options_of().hw_decoder_load == 0.0
+    # the default share is the word "auto", and a sweep may name it
+    assert large[3].options_of().hw_decoder_load == "auto"
+    assert parse_sweep("hw_decoder_load=auto,0.5", [Backend.DALI])[0].overrides == {
+        "hw_decoder_load": "auto"}
 
 
 def test_window_shorter_than_the_dataloader_queue_is_flagged():

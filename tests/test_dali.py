@@ -324,6 +324,48 @@ def test_large_photos_get_more_pipelines_by_default(tmp_path):
     assert DaliOptions(pipelines=1).lanes_for(False, 14, large_photos=True) == 1
 
 
+def test_the_hardware_share_defaults_to_half_on_large_photos_only():
+    """NOTE [large photos]: ``hw_decoder_load="auto"`` (the default) is ``LARGE_PHOTO_HW_LOAD``
+    on large photos with a hardware decoder, else 0.0; a number or ``None`` (calibrate) wins."""
+    from pipelines.options import LARGE_PHOTO_HW_LOAD, DaliOptions
+
+    assert DaliOptions().hw_decoder_load == "auto" and DaliOptions().changed() == {}
+    assert DaliOptions().load_for(True) == LARGE_PHOTO_HW_LOAD == 0.5
+    assert DaliOptions().load_for(False) == 0.0
+    assert DaliOptions(hw_decoder_load=0).load_for(True) == 0.0
+    assert DaliOptions(hw_decoder_load=None).load_for(True) is None
+    with pytest.raises(ValueError, match=r"hw_decoder_load='fast' must be a number or 'auto'"):
+        DaliOptions(hw_decoder_load="fast")
+    # "auto" is a share of 0 for decode_on="cpu", which uses no hardware decoder
+    DaliOptions(decode_on="cpu").check(4)
+
+
+def test_the_loader_resolves_the_automatic_share_before_building(tiny_root):
+    """The pipelines are built with a number, never the word: on CPU operators, 0.0."""
+    with make("dali", _cfg(tiny_root)) as ld:
+        assert ld.options.hw_decoder_load == 0.0 and ld.hw_decoder_load == 0.0
+
+
+@pytest.mark.cuda
+def test_large_photos_on_a_gpu_send_half_to_the_hardware_decoder(tmp_path):
+    """On a GPU with the hardware decoder the default share on large photos is 0.5; on the
+    default-sized images it stays 0.0 (NOTE [large photos])."""
+    from pipelines.device import HW_JPEG_DECODERS
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    hw = torch.cuda.get_device_capability() in HW_JPEG_DECODERS
+    for name, (w, h), want in (("small", (640, 480), 0.0), ("large", (2400, 1800), 0.5 if hw else 0.0)):
+        d = tmp_path / name / "c"
+        d.mkdir(parents=True)
+        for i in range(8):
+            Image.new("RGB", (w, h), (i * 20, 0, 0)).save(d / f"{i}.jpg")
+        cfg = LoaderConfig(root=str(tmp_path / name), batch_size=2, device="cuda", num_workers=2)
+        with make("dali", cfg) as ld:
+            assert ld.options.hw_decoder_load == want, name
+            assert sum(x.shape[0] for x, _ in ld) == 8
+
+
 def test_pipeline_count_does_not_change_the_draws(tiny_root):
     """The draws are made on the host per sample: one pipeline or two, the same batches."""
     outs = []

@@ -56,7 +56,7 @@ def decoder_kwargs(opt: DaliOptions, gpu: bool) -> dict:
     if not decodes_on_gpu(opt, gpu):
         return {}
     kw = dict(
-        hw_decoder_load=opt.hw_decoder_load,
+        hw_decoder_load=opt.load_for(),  # resolved by the loader; unresolved "auto" is 0.0
         device_memory_padding=opt.device_memory_padding,
         host_memory_padding=opt.host_memory_padding,
     )
