@@ -7,12 +7,11 @@ import itertools
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from pipelines import Backend, LoaderConfig
 from pipelines.config import Decoder
 from pipelines.factory import options_for
-from pipelines.options import Options, literal_words
+from pipelines.options import Options, literal_words, value_type
 
 from .cli import PRESETS
 
@@ -125,8 +124,7 @@ def _sweep_value(key: str, hint, raw: str):
         return None
     if raw in literal_words(hint):  # hw_decoder_load=auto
         return raw
-    if args:
-        hint = next(a for a in args if a is not type(None) and typing.get_origin(a) is not Literal)
+    hint = value_type(hint)
     if hint is bool:
         if raw.lower() not in WORDS:
             raise ValueError(f"--sweep {key}={raw} must be on or off")

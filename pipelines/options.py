@@ -37,6 +37,15 @@ def literal_words(hint: Any) -> tuple[str, ...]:
                  for w in typing.get_args(a))
 
 
+def value_type(hint: Any) -> Any:
+    """The type of an annotation's values other than ``None`` and its words (``float`` for
+    ``float | Literal["auto"] | None``); ``hint`` itself when it is no union."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is None or not args:
+        return hint
+    return next(a for a in args if a is not type(None) and typing.get_origin(a) is not Literal)
+
+
 def _check(name: str, hint: Any, value: Any, meta: Mapping[str, Any]) -> Any:
     """``value`` converted to ``hint`` and checked against ``meta``, or a ``ValueError`` naming
     ``name``."""
@@ -49,8 +58,7 @@ def _check(name: str, hint: Any, value: Any, meta: Mapping[str, Any]) -> Any:
         if value in words:
             return value
         raise ValueError(f"{name}={value!r} must be a number or {' or '.join(map(repr, words))}")
-    if typing.get_origin(hint) is not None and args:
-        hint = next(a for a in args if a is not type(None) and typing.get_origin(a) is not Literal)
+    hint = value_type(hint)
     lo, hi = meta.get("lo"), meta.get("hi")
     if hint is bool:
         if not isinstance(value, bool):

@@ -230,8 +230,7 @@ def _source(blobs):
 
 
 def test_median_megapixels_reads_the_headers_of_a_spread_sample(tmp_path):
-    from pipelines.sources.root import Source, SourceKind
-    from pipelines.torch_backend.decode import SIZE_SAMPLE, median_megapixels
+    from pipelines.sources.root import SIZE_SAMPLE, Source, SourceKind, median_megapixels
 
     files = []
     for i, (w, h) in enumerate([(100, 100), (1000, 1000), (1000, 1000), (2000, 1000)] * 15):

@@ -28,12 +28,13 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from pipelines.sources.root import SIZE_SAMPLE, median_megapixels  # noqa: F401 (SIZE_SAMPLE: NOTE below)
+from pipelines.sources.root import median_megapixels
 
 EXIF_ORIENTATION = 0x0112
 # NOTE [the default decoder]: ``pinned`` decodes with torchvision unless the recipe starts with
 # a step the scaled path runs and the median image of the dataset (from the headers of
-# ``SIZE_SAMPLE`` files spread over the listing) has at least ``SCALED_FROM_MP`` megapixels.
+# ``pipelines.sources.root.SIZE_SAMPLE`` files spread over the listing) has at least
+# ``SCALED_FROM_MP`` megapixels.
 # On this project's CPU, per image, torchvision's decoder beat the scaled one on ImageNet-sized
 # images, tied at about 1 MP and lost from there, by more as photos grow; the threshold sits at
 # the tie (docs/results/cpu/README.md: decode-scaled.json). The rule depends only on the files,
