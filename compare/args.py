@@ -29,7 +29,8 @@ NOTE [one validation pass, incremental results]
 Every input (each variant's config, the dataset, model, transform, RANK/WORLD_SIZE, ``--out``)
 is checked before the first timed batch: an error is one line, exit status 2. ``results.json``
 (``"complete": false``) and ``summary.md`` are rewritten after each variant, so a late failure
-exits 1, keeps the partial results and writes the traceback to ``error.log``.
+exits 1, keeps the partial results and writes the traceback to ``error.log``. ``--resume`` runs
+what an isolated run did not finish.
 """
 from __future__ import annotations
 
@@ -159,6 +160,11 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
         help="a file that is not a decodable image: stop with its name (error) or "
              "replace it within its batch and count it (skip)")
     add("--out", default="runs/compare", metavar="DIR", help="output directory")
+    add("--resume", action="store_true",
+        short="finish the stopped run in --out (same command)",
+        help="run the repeats that an isolated run in --out did not finish (a time limit, "
+             "a lost machine), in its order, into the same results.json; the command, "
+             "dataset, machine and software must be the same (compare.resume)")
     add("--details", action="store_true",
         help="also the research sections: spreads, timed windows, the probes' sections")
     add("--no-ceiling", action="store_true", help="skip the model-only ceiling run")

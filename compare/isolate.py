@@ -260,14 +260,15 @@ def spawn(job: Job, unit: Unit, name: str
 
 def run_all(job: Job, units: list[Unit], log: Callable[[str], None] = print,
             done: Callable[[dict[int, VariantResult], VariantResult | None], None]
-            = lambda v, c: None) -> tuple[dict[int, VariantResult], VariantResult | None]:
+            = lambda v, c: None, resumed: tuple | None = None
+            ) -> tuple[dict[int, VariantResult], VariantResult | None]:
     """Every unit in order, each in its own process: ``({variant index: result}, ceiling)``;
-    ``done`` sees the results after each unit."""
+    ``done`` sees the results after each unit. ``resumed``: ``compare.resume.done_units``'s
+    ``(N, repeats, meta)``, the first N units already run (NOTE [resume])."""
     from .runner import say_repeat
 
     labels = [v.label for v in job.variants]
-    reps: dict[tuple[int, bool], dict[int, Repeat]] = {}
-    meta: dict[int, tuple[float | None, int | None]] = {}
+    skip, reps, meta = resumed or (0, {}, {})
 
     def results():
         out = {}
@@ -284,8 +285,8 @@ def run_all(job: Job, units: list[Unit], log: Callable[[str], None] = print,
 
     from .progress import bar
 
-    progress = bar(len(units), "compare (isolated repeats)", "repeat")
-    for k, u in enumerate(units):
+    progress = bar(len(units) - skip, "compare (isolated repeats)", "repeat")
+    for k, u in enumerate(units[skip:], start=skip):
         name = u.name(labels)
         rep, h2d, queue, teardown, phases = spawn(job, u, name)
         progress.update(1)

@@ -15,7 +15,7 @@ from pipelines.epoch_plan import num_batches
 from pipelines.sources.root import SourceKind, source_kind
 from pipelines.sources.shards import shard_paths
 
-from . import cli, ddp, owned
+from . import cli, ddp, owned, resume
 from .args import PROG, parse_args
 from .env import environment
 from .models import parse_model
@@ -98,6 +98,7 @@ class Plan:
     gen: object = None  # the default dataset's GenConfig, when --data is not given
     classes: int = 0  # classes in --data (0 until the default dataset is listed)
     notes: list[str] = field(default_factory=list)
+    resumed: SuiteResult | None = None  # --resume: the stopped run in --out (compare.resume)
 
 
 def _variants(a, note: Callable[[str], None]) -> list[Variant]:
@@ -198,8 +199,9 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         check_dataset(gen.num_images, variants, configs)
     for line in short_epochs(len(paths) if gen is None else gen.num_images, variants, configs):
         note(line)
+    saved = resume.load_partial(Path(a.out)) if getattr(a, "resume", False) else None
     out = cli.writable_dir(a.out, "--out")
-    return Plan(variants, configs, base, out, gen, classes)
+    return Plan(variants, configs, base, out, gen, classes, resumed=saved)
 
 
 def plan_variants(variants: list[Variant], base: LoaderConfig) -> list[LoaderConfig]:
@@ -302,6 +304,9 @@ def _run(a, job: ddp.Job) -> int:
         p = plan(a, note)
         p.notes = notes
         a.isolate = isolated(a, job, note)
+        if p.resumed is not None and not a.isolate:
+            raise ValueError("--resume continues an isolated run; this one is not isolated "
+                             "(--no-isolate, no CUDA or torchrun): drop --resume")
         if a.isolate and getattr(a, "step", None):  # built in each unit's process: check now
             from .userstep import load_step
 
@@ -429,6 +434,15 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
             setup["order"] = [u.name(labels) for u in units]
             work = isolate.Job(tuple(p.variants), base, a.model, p.classes, a.steps, a.warmup,
                                getattr(a, "step", None), setup["fit_queue"], probes)
+            prior = None
+            if p.resumed is not None:  # NOTE [resume]: checked before any unit runs
+                try:
+                    resume.check_same(p.resumed, setup, env)
+                    prior = resume.done_units(p.resumed, units, labels)
+                except ValueError as e:
+                    return cli.fail(PROG, e)  # nothing written: the stopped run stays as it was
+                log(f"resuming {out / 'results.json'}: {prior[0]} of {len(units)} repeats "
+                    f"done, {len(units) - prior[0]} to run")
 
             def done(got, c):
                 nonlocal ceiling
@@ -437,7 +451,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
                 save(False)
 
             stage = "the isolated repeats"
-            isolate.run_all(work, units, log=log, done=done)
+            isolate.run_all(work, units, log=log, done=done, resumed=prior)
         else:
             setup["order"] = [f"{v.label} #{r + 1}" for v in p.variants
                               for r in range(a.repeats)]

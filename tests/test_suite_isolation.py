@@ -87,6 +87,65 @@ def test_an_error_in_an_isolated_repeat_is_raised_with_its_name(tiny_root, tmp_p
     assert "sleep length must be non-negative" in (out / "error.log").read_text()
 
 
+def _stop_after(out, n: int, **env) -> bytes:
+    """Make ``out``'s complete isolated run look stopped after its first ``n`` units (what a
+    time limit leaves: results.json rewritten after each unit); ``env``: facts to change."""
+    d = json.loads((out / "results.json").read_text())
+    kept: dict[str, list[int]] = {}
+    for name in d["setup"]["order"][:n]:
+        label, r = name.rsplit(" #", 1)
+        kept.setdefault(label, []).append(int(r) - 1)
+    row = lambda v: {**v, "repeats": [v["repeats"][r] for r in sorted(kept[v["label"]])]}  # noqa: E731
+    d["variants"] = [row(v) for v in d["variants"] if v["label"] in kept]
+    d["ceiling"] = row(d["ceiling"]) if "ceiling" in kept else None
+    d["complete"], d["setup"]["error"] = False, "stopped"
+    d["env"].update(env)
+    (out / "results.json").write_text(json.dumps(d))
+    return (out / "results.json").read_bytes()
+
+
+def test_resume_runs_only_the_units_a_stopped_run_did_not_finish(tiny_root, tmp_path, capsys):
+    """--resume (compare.resume): the first units' repeats are kept as they were, the others
+    run in fresh processes in the recorded order; a different command, host or software, a
+    complete run or a non-isolated one is refused in one line, and the file is left alone."""
+    args = ("--isolate", "--order-seed", "3", "--backends", "pageable", "--steps", "2",
+            "--repeats", "2")
+    out = tmp_path / "r"
+    first = _run(tiny_root, out, *args)
+    order = first["setup"]["order"]
+    assert len(order) == 4 and "ceiling" in " ".join(order[:2]) and "pageable" in " ".join(
+        order[:2])  # seed 3: the first two units are one of each, so both rows are resumed
+    again = lambda *extra: suite(["--data", str(tiny_root), "--out", str(out), *FAST,  # noqa: E731
+                                  *args, "--resume", *extra])
+    assert again() == 2 and "is complete, nothing to resume" in capsys.readouterr().err
+    whole = (out / "results.json").read_bytes()
+    stopped = _stop_after(out, 2, torch="0.0-other")
+    assert again() == 2
+    assert "another machine or software (torch: '0.0-other' ->" in capsys.readouterr().err
+    (out / "results.json").write_bytes(whole)
+    stopped = _stop_after(out, 2)  # the same file, the host's facts as they are
+    for extra, says in ((("--batch-size", "4"), "differs from the stopped run in batch_size"),
+                        (("--no-ceiling",), "differs from the stopped run in order"),
+                        (("--no-isolate",), "--resume continues an isolated run")):
+        assert again(*extra) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+        assert (out / "results.json").read_bytes() == stopped
+    kept = {(v["label"], r["pid"]) for v in json.loads(stopped)["variants"] for r in v["repeats"]}
+    kept |= {("ceiling", r["pid"]) for r in json.loads(stopped)["ceiling"]["repeats"]}
+    assert again() == 0
+    log = capsys.readouterr().out
+    assert "2 of 4 repeats done, 2 to run" in log and "[3/4]" in log and "[1/4]" not in log
+    r = json.loads((out / "results.json").read_text())
+    assert r["complete"] is True and "error" not in r["setup"] and r["setup"]["order"] == order
+    pids = {(v["label"], x["pid"]) for v in [*r["variants"], r["ceiling"]] for x in v["repeats"]}
+    assert len(pids) == 4 and kept < pids  # the two kept repeats, and two new processes
+    assert not {p for _, p in pids - kept} & {p for _, p in kept}
+    assert suite(["--data", str(tiny_root), "--out", str(tmp_path / "none"), *FAST, *args,
+                  "--resume"]) == 2
+    assert "none/results.json does not exist" in capsys.readouterr().err
+
+
 def test_diff_of_two_real_runs_calls_a_step_twice_as_long_slower(tiny_root, tmp_path, capsys):
     """End to end: two runs' results.json through ``compare diff``. The step's sleep dominates
     (the loader keeps up), so doubling it halves the run's rate, far beyond any noise of a
