@@ -108,13 +108,13 @@ def test_resume_runs_only_the_units_a_stopped_run_did_not_finish(tiny_root, tmp_
     """--resume (compare.resume): the first units' repeats are kept as they were, the others
     run in fresh processes in the recorded order; a different command, host or software, a
     complete run or a non-isolated one is refused in one line, and the file is left alone."""
-    args = ("--isolate", "--order-seed", "3", "--backends", "pageable", "--steps", "2",
+    args = ("--isolate", "--order-seed", "7", "--backends", "pageable", "--steps", "2",
             "--repeats", "2")
     out = tmp_path / "r"
     first = _run(tiny_root, out, *args)
     order = first["setup"]["order"]
-    assert len(order) == 4 and "ceiling" in " ".join(order[:2]) and "pageable" in " ".join(
-        order[:2])  # seed 3: the first two units are one of each, so both rows are resumed
+    # seed 7: the second repeat of each row runs first, so both rows resume, each repeat in place
+    assert order == ["ceiling #2", "pageable #2", "pageable #1", "ceiling #1"]
     again = lambda *extra: suite(["--data", str(tiny_root), "--out", str(out), *FAST,  # noqa: E731
                                   *args, "--resume", *extra])
     assert again() == 2 and "is complete, nothing to resume" in capsys.readouterr().err
@@ -138,9 +138,10 @@ def test_resume_runs_only_the_units_a_stopped_run_did_not_finish(tiny_root, tmp_
     assert "2 of 4 repeats done, 2 to run" in log and "[3/4]" in log and "[1/4]" not in log
     r = json.loads((out / "results.json").read_text())
     assert r["complete"] is True and "error" not in r["setup"] and r["setup"]["order"] == order
-    pids = {(v["label"], x["pid"]) for v in [*r["variants"], r["ceiling"]] for x in v["repeats"]}
-    assert len(pids) == 4 and kept < pids  # the two kept repeats, and two new processes
-    assert not {p for _, p in pids - kept} & {p for _, p in kept}
+    rows = [*r["variants"], r["ceiling"]]
+    assert {(v["label"], v["repeats"][1]["pid"]) for v in rows} == kept  # repeat 2, kept as is
+    new = {v["repeats"][0]["pid"] for v in rows}  # repeat 1 of each: two new processes
+    assert len(new) == 2 and not new & {p for _, p in kept}
     assert suite(["--data", str(tiny_root), "--out", str(tmp_path / "none"), *FAST, *args,
                   "--resume"]) == 2
     assert "none/results.json does not exist" in capsys.readouterr().err
