@@ -122,6 +122,12 @@ def test_resume_runs_only_the_units_a_stopped_run_did_not_finish(tiny_root, tmp_
     stopped = _stop_after(out, 2, torch="0.0-other")
     assert again() == 2
     assert "another machine or software (torch: '0.0-other' ->" in capsys.readouterr().err
+    doc = json.loads(stopped)
+    for text, says in ((json.dumps({**doc, "schema": "other"}), "is not a results.json of this"),
+                       (json.dumps({**doc, "setup": {**doc["setup"], "isolate": False}}),
+                        "was not isolated")):
+        (out / "results.json").write_text(text)
+        assert again() == 2 and says in capsys.readouterr().err
     (out / "results.json").write_bytes(whole)
     stopped = _stop_after(out, 2)  # the same file, the host's facts as they are
     for extra, says in ((("--batch-size", "4"), "differs from the stopped run in batch_size"),
