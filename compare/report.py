@@ -30,8 +30,14 @@ def _pm(v: VariantResult, metric: str, fmt="{:.1f}") -> str:
     return f"{_f(m, fmt)} ±{_f(s / 2, fmt)}"
 
 
-CPU_ONLY = ("no GPU was timed: these are CPU numbers (DALI ran its CPU operators, GPU idle % is "
-            "not measured), and they do not predict GPU ones")
+CPU_ONLY = ("no GPU was timed: these are CPU numbers ({}GPU idle % is not measured), and they do "
+            "not predict GPU ones")
+
+
+def cpu_only(res: SuiteResult) -> str:
+    """``CPU_ONLY`` for ``res``, naming DALI's CPU operators only where a DALI row ran."""
+    dali = any(v.backend == "dali" for v in res.variants)
+    return CPU_ONLY.format("DALI ran its CPU operators, " if dali else "")
 
 
 def rows(res: SuiteResult) -> list[list[str]]:
@@ -58,7 +64,7 @@ def rows(res: SuiteResult) -> list[list[str]]:
 
 
 def warnings_for(res: SuiteResult) -> list[str]:
-    w = [] if res.on_gpu or not res.variants else [CPU_ONLY]
+    w = [] if res.on_gpu or not res.variants else [cpu_only(res)]
     for v in res.variants + ((res.ceiling,) if res.ceiling else ()):
         if v.noisy():
             w.append(f"{v.label}: samples/s spread {v.spread('samples_per_s'):.1f} is >= "

@@ -24,7 +24,9 @@ def load_partial(out: Path) -> SuiteResult:
     """The stopped run in ``out``; ``ValueError`` naming ``--resume`` when there is none."""
     path = Path(out) / "results.json"
     if not path.is_file():
-        raise ValueError(f"--resume: {path} does not exist; run without --resume to start")
+        raise ValueError(f"--resume: {path} does not exist, so no isolated run stopped there "
+                         "(only those can be resumed: --isolate, the default with CUDA); run "
+                         "without --resume to start")
     try:
         saved = SuiteResult.load(path)
     except (ValueError, KeyError, TypeError) as e:  # json.JSONDecodeError is a ValueError

@@ -141,6 +141,9 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         raise ValueError(f"--model: {e}") from None
     if getattr(a, "step", None):
         cli.load_ref(a.step, "--step")  # imports now: a bad --step fails before any dataset
+    if a.data and getattr(a, "given_num_images", None) is not None:
+        raise ValueError("--num-images sizes the generated dataset, and --data names your own: "
+                         "drop one of them")
     variants = _variants(a, note)
     transform = load_transform(a.transform) if a.transform else None
     large = a.preset == "large"

@@ -294,6 +294,7 @@ def test_argparse_errors_are_one_line(capsys):
     (["--sweep", "threads=2"], ["--sweep item 'threads=2'"]),
     (["--sweep", "num_workers=1,"], ["--sweep item 'num_workers=1,'", "empty value"]),
     (["--sweep", ""], ["--sweep ''"]),
+    (["--num-images", "50"], ["--num-images", "--data"]),  # it sizes the generated set only
 ])
 def test_contradicting_options_are_refused(root, tmp_path, capsys, no_timing, args, names):
     rc = timed(compare_main.main, ["--data", str(root), *FAST, "--out", str(tmp_path), *args])

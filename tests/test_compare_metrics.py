@@ -250,6 +250,9 @@ def test_cpu_runs_say_so_and_drop_the_gpu_idle_column(tmp_path):
     assert any("do not predict GPU ones" in x for x in warnings_for(cpu))
     assert not any("predict" in x for x in warnings_for(gpu))
     assert "do not predict GPU ones" in markdown(cpu)
+    assert any("DALI ran its CPU operators" in x for x in warnings_for(cpu))
+    torch_only = SuiteResult(cpu.env, cpu.setup, None, variants[1:])
+    assert not any("DALI" in x for x in warnings_for(torch_only))  # no DALI row: not named
 
 
 def test_difference_within_spread_is_called_noise():
