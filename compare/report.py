@@ -113,7 +113,8 @@ def verdict_lines(res: SuiteResult) -> list[str]:
 
     NOTE [verdict first]
     The fastest non-reference row by median samples/s (loader-only img/s where no row has a
-    training rate), with its % of the ceiling and speed-up; then the runner-up and whether the
+    training rate), with its % of the ceiling and speed-up (", within noise" when that gap is
+    inside the spread, as for the runner-up); then the runner-up and whether the
     gap is inside ``compare diff``'s noise floor; then what qualifies the run (partial, CPU).
     The first line says "no significant difference" when that gap is inside the noise, and "no
     reliable winner" when the fastest row is above the ceiling, so it never names a winner that
@@ -152,11 +153,21 @@ def verdict_lines(res: SuiteResult) -> list[str]:
                      + (": see the warnings" if pct > OVER_CEILING else ""))
     else:
         facts[0] += " (no model-only ceiling was timed)"
+    def noise(a, b) -> float | None:
+        """``compare diff``'s noise floor for a gap between rows ``a`` and ``b`` (None: one
+        repeat, no spread)."""
+        if min(len(a.values(metric)), len(b.values(metric))) < 2:
+            return None
+        return max(a.spread(metric), b.spread(metric), within_as_range(a, metric),
+                   within_as_range(b, metric))
+
     base = res.baseline()
     if base is not None and base is not best and metric == "samples_per_s":
         up = res.speedup(best)
         if up is not None and math.isfinite(up):
-            facts.append(f"{up:.2f}x {base.label}")
+            floor = noise(best, base)
+            quiet = floor is not None and b - rate(base, metric) <= floor
+            facts.append(f"{up:.2f}x {base.label}" + (", within noise" if quiet else ""))
     second, within = [], False
     if len(ranked) > 1:
         ru = ranked[1]
@@ -164,15 +175,14 @@ def verdict_lines(res: SuiteResult) -> list[str]:
         gap = b - r
         head = (f"Runner-up {res.row_label(ru)}, {r:.1f} {unit}, is {100 * gap / b:.1f}% "
                 "slower")
-        if min(len(best.values(metric)), len(ru.values(metric))) < 2:
+        floor = noise(best, ru)
+        if floor is None:
             second.append(f"{head}; with one repeat there is no spread to tell noise by.")
         else:
-            noise = max(best.spread(metric), ru.spread(metric),
-                        within_as_range(best, metric), within_as_range(ru, metric))
-            within = gap <= noise
+            within = gap <= floor
             second.append(f"{head}: {'within' if within else 'beyond'} noise (the gap, "
-                          f"{gap:.1f}, is {'inside' if within else 'larger than'} the "
-                          f"measured spread, {noise:.1f}).")
+                          f"{gap:.1f} {unit}, is {'inside' if within else 'larger than'} the "
+                          f"measured spread, {floor:.1f} {unit}).")
     if pct is not None and pct > OVER_CEILING:
         first = (f"Verdict: no reliable winner {where}: the fastest row, {res.row_label(best)}, "
                  f"is above what a loader can reach ({', '.join(facts)}).")

@@ -120,6 +120,17 @@ def test_the_verdict_names_no_winner_above_the_ceiling():
     assert "beyond noise" in lines[1]
 
 
+def test_the_verdict_calls_a_speed_up_inside_the_spread_noise():
+    lines = verdict_lines(_run({"pageable": ("pageable", [60.0, 80.0, 100.0]),
+                                "pinned": ("pinned", [90.0, 120.0, 150.0])}))
+    assert lines[0].startswith("Verdict: no significant difference in training between pinned")
+    assert "1.50x pageable, within noise" in lines[0]
+    assert lines[1].endswith("the measured spread, 60.0 samples/s).")
+    apart = verdict_lines(_run({"pageable": ("pageable", [60.0, 61.0, 62.0]),
+                                "pinned": ("pinned", [90.0, 91.0, 92.0])}))
+    assert "1.49x pageable." in apart[0] and "noise" not in apart[0]
+
+
 def _run(rows, ceiling=1000.0, complete=True):
     def var(label, backend, sps):
         return VariantResult(label, backend, {}, 1.0,
