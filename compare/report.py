@@ -359,6 +359,12 @@ def details_lines(res: SuiteResult) -> list[str]:
     return lines
 
 
+def _steps_run(res: SuiteResult) -> str:
+    """``": N here"`` or ``": LO-HI here"``: the timed steps the repeats ran (none: "")."""
+    n = sorted({r.steps for v in res.variants for r in v.repeats if r.steps})
+    return "" if not n else f": {n[0]} here" if len(n) == 1 else f": {n[0]}-{n[-1]} here"
+
+
 def markdown(res: SuiteResult, details: bool = False) -> str:
     """summary.md: the verdict, the setup, the table, notes and warnings (and ``details``)."""
     s = res.setup
@@ -382,7 +388,8 @@ def markdown(res: SuiteResult, details: bool = False) -> str:
         f"mean {s.get('dataset', {}).get('mean_kib', '?')} KiB)",
         (f"- step {s['step']}" if s.get("step") else f"- model {s.get('model')}")
         + f", batch {s.get('batch_size')}, {s.get('steps')} timed steps"
-        + (f" (at least {FIT_QUEUES}x each loader's queue)" if s.get("fit_queue") else "")
+        + (f" (at least {FIT_QUEUES}x each loader's queue{_steps_run(res)})"
+           if s.get("fit_queue") else "")
         + " after "
         f"{s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
         f"channels_last {s.get('channels_last')}, workers {s.get('workers')}",

@@ -187,7 +187,8 @@ def say_repeat(log: Callable[[str], None], label: str, r: Repeat, where: str,
     cold = r.probes.get("cold_resident")
     cold = "" if cold is None else f"cold ({100 * cold:.1f}% still cached)"
     rest = ", ".join(x for x in (loader, idle, cold) if x)
-    log(f"  {label:28s} {where}: {r.samples_per_s:9.1f} samples/s" + (f", {rest}" if rest else ""))
+    log(f"  {label:28s} {where}: {r.samples_per_s:9.1f} samples/s over {r.steps} steps"
+        + (f", {rest}" if rest else ""))
 
 
 def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, warmup: int,

@@ -142,6 +142,7 @@ def test_resume_runs_only_the_units_a_stopped_run_did_not_finish(tiny_root, tmp_
     assert again() == 0
     log = capsys.readouterr().out
     assert "2 of 4 repeats done, 2 to run" in log and "[3/4]" in log and "[1/4]" not in log
+    assert "samples/s over 4 steps" in log  # each unit's line: the steps its window ran
     r = json.loads((out / "results.json").read_text())
     assert r["complete"] is True and "error" not in r["setup"] and r["setup"]["order"] == order
     rows = [*r["variants"], r["ceiling"]]
