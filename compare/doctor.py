@@ -144,7 +144,9 @@ def facts() -> tuple[int, dict, str | None]:
 def main(argv=None) -> int:
     """Print the report; the exit status is in the module docstring."""
     p = cli.Parser(prog="python -m compare doctor", description=__doc__)
-    p.add_argument("--batch-size", type=int, default=256, help="samples per batch")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="samples per batch (default: python -m compare's, 256 with CUDA, 32 "
+                        "without)")
     p.add_argument("--workers", type=int, default=None, help="default: cores - 2 (all on 2 or fewer)")
     p.add_argument("--prefetch", type=int, default=2,
                    help="DataLoader batches per worker (TorchOptions.prefetch_factor)")
@@ -169,6 +171,10 @@ def main(argv=None) -> int:
     except ValueError as e:  # a malformed LOCAL_WORLD_SIZE
         return cli.fail("python -m compare doctor", e, code=1)
     workers = a.workers if a.workers is not None else default_workers(cores, lr)
+    if a.batch_size is None:  # the suite's own default on this machine (compare.args.AUTO)
+        from .args import AUTO
+
+        a.batch_size = AUTO["batch_size"][0 if cuda["available"] else 1]
     lines = check(a.batch_size, workers, a.prefetch, a.image_size, shm_free_bytes(), cores, cuda,
                   dali, local_ranks=lr)
     ranks = f", {lr} ranks on this host" if lr > 1 else ""

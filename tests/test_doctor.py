@@ -34,6 +34,13 @@ def test_doctor_cli_prints_a_report(capsys):
     rc = main(["--batch-size", "8", "--workers", "1"])
     out = capsys.readouterr().out
     assert "/dev/shm" in out and "pinned memory" in out and rc == 0
+    import torch
+
+    from compare.args import AUTO
+
+    main(["--workers", "1"])  # no --batch-size: the suite's default on this machine
+    want = AUTO["batch_size"][0 if torch.cuda.is_available() else 1]
+    assert capsys.readouterr().out.startswith(f"gpu-feed doctor: batch {want}, ")
 
 
 def test_settings_no_loader_accepts_fail_and_name_the_option():
