@@ -8,6 +8,7 @@ import sys
 import time
 
 from .generate import LAYOUTS, GenConfig, generate
+from .outdir import read_manifest
 from .upload import generate_and_upload, is_url, parse_options
 
 
@@ -78,6 +79,7 @@ def main(argv=None) -> int:
               f"{what}; add --format wds or drop --shard-size", file=sys.stderr)
         return 2
     t = time.perf_counter()
+    earlier = None if a.bad_inputs or is_url(a.out) else read_manifest(a.out)
     try:
         if a.bad_inputs:
             from .bad_inputs import make_bad_inputs
@@ -108,6 +110,10 @@ def main(argv=None) -> int:
         return 0
     dt = time.perf_counter() - t
     root = {"root": m["root"]} if "root" in m else {}
+    if earlier is not None and earlier.get("args") != m.get("args"):  # said, not silent
+        n = (earlier.get("stats") or {}).get("num_images", "?")
+        root["replaced"] = (f"the earlier data_gen output of {n} images there, made with other "
+                            "arguments")
     print(json.dumps({"out": a.out, **root, "seconds": round(dt, 2), **m["stats"]}, indent=1))
     return 0
 

@@ -293,7 +293,11 @@ def test_a_foreign_file_beside_an_earlier_output_is_kept(tmp_path, capsys):
     assert "1 files that data_gen did not write" in _one_line(capsys.readouterr().err)
     assert _snapshot(out) == before
     assert main(["--out", str(out), *TINY_ARGS, "--seed", "6", "--force"]) == 0
-    assert "1 files" in _one_line(capsys.readouterr().err)
+    got = capsys.readouterr()
+    assert "1 files" in _one_line(got.err)
+    assert "replaced" in json.loads(got.out)  # the earlier output (seed 5) is gone: it says so
+    assert main(["--out", str(out), *TINY_ARGS, "--seed", "6", "--force"]) == 0
+    assert "replaced" not in json.loads(capsys.readouterr().out)  # the same recipe again
     assert (out / "class_0001" / "extra.jpg").read_text() == "mine"
     assert read_manifest(out)["args"]["seed"] == 6
 
