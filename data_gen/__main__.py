@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         return 0
     dt = time.perf_counter() - t
     root = {"root": m["root"]} if "root" in m else {}
-    if earlier is not None and earlier.get("args") != m.get("args"):  # said, not silent
+    if earlier is not None and earlier.get("args") != json.loads(json.dumps(m.get("args"))):
         n = (earlier.get("stats") or {}).get("num_images", "?")
         root["replaced"] = (f"the earlier data_gen output of {n} images there, made with other "
                             "arguments")
