@@ -105,6 +105,9 @@ def incompatible(a: SuiteResult, b: SuiteResult) -> list[str]:
     return [d for k in fa for d in field_diffs(k, fa[k], fb[k])]
 
 
+SHOWN = 4  # the differing facts an error lists before "and N more"
+
+
 def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: tuple[str, ...] = (),
                why: str = "the runs are not comparable") -> list[str]:
     """The facts that differ between two runs (``key: A -> B``), apart from ``ignore``.
@@ -115,7 +118,12 @@ def comparable(a: SuiteResult, b: SuiteResult, force: bool, ignore: tuple[str, .
     diff = [d for d in incompatible(a, b)
             if d.split(":", 1)[0].split(".", 1)[0] not in ignore]
     if diff and not force:
-        raise ValueError(f"{why} ({'; '.join(diff)}); use --force to compare them anyway")
+        data = [d for d in diff if d.startswith("data")]
+        if data:  # name the two datasets first: their statistics can differ in many fields
+            why += (f": another dataset (A: {a.setup.get('data')}, B: {b.setup.get('data')}, "
+                    f"{len(data)} of its facts differ)")
+        shown = diff[:SHOWN] + ([f"and {len(diff) - SHOWN} more"] if len(diff) > SHOWN else [])
+        raise ValueError(f"{why} ({'; '.join(shown)}); use --force to compare them anyway")
     return diff
 
 

@@ -224,6 +224,11 @@ def test_diff_of_runs_that_are_not_comparable_names_the_field_not_the_statistics
     err = one_line(capsys.readouterr().err)
     assert "data.num_images: 100 -> 200" in err
     assert "mean_width" not in err and "classes" not in err  # the fields that match stay out
+    assert "another dataset (A: " in err and "1 of its facts differ" in err
+    many = _suite(rows, dataset={f"fact{i}": i for i in range(7)})
+    assert diff.main([_write(tmp_path / "a", a), _write(tmp_path / "c", many)]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "and 6 more" in err and err.count("data.") == 4  # the first four, then a count
 
 
 def _good_doc() -> dict:
