@@ -412,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     gone = {x for x, _ in paired.refused} - used_a
     only = sorted(({v.label for v in a.variants} - used_a - gone)
                   | ({v.label for v in b.variants} - used_b - gone))
+    if field == METRIC and bool(a.ceiling) != bool(b.ceiling):  # --no-ceiling in one run
+        only.append(f"ceiling (only {'A' if a.ceiling else 'B'} timed it)")
     for name, run in (("A", a), ("B", b)):
         if _one_process(run):
             notes.append(f"{name} ran each variant's repeats in one process: its spread is "

@@ -68,6 +68,11 @@ def test_diff_gives_a_verdict_per_row(tmp_path, capsys):
     assert lines["dali"].endswith("faster") and " 1.120 " in lines["dali"]
     assert lines["ceiling"].endswith("no significant difference")
     assert "not in both runs: pinned" in out
+    from dataclasses import replace
+
+    replace(b, ceiling=None).dump(tmp_path / "b" / "results.json")  # B ran with --no-ceiling
+    assert diff.main([str(tmp_path / "a.json"), str(tmp_path / "b")]) == 0
+    assert "not in both runs: pinned, ceiling (only A timed it)" in capsys.readouterr().out
 
 
 def test_diff_refuses_runs_that_cannot_be_compared(tmp_path, capsys):
