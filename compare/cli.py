@@ -261,6 +261,7 @@ def outside_data(path: str | os.PathLike, data: str | os.PathLike, option: str,
         return
     real = Path(os.path.realpath(path))
     if real == folder or folder in real.parents:
-        raise ValueError(f"{option} {str(path)!r} is inside {data_option} {str(data)!r} "
-                         f"({folder}): what is written there would become part of the dataset; "
+        real_data = "" if str(folder) == str(data) else f" ({folder})"  # only when it adds
+        raise ValueError(f"{option} {str(path)!r} is inside {data_option} {str(data)!r}"
+                         f"{real_data}: what is written there would become part of the dataset; "
                          f"choose {option} outside it")

@@ -79,8 +79,12 @@ def test_out_inside_data_through_a_symlink_is_refused(data, tmp_path, capsys, no
     before = listing(data)
     assert compare_main.main(["--data", str(link), *FAST, "--backends", "pageable",
                               "--out", str(data / "class_0000" / "out")]) == 2
-    assert "is inside --data" in one_line(capsys.readouterr().err)
+    err = one_line(capsys.readouterr().err)
+    assert f"is inside --data '{link}' ({data.resolve()})" in err  # the real folder, named
     assert listing(data) == before
+    assert compare_main.main(["--data", str(data), *FAST, "--backends", "pageable",
+                              "--out", str(data / "out")]) == 2
+    assert f"is inside --data '{data}': what" in capsys.readouterr().err  # the path, once
 
 
 # -- class 6: files the run did not write -----------------------------------------------------
