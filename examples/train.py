@@ -165,7 +165,8 @@ def train(a, cuda: bool, ddp: bool) -> int:
             root=a.data, batch_size=(256 if cuda else 32) if a.batch_size is None else a.batch_size,
             augment=AugmentSpec(size=224), num_workers=a.workers, seed=a.seed,
             device="cuda" if cuda else "cpu", dtype="bfloat16" if cuda else "float32",
-            channels_last=cuda, last_batch="drop", on_bad_file=a.on_bad_file,
+            channels_last=cuda, on_bad_file=a.on_bad_file,
+            last_batch="drop",  # full batches only: an epoch counts fewer images than the set
             debug_indices=a.log_batches is not None)
         loader = create_loader(a.backend, cfg)
     except (ValueError, TypeError, ImportError) as e:  # the library's message, e.g.
