@@ -113,12 +113,10 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
             kw["help"] = argparse.SUPPRESS if lab else (short or kw.get("help"))
         p.add_argument(*names, **kw)
 
-    p.add_argument("--help-all", action=HelpAll,
-                   help="show every option, the lab ones included, and exit")
+    p.add_argument("--help-all", action=HelpAll, help="show every option, the lab ones included, and exit")
     add("--data", metavar="DIR",
         short="ImageFolder, file list or shards (default: generated)",
-        help="ImageFolder root, file list or tar shards (default: generate one into the "
-             "cache)")
+        help="ImageFolder root, file list or tar shards (default: generate one into the cache)")
     add("--num-images", type=int, default=None, metavar="N",
         help=f"size of the default generated dataset ({_auto('num_images')})")
     add("--backends", default=None, metavar="LIST",
@@ -126,24 +124,20 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
         help="comma list of dali,pinned,pageable (default: all available)")
     add("--preset", choices=PRESETS,
         short="seeds (the README's table) or large (big photos)",
-        help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned "
-             "torchvision, pinned scaled, dali; large: pageable, pinned, "
-             "pinned torchvision, dali, dali one pipeline, dali hw 0 (no hardware decoder) "
-             "on a "
-             "default set of 2000-4000 px photos, batch 64 with CUDA unless given "
-             "(restricted to --backends; not with --sweep)")
+        help="seeds: pageable, pin-only and pinned with the PIL decoder, pinned torchvision, pinned "
+             "scaled, dali; large: pageable, pinned, pinned torchvision, dali, dali one pipeline, dali "
+             "hw 0 (no hardware decoder) on a default set of 2000-4000 px photos, batch 64 with CUDA "
+             "unless given (restricted to --backends; not with --sweep)")
     add("--sweep", metavar="SPEC",
         short="every combination, e.g. 'num_workers=4,8 pin=on,off'",
-        help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 "
-             "pipelines=1,2'; ' | ' joins sweeps ('hw_decoder_load=0 run_on=off | "
-             "hw_decoder_load=1 pipelines=1,2': three variants). Keys: num_workers and the "
-             "fields of TorchOptions and DaliOptions; pin=on/off picks pinned/pageable. "
-             "A key runs only on the backends it applies to: the others run once, noted 'no effect on "
-             "<backend>'; a key that applies to no backend of the run is refused")
+        help="e.g. 'num_workers=0,4,8 pin=on,off' or 'hw_decoder_load=0,1 pipelines=1,2'; ' | ' joins "
+             "sweeps ('hw_decoder_load=0 run_on=off | hw_decoder_load=1 pipelines=1,2': three variants). "
+             "Keys: num_workers and the fields of TorchOptions and DaliOptions; pin=on/off picks "
+             "pinned/pageable. A key runs only on the backends it applies to: the others run once, noted "
+             "'no effect on <backend>'; a key that applies to no backend of the run is refused")
     add("--model", default=None,
         short=f"none, tinycnn, resnet50, ... or synthetic:<ms> ({_auto('model')})",
-        help="none, tinycnn, resnet18, resnet50, vit_b_16, vit_l_16 or synthetic:<ms> "
-             f"({_auto('model')})")
+        help=f"none, tinycnn, resnet18, resnet50, vit_b_16, vit_l_16 or synthetic:<ms> ({_auto('model')})")
     add("--batch-size", type=int, default=None, metavar="N", help=_auto("batch_size"))
     add("--image-size", type=int, default=224, metavar="PX", help="output side in pixels")
     add("--mode", choices=["train", "eval"], default="train",
@@ -152,8 +146,7 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
     add("--warmup", type=int, default=None, metavar="N", help=_auto("warmup"))
     add("--repeats", type=int, default=3, metavar="N", help="timed repeats per variant")
     add("--workers", type=int, default=None, metavar="N", help="default: cores - 2 (all on 2 or fewer)")
-    add("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
-        help=_auto("dtype"))
+    add("--dtype", choices=["float32", "bfloat16", "float16"], default=None, help=_auto("dtype"))
     add("--device", default=None, help=_auto("device"))
     add("--on-bad-file", choices=["error", "skip"], default="error",
         short="stop at an undecodable file, or skip (replace and count) it",
@@ -184,10 +177,9 @@ def build_parser(full: bool = False) -> argparse.ArgumentParser:
              "smoothing); labels become soft targets")
     add("--reference", action="store_true",
         short="add the plain ImageFolder+PIL and DALI reader rows",
-        help="add a row for each plain recipe: with a torch backend, "
-             "torchvision.datasets.ImageFolder + PIL + the same v2 transforms, a "
-             "DataLoader with no pinning and blocking copies, to check pageable "
-             "against it; with dali, DALI's file reader recipe (compare.reference)")
+        help="add a row for each plain recipe: with a torch backend, torchvision.datasets.ImageFolder + "
+             "PIL + the same v2 transforms, a DataLoader with no pinning and blocking copies, to check "
+             "pageable against it; with dali, DALI's file reader recipe (compare.reference)")
     add("--isolate", action=argparse.BooleanOptionalAction, default=None,
         short="each repeat in a fresh process (default: on with CUDA)",
         help="run each (variant, repeat) and each ceiling repeat in a fresh process, "

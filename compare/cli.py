@@ -47,8 +47,7 @@ def load_ref(ref: str, option: str):
             name = call.func.id
             kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
         except (SyntaxError, ValueError) as e:
-            raise ValueError(f"{option} {ref!r}: the call is not NAME(key=literal, ...) "
-                             f"({e})") from None
+            raise ValueError(f"{option} {ref!r}: the call is not NAME(key=literal, ...) ({e})") from None
     if not mod or not name:
         raise ValueError(f"{option} {ref!r} is not MODULE:NAME")
     try:
@@ -56,8 +55,7 @@ def load_ref(ref: str, option: str):
     except (ImportError, AttributeError, ValueError) as e:
         raise ValueError(f"{option} {ref!r} cannot be loaded ({e}); use MODULE:NAME") from None
     except Exception as e:  # noqa: BLE001 - the user's module raised on import: one line
-        raise ValueError(f"{option} {ref!r}: importing {mod} raised {type(e).__name__}: {e}"
-                         ) from None
+        raise ValueError(f"{option} {ref!r}: importing {mod} raised {type(e).__name__}: {e}") from None
     return obj, kwargs, called, name
 
 
@@ -127,13 +125,6 @@ def at_least(option: str, value: int, lo: int) -> int:
     return value
 
 
-def positive(option: str, value: float) -> float:
-    """``value`` if it is a finite number > 0, else ``ValueError`` naming ``option``."""
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"{option} {value} must be a number > 0")
-    return value
-
-
 def option_error(err: Exception, flags: Mapping[str, str] = FLAGS,
                  where: str = "") -> ValueError:
     """A ``LoaderConfig`` error prefixed by its option: ``"num_workers=-1 ..."`` ->
@@ -182,8 +173,7 @@ def parse_backends(spec: str, option: str = "--backends",
     avail = available_backends()
     missing = [b.value for b in out if b not in avail]
     if missing:
-        raise ValueError(f"{option} {','.join(missing)}: not installed here "
-                         "(pip install 'gpu-feed[dali]')")
+        raise ValueError(f"{option} {','.join(missing)}: not installed here (pip install 'gpu-feed[dali]')")
     return out
 
 
@@ -262,6 +252,5 @@ def outside_data(path: str | os.PathLike, data: str | os.PathLike, option: str,
     real = Path(os.path.realpath(path))
     if real == folder or folder in real.parents:
         real_data = "" if str(folder) == str(data) else f" ({folder})"  # only when it adds
-        raise ValueError(f"{option} {str(path)!r} is inside {data_option} {str(data)!r}"
-                         f"{real_data}: what is written there would become part of the dataset; "
-                         f"choose {option} outside it")
+        raise ValueError(f"{option} {str(path)!r} is inside {data_option} {str(data)!r}{real_data}: what "
+                         f"is written there would become part of the dataset; choose {option} outside it")

@@ -211,8 +211,7 @@ def judge(va, vb, metric: str = METRIC) -> Judgement:
     if abs(change) < min_effect:
         why = " (repeats in one process)" if min_effect != MIN_EFFECT else ""
         return Judgement(ratio, lo, hi, NO_DIFF,
-                         f"the change ({change:+.1%}) is under the {min_effect:.0%} minimum "
-                         f"effect{why}")
+                         f"the change ({change:+.1%}) is under the {min_effect:.0%} minimum effect{why}")
     if not (hi < 1 or lo > 1):
         return Judgement(ratio, lo, hi, NO_DIFF,
                          f"the {LEVEL:.0%} interval [{lo:.3f}, {hi:.3f}] includes 1")
@@ -428,8 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in notes:
         print(f"note: {n}")
     ci = f"{LEVEL:.0%} CI"
-    print(f"{'variant':28s} {'A ' + unit:>12s} {'B ' + unit:>12s} {'B/A':>7s}  "
-          f"{ci:16s}  verdict")
+    print(f"{'variant':28s} {'A ' + unit:>12s} {'B ' + unit:>12s} {'B/A':>7s}  {ci:16s}  verdict")
     for r in table:
         print(f"{r.label:28s} {r.a:12.1f} {r.b:12.1f} {r.ratio:7.3f}  {_ci(r):16s}  {r.verdict}")
     for r in table:

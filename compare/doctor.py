@@ -104,9 +104,8 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
         hw = HW_JPEG_DECODERS.get(tuple(cuda["cc"]))
         if hw:
             out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI's default "
-                        "hw_decoder_load (0.0; 0.5 on large photos) is best for training on an "
-                        "H200; use 1.0 when the loader alone is the job, or None to let it "
-                        "measure (DaliOptions)"))
+                        "hw_decoder_load (0.0; 0.5 on large photos) is best for training on an H200; use "
+                        "1.0 when the loader alone is the job, or None to let it measure (DaliOptions)"))
         else:
             out.append(("INFO", "JPEG hardware decoder", "none on this GPU: DALI decodes with "
                         "nvJPEG's CUDA path (hw_decoder_load has no effect)"))
@@ -145,8 +144,7 @@ def main(argv=None) -> int:
     """Print the report; the exit status is in the module docstring."""
     p = cli.Parser(prog="python -m compare doctor", description=__doc__)
     p.add_argument("--batch-size", type=int, default=None,
-                   help="samples per batch (default: python -m compare's, 256 with CUDA, 32 "
-                        "without)")
+                   help="samples per batch (default: python -m compare's, 256 with CUDA, 32 without)")
     p.add_argument("--workers", type=int, default=None, help="default: cores - 2 (all on 2 or fewer)")
     p.add_argument("--prefetch", type=int, default=2,
                    help="DataLoader batches per worker (TorchOptions.prefetch_factor)")

@@ -85,9 +85,8 @@ class Phases:
     close: float = 0.0   # the loader closed and the process ended
 
     def __str__(self) -> str:
-        return (f"{self.start + self.setup + self.timed + self.close:.0f} s: start "
-                f"{self.start:.1f}, setup {self.setup:.1f}, timed {self.timed:.1f}, close "
-                f"{self.close:.1f}")
+        return (f"{self.start + self.setup + self.timed + self.close:.0f} s: start {self.start:.1f}, "
+                f"setup {self.setup:.1f}, timed {self.timed:.1f}, close {self.close:.1f}")
 
 
 def timed_unit(job: Job, unit: Unit, phases: Phases | None = None):
@@ -235,8 +234,7 @@ def spawn(job: Job, unit: Unit, name: str
     try:
         while not parent.poll(0.5):
             if not p.is_alive() and not parent.poll(0.1):
-                raise UnitError(f"{name}: its process exited with code {p.exitcode} "
-                                "before sending a result")
+                raise UnitError(f"{name}: its process exited with code {p.exitcode} before sending a result")
         msg = parent.recv()
         if msg[0] == "error":
             raise UnitError(f"{name}: {msg[1]}", msg[2])
@@ -279,8 +277,7 @@ def run_all(job: Job, units: list[Unit], log: Callable[[str], None] = print,
                 out[i] = VariantResult(v.label, v.kind, dict(v.overrides), h2d,
                                        tuple(got[r] for r in sorted(got)), queue)
         c = reps.get((0, True))
-        ceiling = (VariantResult("ceiling", "none", {}, 0.0, tuple(c[r] for r in sorted(c)))
-                   if c else None)
+        ceiling = (VariantResult("ceiling", "none", {}, 0.0, tuple(c[r] for r in sorted(c))) if c else None)
         return out, ceiling
 
     from .progress import bar

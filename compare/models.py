@@ -104,8 +104,7 @@ class TrainStep:
             elif self.name.startswith(TIMM):
                 import timm
 
-                m = timm.create_model(self.name[len(TIMM):], pretrained=False,
-                                      num_classes=num_classes)
+                m = timm.create_model(self.name[len(TIMM):], pretrained=False, num_classes=num_classes)
             else:
                 import torchvision.models as tvm
 

@@ -50,8 +50,7 @@ def is_ours(path: Path) -> bool:
 def foreign(out: Path, names: Iterable[str] = SUITE_FILES) -> list[str]:
     """The ``names`` in ``out`` that exist and are not the suite's (``is_ours``)."""
     out = Path(out)
-    return [n for n in names if (out / n).exists() or (out / n).is_symlink()
-            if not is_ours(out / n)]
+    return [n for n in names if (out / n).exists() or (out / n).is_symlink() if not is_ours(out / n)]
 
 
 def check_out(out: Path, option: str = "--out", names: Iterable[str] = SUITE_FILES) -> None:

@@ -60,8 +60,7 @@ class ImageFolderReference(_Closing):
             raise ValueError("--reference has no MixUp/CutMix (the plain recipe mixes in the "
                              "training loop); drop --mix or --reference")
         cfg = cfg.resolved()
-        t = cfg.transform if cfg.transform is not None else cfg.augment.to_torchvision(
-            normalize=True)
+        t = cfg.transform if cfg.transform is not None else cfg.augment.to_torchvision(normalize=True)
         self.cfg = cfg
         self.device = cfg.torch_device if torch.cuda.is_available() else torch.device("cpu")
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -111,8 +110,7 @@ class DaliFileReaderReference(_Closing):
         @pipeline_def(batch_size=cfg.batch_size, num_threads=max(1, cfg.num_workers),
                       device_id=self.device_id, seed=cfg.seed)
         def recipe():
-            jpegs, labels = fn.readers.file(file_root=str(cfg.root), random_shuffle=True,
-                                            name="Reader")
+            jpegs, labels = fn.readers.file(file_root=str(cfg.root), random_shuffle=True, name="Reader")
             images = fn.decoders.image_random_crop(
                 jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
                 random_area=list(spec.scale), random_aspect_ratio=list(spec.ratio))

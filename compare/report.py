@@ -31,13 +31,7 @@ def _pm(v: VariantResult, metric: str, fmt="{:.1f}") -> str:
 
 
 CPU_ONLY = ("no GPU was timed: these are CPU numbers ({}GPU idle % is not measured), and they do "
-            "not predict GPU ones")
-
-
-def cpu_only(res: SuiteResult) -> str:
-    """``CPU_ONLY`` for ``res``, naming DALI's CPU operators only where a DALI row ran."""
-    dali = any(v.backend == "dali" for v in res.variants)
-    return CPU_ONLY.format("DALI ran its CPU operators, " if dali else "")
+            "not predict GPU ones")  # {}: DALI's CPU operators, where a DALI row ran
 
 
 def rows(res: SuiteResult) -> list[list[str]]:
@@ -64,12 +58,12 @@ def rows(res: SuiteResult) -> list[list[str]]:
 
 
 def warnings_for(res: SuiteResult) -> list[str]:
-    w = [] if res.on_gpu or not res.variants else [cpu_only(res)]
+    dali = "DALI ran its CPU operators, " if any(v.backend == "dali" for v in res.variants) else ""
+    w = [] if res.on_gpu or not res.variants else [CPU_ONLY.format(dali)]
     for v in res.variants + ((res.ceiling,) if res.ceiling else ()):
         if v.noisy():
-            w.append(f"{v.label}: samples/s spread {v.spread('samples_per_s'):.1f} is >= "
-                     f"{SPREAD_WARN:.0%} of the median {v.median('samples_per_s'):.1f}; "
-                     "differences of that size are noise")
+            w.append(f"{v.label}: samples/s spread {v.spread('samples_per_s'):.1f} is >= {SPREAD_WARN:.0%} "
+                     f"of the median {v.median('samples_per_s'):.1f}; differences of that size are noise")
     steps, s = res.setup.get("steps"), res.setup
     for v in res.variants:
         timed = max((r.steps or 0 for r in v.repeats), default=0) or steps
@@ -142,8 +136,7 @@ def verdict_lines(res: SuiteResult) -> list[str]:
     if not res.on_gpu and res.variants:
         tail.append("CPU numbers, which do not predict GPU ones")
     if not ranked:
-        return ["Verdict: no backend row has a rate yet."] + (
-            [f"({'; '.join(tail)}.)"] if tail else [])
+        return ["Verdict: no backend row has a rate yet."] + ([f"({'; '.join(tail)}.)"] if tail else [])
     best = ranked[0]
     b = rate(best, metric)
     facts = [f"{b:.1f} {unit}"]
@@ -173,8 +166,7 @@ def verdict_lines(res: SuiteResult) -> list[str]:
         ru = ranked[1]
         r = rate(ru, metric)
         gap = b - r
-        head = (f"Runner-up {res.row_label(ru)}, {r:.1f} {unit}, is {100 * gap / b:.1f}% "
-                "slower")
+        head = (f"Runner-up {res.row_label(ru)}, {r:.1f} {unit}, is {100 * gap / b:.1f}% slower")
         floor = noise(best, ru)
         if floor is None:
             second.append(f"{head}; with one repeat there is no spread to tell noise by.")
@@ -198,8 +190,7 @@ def verdict_lines(res: SuiteResult) -> list[str]:
     return lines
 
 
-RANK_COLUMNS = ("backend", "rank", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms",
-                "GPU idle %")
+RANK_COLUMNS = ("backend", "rank", "samples/s", "loader img/s", "wait p50 ms", "wait p95 ms", "GPU idle %")
 
 
 def rank_rows(res: SuiteResult) -> list[list[str]]:
@@ -250,11 +241,10 @@ def below_training_lines(res: SuiteResult) -> list[str]:
             ramp = (f"; the loader-only window's last stretch ran "
                     f"{statistics.median(b / a for a, b in halves):.2f}x its first at the median"
                     if halves and all(a > 0 for a, _ in halves) else "")
-            out.append(f"{v.label}: its loader-only rate was below its training rate in every "
-                       f"repeat ({ratio:.2f}x at the median), which a steady loader cannot do: "
-                       "one of the two windows missed the steady state (a start-up transient "
-                       "in the loader-only window, or batches made before the training "
-                       f"window's clock){ramp}")
+            out.append(f"{v.label}: its loader-only rate was below its training rate in every repeat "
+                       f"({ratio:.2f}x at the median), which a steady loader cannot do: one of the two "
+                       "windows missed the steady state (a start-up transient in the loader-only window, "
+                       f"or batches made before the training window's clock){ramp}")
     return out
 
 
@@ -297,8 +287,7 @@ def step_slowdown(res: SuiteResult, v: VariantResult) -> float | None:
     with a ceiling, else ``None``: above 0, the loader's GPU work shared the device."""
     if not res.on_gpu or res.ceiling is None:
         return None
-    c, r, idle = (res.ceiling.median("samples_per_s"), v.median("samples_per_s"),
-                  v.median("idle_pct"))
+    c, r, idle = (res.ceiling.median("samples_per_s"), v.median("samples_per_s"), v.median("idle_pct"))
     if not (c > 0 and r > 0 and math.isfinite(idle)):
         return None
     return (1 - idle / 100) * c / r - 1
@@ -310,8 +299,7 @@ def contention_lines(res: SuiteResult) -> list[str]:
     for v in res.variants:
         d = step_slowdown(res, v)
         if d is not None and d >= SLOWER_STEP:
-            out.append(f"{res.row_label(v)}: the step took {100 * d:.1f}% longer than on "
-                       "resident batches")
+            out.append(f"{res.row_label(v)}: the step took {100 * d:.1f}% longer than on resident batches")
     return out
 
 
@@ -330,15 +318,13 @@ def research_lines(res: SuiteResult) -> list[str]:
     s = res.setup
     lines: list[str] = []
     if s.get("isolate") and s.get("order"):
-        lines += [f"**Order of the repeats** (seed {s.get('order_seed')}): "
-                  f"{', '.join(s['order'])}.", ""]
+        lines += [f"**Order of the repeats** (seed {s.get('order_seed')}): {', '.join(s['order'])}.", ""]
     within = [(v.label, v.spread("samples_per_s"), gap) for v in res.variants
               if (gap := v.within_spread()) is not None]
     if within:
-        lines += ["**Spreads of samples/s**: across repeats (max - min), and within one process "
-                  "(the median gap between the two halves of a repeat's window). `compare diff` "
-                  "and the verdict take the larger as their noise floor, the gap first scaled "
-                  "to a range over the repeats.", "",
+        lines += ["**Spreads of samples/s**: across repeats (max - min), and within one process (the median "
+                  "gap between the two halves of a repeat's window). `compare diff` and the verdict take "
+                  "the larger as their noise floor, the gap first scaled to a range over the repeats.", "",
                   "| backend | across repeats | within a window |", "|---|---|---|"]
         lines += [f"| {label} | {a:.1f} | {w:.1f} |" for label, a, w in within]
         lines += [""]
@@ -362,7 +348,7 @@ def details_lines(res: SuiteResult) -> list[str]:
 def _steps_run(res: SuiteResult) -> str:
     """``": N here"`` or ``": LO-HI here"``: the timed steps the repeats ran (none: "")."""
     n = sorted({r.steps for v in res.variants for r in v.repeats if r.steps})
-    return "" if not n else f": {n[0]} here" if len(n) == 1 else f": {n[0]}-{n[-1]} here"
+    return "" if not n else f": {n[0]}{'' if len(n) == 1 else f'-{n[-1]}'} here"
 
 
 def markdown(res: SuiteResult, details: bool = False) -> str:
@@ -371,10 +357,9 @@ def markdown(res: SuiteResult, details: bool = False) -> str:
     e = res.env
     w = warnings_for(res)
     world = s.get("world_size") or 1
-    job = (f"- torchrun job: {world} ranks on {s.get('nodes', 1)} node(s), "
-           f"{s.get('local_world_size', 1)} per node; DDP model step; batch and workers are per "
-           "rank; samples/s and loader img/s are the job's (sum over ranks), waits and idle % "
-           "the ranks' mean" if world > 1 else None)
+    job = (f"- torchrun job: {world} ranks on {s.get('nodes', 1)} node(s), {s.get('local_world_size', 1)} "
+           "per node; DDP model step; batch and workers are per rank; samples/s and loader img/s are the "
+           "job's (sum over ranks), waits and idle % the ranks' mean" if world > 1 else None)
     lines = [
         "# gpu-feed comparison",
         "",
@@ -390,8 +375,7 @@ def markdown(res: SuiteResult, details: bool = False) -> str:
         + f", batch {s.get('batch_size')}, {s.get('steps')} timed steps"
         + (f" (at least {FIT_QUEUES}x each loader's queue{_steps_run(res)})"
            if s.get("fit_queue") else "")
-        + " after "
-        f"{s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
+        + f" after {s.get('warmup')} warm-up, {s.get('repeats')} repeats, dtype {s.get('dtype')}, "
         f"channels_last {s.get('channels_last')}, workers {s.get('workers')}",
         f"- augmentation: {s.get('augment')}",
         *([job] if job else []),
@@ -437,8 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                "what this version of the report says.")
     p.add_argument("results", metavar="RESULTS.json",
                    help="a results.json written by python -m compare, or the folder holding it")
-    p.add_argument("--out", metavar="FILE", default=None,
-                   help="write the summary here (default: print it)")
+    p.add_argument("--out", metavar="FILE", default=None, help="write the summary here (default: print it)")
     p.add_argument("--details", action="store_true",
                    help="add the research sections (spreads, windows, the probes' sections)")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))

@@ -157,8 +157,7 @@ class SuiteResult:
         def row(v):
             return None if v is None else {**asdict(v), "repeats": [r.to_dict() for r in v.repeats]}
 
-        return {**asdict(self), "ceiling": row(self.ceiling),
-                "variants": [row(v) for v in self.variants]}
+        return {**asdict(self), "ceiling": row(self.ceiling), "variants": [row(v) for v in self.variants]}
 
     def dump(self, path: str | Path) -> None:
         """Write strict JSON (NaN as ``null``) atomically, through a sibling file."""

@@ -220,8 +220,7 @@ def run_variant(v: Variant, base: LoaderConfig, step: Callable, *, steps: int, w
                               probes=probes, unit=v.label, first_repeat=r == 0)
             reps.append(with_decoder(got, loader))
             progress.update(1)
-            say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}",
-                       gpu=device.type == "cuda")
+            say_repeat(log, v.label, reps[-1], f"repeat {r + 1}/{repeats}", gpu=device.type == "cuda")
         progress.close()
         h2d = loader.h2d_bytes_per_sample()
         if capture is not None:

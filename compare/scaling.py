@@ -18,8 +18,7 @@ from .results import SuiteResult, VariantResult
 
 PROG = "python -m compare scaling"
 METRIC = "samples_per_s"
-COLUMNS = ("variant", "ONE samples/s", "MANY samples/s", "MANY per rank", "speed-up",
-           "efficiency %")
+COLUMNS = ("variant", "ONE samples/s", "MANY samples/s", "MANY per rank", "speed-up", "efficiency %")
 
 
 def world(r: SuiteResult) -> int:
@@ -49,10 +48,9 @@ def rows(one: SuiteResult, many: SuiteResult) -> list[list[str]]:
 
 
 def render(one: SuiteResult, many: SuiteResult, body: list[list[str]]) -> str:
-    head = (f"ONE: {world(one)} rank(s), MANY: {world(many)} ranks "
-            f"({many.setup.get('nodes', 1)} node(s)); model {many.setup.get('model')}, batch "
-            f"{many.setup.get('batch_size')} per rank, workers {one.setup.get('workers')} -> "
-            f"{many.setup.get('workers')} per rank")
+    head = (f"ONE: {world(one)} rank(s), MANY: {world(many)} ranks ({many.setup.get('nodes', 1)} "
+            f"node(s)); model {many.setup.get('model')}, batch {many.setup.get('batch_size')} per rank, "
+            f"workers {one.setup.get('workers')} -> {many.setup.get('workers')} per rank")
     return f"{head}\n\n{grid(COLUMNS, body)}"
 
 
@@ -60,9 +58,8 @@ def markdown(one: SuiteResult, many: SuiteResult, body: list[list[str]], a: str,
     return "\n".join([
         "# gpu-feed scaling", "", f"- ONE: `{a}` ({world(one)} rank(s))",
         f"- MANY: `{b}` ({world(many)} ranks, {many.setup.get('nodes', 1)} node(s))",
-        f"- model {many.setup.get('model')}, batch {many.setup.get('batch_size')} per rank, "
-        f"workers per rank {one.setup.get('workers')} (ONE) and {many.setup.get('workers')} "
-        "(MANY)",
+        f"- model {many.setup.get('model')}, batch {many.setup.get('batch_size')} per rank, workers per "
+        f"rank {one.setup.get('workers')} (ONE) and {many.setup.get('workers')} (MANY)",
         "- speed-up = MANY / ONE samples/s (the jobs' totals); efficiency = speed-up / rank "
         "ratio = MANY per rank / ONE per rank; [low, high] from the repeats' extremes", "",
         md_table(COLUMNS, body)])

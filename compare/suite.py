@@ -240,10 +240,9 @@ def short_epochs(n: int, variants: list[Variant], configs: list[LoaderConfig]) -
                         world_size=cfg.world_size)
         if 0 < k < cfg.num_workers:  # no batch at all: check_dataset refuses it
             need = cfg.num_workers * cfg.batch_size * cfg.world_size
-            out.append(f"{v.label}: an epoch of {n} images is {k} batches of {cfg.batch_size}, "
-                       f"fewer than its {cfg.num_workers} workers, so it times epoch starts "
-                       f"more than decoding; use at least {need} images or a smaller "
-                       "--batch-size")
+            out.append(f"{v.label}: an epoch of {n} images is {k} batches of {cfg.batch_size}, fewer "
+                       f"than its {cfg.num_workers} workers, so it times epoch starts more than "
+                       f"decoding; use at least {need} images or a smaller --batch-size")
     return out
 
 
@@ -413,12 +412,10 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
                 pass
         return cli.fail(PROG, why + where, code)
 
-    ranks = (f" on each of {job.world} rank{'s' if job.world > 1 else ''} (DDP)" if job.group
-             else "")
+    ranks = (f" on each of {job.world} rank{'s' if job.world > 1 else ''} (DDP)" if job.group else "")
     what = f"step {a.step}" if getattr(a, "step", None) else f"model {a.model}"
-    log(f"running {len(p.variants)} variants x {a.repeats} repeats, {what}, "
-        f"batch {a.batch_size}, {a.steps} steps"
-        f"{f' (or {FIT_QUEUES}x the loader queue, if more)' if setup['fit_queue'] else ''} "
+    log(f"running {len(p.variants)} variants x {a.repeats} repeats, {what}, batch {a.batch_size}, {a.steps} "
+        f"steps{f' (or {FIT_QUEUES}x the loader queue, if more)' if setup['fit_queue'] else ''} "
         f"(+{a.warmup} warm-up), workers {base.num_workers}{ranks}")
     t0 = time.perf_counter()
     stage = "setup"
@@ -456,8 +453,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
             stage = "the isolated repeats"
             isolate.run_all(work, units, log=log, done=done, resumed=prior)
         else:
-            setup["order"] = [f"{v.label} #{r + 1}" for v in p.variants
-                              for r in range(a.repeats)]
+            setup["order"] = [f"{v.label} #{r + 1}" for v in p.variants for r in range(a.repeats)]
             for v in p.variants:
                 stage = _where(v)
                 want = None if (captured or a.no_ceiling or a.model == "none") else captured

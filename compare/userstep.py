@@ -17,11 +17,9 @@ def load_step(ref: str) -> Callable:
         try:
             obj = obj(**kwargs)
         except Exception as e:  # noqa: BLE001 - the user's factory raised: one line naming it
-            raise ValueError(f"--step {ref!r}: calling {name} failed "
-                             f"({type(e).__name__}: {e})") from None
+            raise ValueError(f"--step {ref!r}: calling {name} failed ({type(e).__name__}: {e})") from None
     if not callable(obj):
-        raise ValueError(f"--step {ref!r} is a {type(obj).__name__}, not a callable "
-                         "step(images, labels)")
+        raise ValueError(f"--step {ref!r} is a {type(obj).__name__}, not a callable step(images, labels)")
     try:
         inspect.signature(obj).bind(None, None)
     except TypeError:

@@ -214,8 +214,7 @@ def parse_sweep(spec: str, backends: Sequence[Backend], *, chosen: bool = False,
     out = []
     for b in backs:
         mine = [k for k in names if honours(b, k)]
-        idle = [k for k in names if k not in mine] + (["pin"] if pins and b not in PIN.values()
-                                                       else [])
+        idle = [k for k in names if k not in mine] + (["pin"] if pins and b not in PIN.values() else [])
         if idle:
             note(f"--sweep {', '.join(idle)}: no effect on {b.value}; it runs once")
         for combo in itertools.product(*(axes[k] for k in mine)):

@@ -90,5 +90,4 @@ class Active:
         return {k: v for g in got for k, v in g.items()} if got else None
 
     def after_windows(self, rerun: Callable[[], Any], unit: str, first: bool) -> dict[str, Any]:
-        return {k: v for p, s in self._each()
-                for k, v in p.after_windows(s, rerun, unit, first).items()}
+        return {k: v for p, s in self._each() for k, v in p.after_windows(s, rerun, unit, first).items()}

@@ -121,8 +121,7 @@ def _evictor(root: str):
     from pipelines.sources.root import SourceKind, open_source, source_kind
     from pipelines.sources.shards import shard_paths
 
-    files = (shard_paths(root) if source_kind(root) is SourceKind.SHARDS
-             else open_source(root).names)
+    files = (shard_paths(root) if source_kind(root) is SourceKind.SHARDS else open_source(root).names)
     return functools.partial(evict, [str(p) for p in files])
 
 
