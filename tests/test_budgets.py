@@ -1,8 +1,9 @@
 """Budgets that keep the README a guide and docs/results an index (issue 42).
 
 The README stays at most 250 lines, without commit hashes or CI timings; docs/results stays at
-most 1 MB with one short README per machine; and every relative link in the README and under
-docs/ resolves, anchors included. Each test names what to do when it fails.
+most 1 MB with one short README per machine; the installed ``compare`` package stays at most 5,000
+lines; and every relative link in the README and under docs/ resolves, anchors included. Each test
+names what to do when it fails.
 """
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ README_MAX_LINES = 250
 RESULTS_MAX_BYTES = 1024 * 1024  # `du -s --apparent-size` of docs/results, in bytes
 MACHINE_README_MAX_LINES = 100
 RESULTS_INDEX_MAX_LINES = 40
+COMPARE_MAX_LINES = 5000  # every line of compare/**/*.py (the suite, smaller than the library)
 DIR_BYTES = 4096  # what a directory adds to `du --apparent-size` on ext4, counted the same everywhere
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
@@ -178,3 +180,10 @@ def test_the_link_check_tells_a_broken_link(tmp_path, target, ok):
     page.write_text(f"# Top\n\n[x]({target})\n")
     assert _links(page) == [target]
     assert (_broken(page, target) is None) is ok
+
+
+def test_the_compare_package_is_at_most_5000_lines():
+    n = sum(len(p.read_text().splitlines()) for p in (ROOT / "compare").rglob("*.py"))
+    assert n <= COMPARE_MAX_LINES, (
+        f"compare/ has {n} lines of Python (budget {COMPARE_MAX_LINES}): move a developer tool to "
+        "tools/, or fold a probe's code into its one file under compare/probes/")
