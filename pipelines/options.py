@@ -277,12 +277,13 @@ class DaliOptions(Options):
             return self.reader_threads
         return min(8, max(2, num_workers // 2))
 
-    def load_for(self, large_photos: bool = False) -> float | None:
-        """``hw_decoder_load``, or its default (``"auto"``) on a dataset that is (or is not)
-        of ``large_photos`` decoded by nvJPEG: ``LARGE_PHOTO_HW_LOAD`` or 0.0."""
+    def load_for(self, large_on_hw: bool = False) -> float | None:
+        """``hw_decoder_load``, or its default (``"auto"``): ``LARGE_PHOTO_HW_LOAD`` when
+        ``large_on_hw`` (nvJPEG decodes large photos on a GPU with the hardware decoder), else
+        0.0."""
         if self.hw_decoder_load != "auto":
             return self.hw_decoder_load
-        return LARGE_PHOTO_HW_LOAD if large_photos else 0.0
+        return LARGE_PHOTO_HW_LOAD if large_on_hw else 0.0
 
     def lanes_for(self, conditional: bool, num_workers: int, large_photos: bool = False,
                   batches: int | None = None) -> int:
