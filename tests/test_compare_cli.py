@@ -117,13 +117,15 @@ def test_microbench_early_exit_times_both_epoch_starts(tiny_root, capsys):
     assert 0 < r["after_break_at_batch_1_s"] < 60 and 0 < r["after_whole_epoch_s"] < 60
 
 
-def test_microbench_cpu_scaling_runs_one_process_per_core(tiny_root, capsys):
+@pytest.mark.parametrize("decoder", ["torchvision", "scaled", "eighth"])
+def test_microbench_cpu_scaling_runs_one_process_per_core(tiny_root, capsys, decoder):
     from tools.microbench import main as mb
 
     assert mb(["cpu-scaling", "--data", str(tiny_root), "--processes", "1",
-               "--seconds", "0.5", "--images", "4"]) == 0
+               "--seconds", "0.5", "--images", "4", "--decoder", decoder]) == 0
     r = json.loads(capsys.readouterr().out)
     (row,) = r["rows"]
+    assert r["decoder"] == decoder
     assert row["processes"] == 1 and row["img_per_s"] > 0 and row["per_process_vs_first"] == 1.0
 
 

@@ -388,3 +388,4 @@ def test_dali_large_tool_reports_each_config(tiny_root, capsys):
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [r["pipelines"] for r in lines] == [1, 2]
     assert all(r["median"] > 0 and len(r["rates"]) == 1 for r in lines)
+    assert all(r["cpu_per_s"] > 0 and r["span"][0] < r["span"][1] for r in lines)

@@ -29,9 +29,12 @@ behind design choices quoted in the README and docstrings (single thread, median
   webdataset`` for its row.
 * ``cpu-scaling``: the host's decode capacity against the cores used: for each count P of
   ``--processes``, P processes, each bound to one of the first P usable cores, decode +
-  RandomResizedCrop + flip (``torchvision.io``, as a ``pinned`` worker does) the first
-  ``--images`` files in a loop for ``--seconds``; total img/s, per process, and the per-process
-  rate against the smallest P's. Per-process rates that fall as P grows mean the cores are not
+  RandomResizedCrop + flip the first ``--images`` files in a loop for ``--seconds``; total
+  img/s, per process, and the per-process rate against the smallest P's. ``--decoder``:
+  ``torchvision`` (``torchvision.io``, as a ``pinned`` worker decodes small photos), ``scaled``
+  (``pinned``'s scaled decode, its choice for large photos) or ``eighth`` (each file at 1/8
+  scale and nothing else: the most any DCT-scaled decode of the whole file gets from the host).
+  Per-process rates that fall as P grows mean the cores are not
   independent (SMT siblings on the host, shared caches or memory bandwidth), so half of the
   cores is more than half of the host.
 * ``host-probe``: the host CPU probe (``tools.hostprobe.probe_ms``, one core
@@ -321,16 +324,20 @@ def shard_read(data: str, repeats: int) -> dict:
     return out
 
 
-def _decode_for(cpu: int, paths, seconds: float, start, out) -> None:
+def _decode_for(cpu: int, paths, seconds: float, start, out, decoder: str = "torchvision") -> None:
     import os
 
     from torchvision.transforms import v2
 
     from pipelines.torch_backend.dataset import decode_rgb
+    from pipelines.torch_backend.decode import reduced_decode, scaled_crop
 
     os.sched_setaffinity(0, {cpu})
     torch.set_num_threads(1)
-    rrc = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
+    crop, flip = v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()
+    one = {"torchvision": lambda b: flip(crop(decode_rgb(b))),
+           "scaled": lambda b: flip(scaled_crop(b, crop) or crop(decode_rgb(b))),
+           "eighth": lambda b: reduced_decode(b, 8)}[decoder]
     blobs = []
     for p in paths:
         with open(p, "rb") as f:
@@ -338,12 +345,12 @@ def _decode_for(cpu: int, paths, seconds: float, start, out) -> None:
     start.wait()
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        rrc(decode_rgb(blobs[n % len(blobs)]))
+        one(blobs[n % len(blobs)])
         n += 1
     out.put(n / (time.perf_counter() - t0))
 
 
-def cpu_scaling(paths, processes, seconds: float) -> dict:
+def cpu_scaling(paths, processes, seconds: float, decoder: str = "torchvision") -> dict:
     import multiprocessing as mp
     import os
 
@@ -355,7 +362,7 @@ def cpu_scaling(paths, processes, seconds: float) -> dict:
     rows = []
     for count in processes:
         start, out = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_decode_for, args=(cores[i], paths, seconds, start, out))
+        procs = [ctx.Process(target=_decode_for, args=(cores[i], paths, seconds, start, out, decoder))
                  for i in range(count)]
         for pr in procs:
             pr.start()
@@ -370,7 +377,7 @@ def cpu_scaling(paths, processes, seconds: float) -> dict:
     base = rows[0]["per_process"]
     for r in rows:
         r["per_process_vs_first"] = round(r["per_process"] / base, 3)
-    return {"cores": cores, "rows": rows}
+    return {"decoder": decoder, "cores": cores, "rows": rows}
 
 
 def _spin(stop, cpu: int) -> None:
@@ -471,6 +478,8 @@ def main(argv=None) -> int:
     p.add_argument("--busy", default="0,1,2,4",
                    help="host-probe: counts of spinning processes beside the probe")
     p.add_argument("--seconds", type=float, default=5.0, help="cpu-scaling: seconds per count")
+    p.add_argument("--decoder", choices=["torchvision", "scaled", "eighth"], default="torchvision",
+                   help="cpu-scaling: what each process runs per image (module doc)")
     p.add_argument("--mode", choices=["train", "eval"], default="train",
                    help="decode: RandomResizedCrop(224) + flip (train) or Resize(256) + "
                         "CenterCrop(224) (eval)")
@@ -489,7 +498,7 @@ def main(argv=None) -> int:
             if not a.data:
                 raise ValueError("--data DIR is needed by cpu-scaling")
             paths = cli.list_dataset(a.data)[0][: a.images]
-            res = cpu_scaling(paths, procs, a.seconds)
+            res = cpu_scaling(paths, procs, a.seconds, a.decoder)
         except ValueError as e:
             return cli.fail(PROG, e)
         print(json.dumps({"what": "cpu-scaling", "images": len(paths), "seconds": a.seconds,
