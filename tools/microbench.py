@@ -34,9 +34,9 @@ behind design choices quoted in the README and docstrings (single thread, median
   ``torchvision`` (``torchvision.io``, as a ``pinned`` worker decodes small photos), ``scaled``
   (``pinned``'s scaled decode, its choice for large photos) or ``eighth`` (each file at 1/8
   scale and nothing else: the most any DCT-scaled decode of the whole file gets from the host).
-  Per-process rates that fall as P grows mean the cores are not
-  independent (SMT siblings on the host, shared caches or memory bandwidth), so half of the
-  cores is more than half of the host.
+  Per-process rates that fall as P grows mean the cores are not independent (SMT siblings on
+  the host, shared caches or memory bandwidth), so half of the cores is more than half of the
+  host.
 * ``host-probe``: the host CPU probe (``tools.hostprobe.probe_ms``, one core
   decoding a fixed JPEG with PIL) on one core shared with each count of ``--busy`` processes
   that spin there: median and range of ``--repeats`` probes per count, and the median against
