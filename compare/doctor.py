@@ -103,9 +103,9 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
 
         hw = HW_JPEG_DECODERS.get(tuple(cuda["cc"]))
         if hw:
-            out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI's default "
-                        "hw_decoder_load (0.0; 0.5 on large photos) is best for training on an H200; use "
-                        "1.0 when the loader alone is the job, or None to let it measure (DaliOptions)"))
+            out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI's defaults "
+                        "tune hw_decoder_load and pipelines on your loop; a number pins one "
+                        "(DaliOptions; the suite's summary prints the tuner's choice)"))
         else:
             out.append(("INFO", "JPEG hardware decoder", "none on this GPU: DALI decodes with "
                         "nvJPEG's CUDA path (hw_decoder_load has no effect)"))

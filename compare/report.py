@@ -271,7 +271,7 @@ def window_lines(res: SuiteResult) -> list[str]:
         cal = [f"{r.calibration[-1]} after {len(r.calibration)} decision(s)"
                for r in v.repeats if r.calibration]
         if cal:
-            line += "; calibration's last choice per repeat: " + " | ".join(cal)
+            line += "; DALI tuner's last choice per repeat: " + " | ".join(cal)
         extra = [r.settle_batches for r in v.repeats if r.settle_batches is not None]
         if extra:
             stuck = sum(r.settled is False for r in v.repeats)

@@ -201,32 +201,34 @@ class DaliOptions(Options):
         reader_threads: threads that list and check the files of the next batches before DALI
             reads them. ``None``: ``min(8, max(2, num_workers // 2))``.
         hw_decoder_load: share of the JPEGs sent to the GPU's hardware JPEG decoder (0..1),
-            where the GPU has one. On the H200 0.0 suits training and 1.0 loader-bound work
-            (light models, evaluation): docs/results/h200/dali-hw-table-train and
-            dali-hw-table-loader. ``"auto"`` (default): ``LARGE_PHOTO_HW_LOAD`` when nvJPEG
-            decodes a dataset of large photos, where it was faster in training too, else 0.0
-            (NOTE [large photos] in ``pipelines/dali/loader.py``). Above 0, a DALI batch is
-            not ready until the GPU work queued before it, the consumer's step included, has
-            finished, on any stream: what the default dataset's training loses
-            (docs/investigations/dali-hardware-decoder.md).
-            ``None``: chosen between the two by measuring the consumer's own loop on the
-            first batches, and again when the loop's pace changes, with the choice cached per
-            machine (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
-            ``calibrator.decisions`` say what it chose). Not the default: a switch changes
-            which pipelines draw the crops, so a resumed run repeats the saved run's crops only
-            until either run switches (what it cost and bought on the H200:
-            docs/investigations/dali-hardware-decoder.md). CPU operators ignore it, and a GPU
-            without the hardware decoder (``pipelines.device.HW_JPEG_DECODERS``) has nothing to
-            choose: both run at 0.0.
+            where the GPU has one (``pipelines.device.HW_JPEG_DECODERS``). Above 0, a DALI
+            batch is not ready until the GPU work queued before it, the consumer's step
+            included, has finished, on any stream: it speeds up loader-bound work and can slow
+            a heavy model's training (docs/investigations/dali-hardware-decoder.md).
+            ``"auto"`` (default): tuned where it can be; ``None``: tuned, and an error with
+            ``decode_on="cpu"``, which has no share to tune. On a GPU with the hardware decoder the
+            loader times the consumer's own loop on the first batches, tries the shares and
+            pipeline counts of ``pipelines.dali.calibrate.GRID``, keeps the fastest, decides
+            again when the loop's pace changes, and caches the choice per machine, data and
+            step time (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
+            ``tuning`` says whether it tunes, ``setting`` what runs now and
+            ``calibrator.decisions`` what it tried and chose). No setting changes a sample,
+            so tuning costs no reproducibility. It starts at the rule: ``LARGE_PHOTO_HW_LOAD``
+            when nvJPEG decodes a dataset of large photos, else 0.0 (NOTE [large photos] in
+            ``pipelines/dali/loader.py``), where it stays elsewhere (CPU operators, a GPU
+            without the hardware decoder, ``decode_on="cpu"``). A number pins the share.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
             order. The draws are the same whatever the count (they are made on the host per
-            sample). Must be ``<= num_workers``. ``None`` (default): up to ``LARGE_PHOTO_LANES``
-            when nvJPEG decodes a dataset of large photos, with ``LANE_BATCHES`` batches of an
-            epoch or more for each (NOTE [large photos] in ``pipelines/dali/loader.py``);
-            else 2 when the augmentation runs with conditional execution (the AutoAugment
-            family, ``RandomApply``, ``RandomChoice``) and there are 2 threads or more, else 1:
-            one pipeline's executor caps such a graph (docs/results/h200/README.md, ta-wide-mix).
+            sample). Must be ``<= num_workers``. ``None`` (default): tuned on a GPU, with the
+            share (above), among counts up to ``num_workers``; it starts at, and on CPU
+            operators stays at, the rule: up to ``LARGE_PHOTO_LANES`` when nvJPEG decodes a
+            dataset of large photos, with ``LANE_BATCHES`` batches of an epoch or more for
+            each (NOTE [large photos] in ``pipelines/dali/loader.py``); else 2 when the
+            augmentation runs with conditional execution (the AutoAugment family,
+            ``RandomApply``, ``RandomChoice``) and there are 2 threads or more, else 1: one
+            pipeline's executor caps such a graph (docs/results/h200/README.md, ta-wide-mix).
+            A number pins the count.
         use_mmap: read files by mapping them (``fn.io.file.read``'s default) instead of
             ``read()``. Default off: see docs/results/h200/dali-io-probe.
         device_memory_padding, host_memory_padding: nvJPEG buffer padding in bytes.
@@ -278,9 +280,9 @@ class DaliOptions(Options):
         return min(8, max(2, num_workers // 2))
 
     def load_for(self, large_on_hw: bool = False) -> float | None:
-        """``hw_decoder_load``, or its default (``"auto"``): ``LARGE_PHOTO_HW_LOAD`` when
-        ``large_on_hw`` (nvJPEG decodes large photos on a GPU with the hardware decoder), else
-        0.0."""
+        """``hw_decoder_load``, or the rule for ``"auto"``, where the tuner starts:
+        ``LARGE_PHOTO_HW_LOAD`` when ``large_on_hw`` (nvJPEG decodes large photos on a GPU with
+        the hardware decoder), else 0.0."""
         if self.hw_decoder_load != "auto":
             return self.hw_decoder_load
         return LARGE_PHOTO_HW_LOAD if large_on_hw else 0.0
@@ -301,9 +303,8 @@ class DaliOptions(Options):
         """The rules that involve the ``LoaderConfig`` (raised when the loader is built)."""
         if self.decode_on is DecodeOn.CPU and self.hw_decoder_load not in (0.0, "auto"):
             raise ValueError(f"hw_decoder_load={self.hw_decoder_load!r} is the hardware "
-                             "decoder's share (None: chosen by measurement), which "
-                             "decode_on='cpu' does not use; leave it at 0 or use "
-                             "decode_on='gpu'")
+                             "decoder's share (None: tuned), which decode_on='cpu' does not "
+                             "use; leave it at 0 or its default, or use decode_on='gpu'")
         if num_workers and self.pipelines is not None and self.pipelines > num_workers:
             raise ValueError(f"pipelines={self.pipelines!r} must be <= num_workers={num_workers} "
                              "(each DALI pipeline needs a decoder thread)")

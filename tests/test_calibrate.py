@@ -1,5 +1,6 @@
-"""DaliOptions.hw_decoder_load=None: the calibration's decisions (NOTE [calibration] in
-pipelines.dali.calibrate), the loader's switches, and the hints sized from the data."""
+"""The self-tuning default of DaliOptions (NOTE [calibration] in pipelines.dali.calibrate): the
+tuner's decisions on a fake clock, the loader's switches between (share, pipelines) settings,
+and the hints sized from the data."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,16 +11,20 @@ from utils import make
 
 from pipelines import AugmentSpec, LoaderConfig
 from pipelines.dali.calibrate import (
-    CANDIDATES,
     DRIFT,
+    GRID,
     JUMP,
     MARGIN,
     MIN_WINDOW,
     WINDOW,
     CalibrationCache,
     Calibrator,
+    Setting,
     cache_key,
+    grid,
 )
+
+A, B, C = Setting(0.0, 1), Setting(1.0, 2), Setting(0.0, 2)  # the rule's default first
 
 
 class Clock:
@@ -41,10 +46,10 @@ class Clock:
         return b - a
 
     def run(self, ticks):
-        """``ticks`` batches; the loads the calibrator switched to, in order."""
+        """``ticks`` batches; the settings the calibrator switched to, in order."""
         switches = []
         for _ in range(ticks):
-            self.t += self.periods[self.calib.load]
+            self.t += self.periods[self.calib.setting]
             new = self.calib.tick()
             if new is not None:
                 switches.append(new)
@@ -54,60 +59,80 @@ class Clock:
 def _calibrator(periods, cache=None, lag=0, key="k"):
     clock = Clock(periods, lag)
     c = Calibrator(settle=2, timer=clock, cache=cache or CalibrationCache(None), key=key,
-                   window=4)
+                   window=4, candidates=tuple(periods))
     clock.calib = c
     return c, clock
 
 
+def test_the_grid_holds_the_issues_rows_and_a_pinned_axis_stays():
+    """The candidates start at the rule's default, hold every row measured for the issue, and
+    keep a pinned share or count at its value; counts are capped by the threads."""
+    rows = {(0.0, 1), (0.0, 2), (0.0, 3), (0.5, 2), (0.65, 2), (0.65, 1), (1.0, 2)}
+    assert rows <= set(GRID) and GRID[0] == A
+    assert grid(A, loads=True, lanes=True, max_lanes=14) == GRID
+    first = Setting(0.5, 4)  # large photos' rule
+    assert grid(first, loads=True, lanes=True, max_lanes=14)[0] == first
+    assert grid(A, loads=False, lanes=True, max_lanes=14) == (A, C, Setting(0.0, 3))
+    assert grid(Setting(1.0, 2), loads=True, lanes=False, max_lanes=14) == tuple(
+        Setting(x, 2) for x in (1.0, 0.0, 0.5, 0.65))
+    assert grid(A, loads=False, lanes=False, max_lanes=14) == (A,)  # both pinned: no tuning
+    assert {s.pipelines for s in grid(A, loads=True, lanes=True, max_lanes=2)} == {1, 2}
+
+
 @pytest.mark.parametrize("lag", [0, 3])
-def test_a_training_use_keeps_the_first_candidate_and_a_loader_bound_one_switches(lag):
-    c, clock = _calibrator({0.0: 0.060, 1.0: 0.066}, lag=lag)
-    assert c.load == CANDIDATES[0] == 0.0  # the training default first
-    assert clock.run(40) == [1.0, 0.0]  # tried 1.0, went back
+def test_a_training_use_keeps_the_first_setting_and_a_loader_bound_one_switches(lag):
+    c, clock = _calibrator({A: 0.060, B: 0.066, C: 0.061}, lag=lag)
+    assert c.setting == A  # the rule's default first
+    assert clock.run(60) == [B, C, A]  # tried each, went back
     (d,) = c.decisions
-    assert d.load == 0.0 and d.how == "measured"
-    assert d.periods_ms == {"0": pytest.approx(60.0), "1": pytest.approx(66.0)}
-    c, clock = _calibrator({0.0: 0.020, 1.0: 0.015}, lag=lag)
-    assert clock.run(40) == [1.0]  # tried 1.0 and kept it
-    assert c.load == 1.0 and c.decisions[0].load == 1.0
+    assert d.setting == A and d.how == "measured"
+    assert d.periods_ms == {"hw 0 x1": pytest.approx(60.0), "hw 1 x2": pytest.approx(66.0),
+                            "hw 0 x2": pytest.approx(61.0)}
+    assert d.describe().startswith("hw 0 x1 (measured; ms per batch hw 0 x1: 60.0")
+    c, clock = _calibrator({A: 0.020, B: 0.015, C: 0.018}, lag=lag)
+    assert clock.run(60) == [B, C, B]  # tried both, kept the fastest
+    assert c.setting == B and c.decisions[0].setting == B
 
 
-def test_a_near_tie_keeps_the_first_candidate():
+def test_a_near_tie_keeps_the_first_setting():
     faster = 1.0 - MARGIN / 2
-    c, clock = _calibrator({0.0: 0.050, 1.0: 0.050 * faster})
-    clock.run(40)
-    assert c.load == 0.0 and c.decisions[0].load == 0.0
-
-
-def test_a_change_of_pace_recalibrates_and_a_steady_one_does_not():
-    c, clock = _calibrator({0.0: 0.020, 1.0: 0.015})  # loader-bound: 1.0
+    c, clock = _calibrator({A: 0.050, B: 0.050 * faster, C: 0.051})
     clock.run(60)
-    assert c.load == 1.0 and len(c.decisions) == 1
-    clock.periods = {0.0: 0.020 * (1 + DRIFT / 2), 1.0: 0.015 * (1 + DRIFT / 2)}
+    assert c.setting == A and c.decisions[0].setting == A
+
+
+def test_one_candidate_never_switches():
+    c, clock = _calibrator({A: 0.050})
+    assert clock.run(60) == [] and c.decisions == []
+
+
+def test_a_change_of_pace_decides_again_and_a_steady_one_does_not():
+    c, clock = _calibrator({A: 0.020, B: 0.015})  # loader-bound: B
+    clock.run(60)
+    assert c.setting == B and len(c.decisions) == 1
+    clock.periods = {A: 0.020 * (1 + DRIFT / 2), B: 0.015 * (1 + DRIFT / 2)}
     assert clock.run(60) == [] and len(c.decisions) == 1  # within DRIFT: the same use
-    clock.periods = {0.0: 0.060, 1.0: 0.066}  # a model step now: training
-    assert clock.run(60) == [0.0] and c.load == 0.0  # measured 1.0 first, then 0.0 won
-    assert [d.load for d in c.decisions] == [1.0, 0.0]
+    clock.periods = {A: 0.060, B: 0.066}  # a model step now: training
+    assert clock.run(60) == [A] and c.setting == A  # measured B first, then A won
+    assert [d.setting for d in c.decisions] == [B, A]
 
 
 def _ticks_to_first_switch(clock, limit=60):
     for n in range(1, limit + 1):
-        clock.t += clock.periods[clock.calib.load]
+        clock.t += clock.periods[clock.calib.setting]
         if clock.calib.tick() is not None:
             return n
     return None
 
 
 def test_a_jump_in_pace_is_a_new_use_after_one_watched_window():
-    """Regression (H200, dali-calibration): from loader-only (1.0 chosen) to training, two
-    watched windows and an epoch start passed before the trial, and half the training window
-    ran at the loader-only setting. A window JUMP times off the pace is a new use at once; a
-    smaller change still needs STRIKES windows in a row."""
+    """From a loader-bound use to training: a window JUMP times off the pace is a new use at
+    once; a smaller change still needs STRIKES windows in a row."""
     gaps = {}
     for factor in (1.5, 2 * JUMP):
-        c, clock = _calibrator({0.0: 0.020, 1.0: 0.015})  # loader-bound: 1.0
+        c, clock = _calibrator({A: 0.020, B: 0.015})  # loader-bound: B
         clock.run(60)
-        assert c.load == 1.0 and len(c.decisions) == 1
+        assert c.setting == B and len(c.decisions) == 1
         clock.periods = {k: v * factor for k, v in clock.periods.items()}
         gaps[factor] = _ticks_to_first_switch(clock)
     # watched windows are window // 2 = 2 batches: the jump switches at the end of the first,
@@ -117,41 +142,41 @@ def test_a_jump_in_pace_is_a_new_use_after_one_watched_window():
 
 
 def test_short_epochs_get_a_window_that_fits_and_a_window_ending_an_epoch_counts():
-    """Regression (H200, large-photos): epochs of 16 batches never held a settle + 16-batch
-    window, so the calibrated row never decided. The window now fits the epoch, and a window
-    that closes on an epoch's last batch keeps its result across the epoch start, though a
-    CUDA event gives it only some batches later."""
+    """Epochs too short for settle + WINDOW batches get a window that fits, and a window that
+    closes on an epoch's last batch keeps its result across the epoch start, though a CUDA
+    event gives it only some batches later."""
     from pipelines.dali.calibrate import window_for
 
     assert window_for(1000, 4) == WINDOW and window_for(16, 4) == 11
     assert window_for(5, 4) == MIN_WINDOW  # too short to decide: never completes a window
     epoch, settle = 10, 2
     for lag in (0, 3):
-        clock = Clock({0.0: 0.020, 1.0: 0.015}, lag)
-        c = clock.calib = Calibrator(settle=settle, timer=clock, window=window_for(epoch, settle))
+        clock = Clock({A: 0.020, B: 0.015}, lag)
+        c = clock.calib = Calibrator(settle=settle, timer=clock, candidates=(A, B),
+                                     window=window_for(epoch, settle))
         switches = []
         for _e in range(6):
             c.restart()  # the loader restarts the calibrator at every epoch start
             switches += clock.run(epoch)
-        assert switches == [1.0] and c.decisions[0].load == 1.0, lag
+        assert switches == [B] and c.decisions[0].setting == B, lag
 
 
-def test_the_cache_gives_a_known_use_its_choice_without_calibrating(tmp_path):
+def test_the_cache_gives_a_known_use_its_choice_without_a_trial(tmp_path):
     cache = CalibrationCache(tmp_path / "c.json")
-    c, clock = _calibrator({0.0: 0.020, 1.0: 0.015}, cache=cache)
-    assert clock.run(40) == [1.0]
-    again, clock = _calibrator({0.0: 0.021, 1.0: 0.015}, cache=cache)
-    assert clock.run(40) == [1.0]  # one switch, straight to the cached choice
-    assert again.decisions[0].how == "cached" and again.decisions[0].load == 1.0
-    other, clock = _calibrator({0.0: 0.021, 1.0: 0.015}, cache=cache, key="another")
-    clock.run(40)
-    assert other.decisions[0].how == "measured"  # another key: calibrated afresh
-    slow, clock = _calibrator({0.0: 0.060, 1.0: 0.066}, cache=cache)
-    assert clock.run(40) == [1.0, 0.0] and slow.decisions[0].how == "measured"
+    c, clock = _calibrator({A: 0.020, B: 0.015, C: 0.018}, cache=cache)
+    assert clock.run(60) == [B, C, B]
+    again, clock = _calibrator({A: 0.021, B: 0.015, C: 0.018}, cache=cache)
+    assert clock.run(60) == [B]  # one switch, straight to the cached choice
+    assert again.decisions[0].how == "cached" and again.decisions[0].setting == B
+    other, clock = _calibrator({A: 0.021, B: 0.015, C: 0.018}, cache=cache, key="another")
+    clock.run(60)
+    assert other.decisions[0].how == "measured"  # another key: tried afresh
+    slow, clock = _calibrator({A: 0.060, B: 0.066, C: 0.061}, cache=cache)  # another band
+    assert clock.run(60) == [B, C, A] and slow.decisions[0].how == "measured"
     (tmp_path / "c.json").write_text("{not json")
-    broken, clock = _calibrator({0.0: 0.020, 1.0: 0.015}, cache=cache)
-    clock.run(40)
-    assert broken.decisions[0].how == "measured"  # an unreadable cache costs a calibration
+    broken, clock = _calibrator({A: 0.020, B: 0.015, C: 0.018}, cache=cache)
+    clock.run(60)
+    assert broken.decisions[0].how == "measured"  # an unreadable cache costs a trial
     assert cache_key("gpu", 1) != cache_key("gpu", 2) and len(cache_key("x")) == 32
 
 
@@ -163,50 +188,135 @@ def test_cache_is_off_by_environment(monkeypatch, tmp_path):
 
 
 def _cfg(root, **kw):
-    base = dict(root=root, batch_size=2, device="cpu", num_workers=2, debug_indices=True,
-                augment=AugmentSpec(mode="eval", size=32, resize_size=40))
+    base = dict(root=root, batch_size=2, device="cpu", num_workers=3, debug_indices=True,
+                augment=AugmentSpec(size=32))  # train: random crops and flips
     base.update(kw)
     return LoaderConfig(**base)
 
 
+def _epochs(ld, clock=None, epochs=2, stop=None):
+    """Per epoch: the images, labels and indices the loader yields (``stop``: the number of
+    batches after which the last epoch is left)."""
+    out = []
+    for e in range(epochs):
+        ld.set_epoch(e)
+        xs, ys = [], []
+        for x, y in ld:
+            if clock is not None:
+                clock.t += clock.periods[ld.setting]
+            xs.append(x.clone())
+            ys.append(y.clone())
+            if stop is not None and e == epochs - 1 and len(xs) == stop:
+                break
+        idx = ld.last_indices  # None after a break
+        out.append((torch.cat(xs), torch.cat(ys), None if idx is None else idx.tolist()))
+    return out
+
+
+# every switch of these: 1 -> 2 -> 3 pipelines, with shares the CPU operators ignore
+FORCED = {Setting(0.0, 1): 0.050, Setting(1.0, 2): 0.030, Setting(0.5, 3): 0.040}
+
+
+def _forced(ld):
+    clock = Clock(FORCED)
+    clock.calib = Calibrator(settle=1, timer=clock, window=2, candidates=tuple(FORCED))
+    ld.tune_with(clock.calib)
+    return clock
+
+
 @pytest.mark.dali
-@pytest.mark.parametrize("pipes", [1, 2])
-@pytest.mark.parametrize("periods, loads", [({0.0: 0.020, 1.0: 0.015}, [1.0]),
-                                            ({0.0: 0.060, 1.0: 0.066}, [1.0, 0.0])])
-def test_loader_switches_mid_epoch_without_losing_or_repeating_a_sample(tiny_root, pipes,
-                                                                        periods, loads):
-    """Each switch drains the running pipelines and hands the lanes, from the first batch not
-    yet handed out, to the other setting's: the epoch's samples, order and (deterministic
-    eval) pixels are those of a run that never switched, and a switch back reuses the first
-    pipelines instead of building new ones."""
-    with make("dali", _cfg(tiny_root), pipelines=pipes, hw_decoder_load=None) as ld:
-        assert ld.calibrator is None and ld.hw_decoder_load == 0.0  # CPU operators: no need
-        assert ld.decoder == "DALI CPU"
-        want = [(torch.cat([x for x, _ in ld]), ld.last_indices.tolist()) for _ in range(2)]
-    with make("dali", _cfg(tiny_root), pipelines=pipes) as ld:
-        clock = Clock(periods)
-        ld.calibrator = clock.calib = Calibrator(settle=1, timer=clock, window=2)
-        first = ld.pipes
+def test_tuning_is_off_on_cpu_operators_and_the_loader_says_so(tiny_root):
+    with make("dali", _cfg(tiny_root)) as ld:
+        assert ld.calibrator is None and ld.tuning.startswith("off: DALI's CPU operators")
+        assert ld.setting == Setting(0.0, 1) and ld.decoder == "DALI CPU"
+        assert ld.asked.hw_decoder_load == "auto" and ld.asked.pipelines is None
+
+
+@pytest.mark.dali
+def test_forced_switches_change_no_batch(tiny_root):
+    """Switches between pipeline counts (1, 2, 3) mid-epoch, forced by a fake clock: every
+    epoch's indices, labels and pixels (random crops and flips) are those of a loader that
+    never switched, and a switch back reuses the pipelines built up front."""
+    cfg = _cfg(tiny_root)
+    with make("dali", cfg, pipelines=1, hw_decoder_load=0.0) as ld:
+        assert ld.calibrator is None and ld.tuning.startswith("off")
+        want = _epochs(ld, epochs=3)
+    with make("dali", cfg, pipelines=1, hw_decoder_load=0.0) as ld:
+        clock = _forced(ld)
+        assert sorted(s.label for s in ld._spare) == ["hw 0.5 x3", "hw 1 x2"]
         built, switched = [], []
-        real, real_switch = ld._pipes_for, ld._switch
-        ld._pipes_for = lambda load, *a: (built.append(load), real(load, *a))[1]
-        ld._switch = lambda old, e: (switched.append(ld.hw_decoder_load), real_switch(old, e))[1]
-        ld._spares()  # as a calibrated loader on a GPU builds them: primed with one batch
-        assert built == [1.0] and list(ld._spare) == [1.0]
-        got = []
-        for _ in range(2):
-            xs = []
-            for x, _ in ld:
-                clock.t += clock.periods[ld.hw_decoder_load]
-                xs.append(x)
-            got.append((torch.cat(xs), ld.last_indices.tolist()))
-        assert switched == loads and ld.hw_decoder_load == loads[-1]
-        assert built == [1.0]  # no pipeline was built for a switch
-        assert ld.calibrator.decisions[0].load == loads[-1]
-        assert (ld.pipes is first) == (loads[-1] == 0.0)
-    for (xa, ia), (xb, ib) in zip(want, got):
+        real_build, real_switch = ld._pipes_for, ld._switch
+        ld._pipes_for = lambda s: (built.append(s), real_build(s))[1]
+        ld._switch = lambda old, e: (switched.append(ld.calibrator.setting),
+                                     real_switch(old, e))[1]
+        got = _epochs(ld, clock, epochs=3)
+        assert switched == [Setting(1.0, 2), Setting(0.5, 3), Setting(1.0, 2)]
+        assert ld.setting == Setting(1.0, 2) and len(ld.pipes) == 2 and built == []
+        assert ld.calibrator.decisions[0].setting == Setting(1.0, 2)
+    for (xa, ya, ia), (xb, yb, ib) in zip(want, got):
         assert ia == ib and sorted(ia) == list(range(37))
-        assert torch.equal(xa, xb)
+        assert torch.equal(ya, yb) and torch.equal(xa, xb)
+
+
+@pytest.mark.dali
+@pytest.mark.parametrize("k, now", [(6, Setting(1.0, 2)), (10, Setting(0.5, 3))])
+def test_a_state_saved_after_a_switch_resumes_exactly(tiny_root, k, now):
+    """A state saved after ``k`` batches of a tuned epoch whose switches happened before (6:
+    one switch, to 2 pipelines; 10: two, to 3) resumes in a loader at another setting with the
+    rest of the unswitched epoch: the same indices, labels and pixels."""
+    cfg = _cfg(tiny_root)
+    with make("dali", cfg, pipelines=1, hw_decoder_load=0.0) as ld:
+        (x, y, idx), = _epochs(ld, epochs=1)
+    with make("dali", cfg, pipelines=1, hw_decoder_load=0.0) as ld:
+        clock = _forced(ld)
+        _epochs(ld, clock, epochs=1, stop=k)
+        assert ld.setting == now  # switched before the state was saved
+        state = ld.state_dict()
+    with make("dali", cfg, pipelines=2, hw_decoder_load=0.0) as b:
+        b.load_state_dict(state)
+        xs, ys = zip(*[(xb.clone(), yb.clone()) for xb, yb in b])
+        assert b.last_indices.tolist() == idx[k * 2:]
+    assert torch.equal(torch.cat(ys), y[k * 2:]) and torch.equal(torch.cat(xs), x[k * 2:])
+
+
+class _FakeGpu(SimpleNamespace):
+    def __len__(self):
+        return 100  # batches per epoch
+
+
+@pytest.mark.dali
+@pytest.mark.parametrize("cc, options, want", [
+    ((9, 0), {}, GRID),
+    ((9, 0), {"hw_decoder_load": None}, GRID),
+    ((9, 0), {"hw_decoder_load": 1.0}, tuple(Setting(1.0, n) for n in (1, 2, 3))),
+    ((9, 0), {"pipelines": 2}, tuple(Setting(x, 2) for x in (0.0, 0.5, 0.65, 1.0))),
+    ((9, 0), {"decode_on": "cpu"}, tuple(Setting(0.0, n) for n in (1, 2, 3))),
+    ((8, 6), {}, tuple(Setting(0.0, n) for n in (1, 2, 3))),  # no hardware decoder
+    ((9, 0), {"hw_decoder_load": 0.0, "pipelines": 2}, None),
+])
+def test_the_default_tunes_on_a_gpu_and_a_pinned_value_stays(monkeypatch, tiny_root, cc,
+                                                             options, want):
+    """``DaliOptions()`` tunes the share (where a hardware decoder runs) and the count; a
+    number pins its axis, and both pinned turn the tuner off."""
+    from pipelines.dali import loader
+    from pipelines.dali.loader import DaliLoader
+    from pipelines.options import DaliOptions
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: cc)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "a GPU")
+    monkeypatch.setattr(loader, "large_photos", lambda src: False)
+    monkeypatch.setattr(loader, "conditional", lambda plan: False)
+    fake = _FakeGpu(gpu=True, device_id=0, device=torch.device("cpu"), paths=["a", "b"],
+                    transform_plan="r", data_source=None, plan_dali=None)
+    cfg = _cfg(tiny_root, num_workers=14)
+    opts = DaliOptions(**options)
+    first, candidates, why = DaliLoader._settings(fake, cfg, opts)
+    cal = DaliLoader._calibrator(fake, cfg, opts, candidates)
+    if want is None:
+        assert cal is None and candidates == (first,) and why.startswith("off")
+        return
+    assert candidates == want and first == want[0] and why.startswith("on")
+    assert cal is not None and cal.setting == first and len(cal.key) == 32
 
 
 def test_hints_are_the_largest_image_when_the_hardware_decoder_may_run(tmp_path):
@@ -239,17 +349,17 @@ def test_hints_are_the_largest_image_when_the_hardware_decoder_may_run(tmp_path)
 
 @pytest.mark.cuda
 @pytest.mark.dali
-def test_gpu_calibration_decides_and_keeps_every_sample(gpu_root, tmp_path, monkeypatch):
-    """On the GPU (CUDA-event windows) a calibrated loader decides within two epochs of 32
-    batches, caches the decision, and every epoch still holds every sample once."""
+def test_gpu_tuning_decides_and_keeps_every_sample(gpu_root, tmp_path, monkeypatch):
+    """On the GPU (CUDA-event windows) the default loader tunes, decides within four epochs
+    of 64 batches, caches the decision, and every epoch still holds every sample once."""
     monkeypatch.setenv("GPU_FEED_CALIBRATION_CACHE", str(tmp_path / "c.json"))
-    cfg = LoaderConfig(root=gpu_root, batch_size=16, device="cuda", num_workers=4,
+    cfg = LoaderConfig(root=gpu_root, batch_size=8, device="cuda", num_workers=4,
                        debug_indices=True)
     busy = torch.randn(2048, 2048, device="cuda")
-    with make("dali", cfg, hw_decoder_load=None, preallocate_width_hint=None,
-              preallocate_height_hint=None) as ld:
+    with make("dali", cfg, preallocate_width_hint=None, preallocate_height_hint=None) as ld:
         assert ld.calibrator is not None and ld.options.preallocate_width_hint > 0
-        for epoch in range(3):
+        assert ld.tuning.startswith("on") and len(ld.calibrator.candidates) > 2
+        for epoch in range(4):
             ld.set_epoch(epoch)
             kept, sums = [], []
             for x, _ in ld:
@@ -262,40 +372,21 @@ def test_gpu_calibration_decides_and_keeps_every_sample(gpu_root, tmp_path, monk
             assert torch.equal(torch.stack(sums), later)  # no batch was overwritten
         print("decisions:", [d.describe() for d in ld.calibrator.decisions])
         assert ld.calibrator.decisions and ld.calibrator.decisions[0].how == "measured"
-        assert "calibrated" in ld.decoder
+        assert ld.setting == ld.calibrator.decisions[-1].setting
     assert (tmp_path / "c.json").exists()
 
 
-@pytest.mark.dali
-@pytest.mark.parametrize("cc, calibrates", [((9, 0), True), ((8, 6), False)])
-def test_only_a_gpu_with_the_hardware_decoder_calibrates(monkeypatch, tiny_root, cc, calibrates):
-    """``hw_decoder_load=None`` on a GPU without NVJPG engines (an RTX A6000, 8.6) has nothing
-    to choose, so it runs without a calibrator; an H200 (9.0) gets one, keyed by the GPU."""
-    from pipelines.dali.loader import DaliLoader
-    from pipelines.options import DaliOptions
-
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: cc)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "a GPU")
-    fake = SimpleNamespace(gpu=True, device_id=0, device=torch.device("cpu"),
-                           paths=["a", "b"], transform_plan="r")
-    cfg = _cfg(tiny_root)
-    cal = DaliLoader._calibrator(fake, cfg, DaliOptions(hw_decoder_load=None, pipelines=1))
-    assert (cal is not None) == calibrates
-    if cal is not None:
-        assert cal.load == 0.0 and len(cal.key) == 32
-    assert DaliLoader._calibrator(fake, cfg, DaliOptions(hw_decoder_load=1.0)) is None
-
-
-def test_the_summary_and_results_json_keep_the_calibrations_decisions(tmp_path):
+def test_the_summary_and_results_json_keep_the_tuners_decisions(tmp_path):
     """A repeat's decisions (``Repeat.calibration``) survive results.json and the summary's
-    window line names the last one of each repeat."""
+    window line names the last one of each repeat: what the tuner tried and chose."""
     from compare.report import markdown
     from compare.results import Repeat, SuiteResult, VariantResult
+    from pipelines.dali.calibrate import Decision
 
-    d = ("hw_decoder_load 1 (measured; ms per batch 0: 34.8, 1: 12.2)",
-         "hw_decoder_load 0 (cached; ms per batch 0: 56.0, 1: 61.0)")
-    rep = Repeat(4500.0, 9000.0, 3.0, 30.0, 1.0, steps=62, window_s=3.5, decoder="nvJPEG hw 0 "
-                 "calibrated", calibration=d)
+    d = (Decision(Setting(0.65, 2), {"hw 0 x1": 34.8, "hw 0.65 x2": 12.2}, "measured").describe(),
+         Decision(Setting(0.0, 1), {"hw 0 x1": 56.0, "hw 0.65 x2": 61.0}, "cached").describe())
+    rep = Repeat(4500.0, 9000.0, 3.0, 30.0, 1.0, steps=62, window_s=3.5, decoder="nvJPEG hw 0",
+                 calibration=d)
     res = SuiteResult({"gpu": "H200"}, {"model": "resnet50", "batch_size": 256, "steps": 50,
                                         "fit_queue": True}, None,
                       (VariantResult("dali calibrated", "dali", {}, 67.0, (rep,), 2),))
@@ -303,6 +394,6 @@ def test_the_summary_and_results_json_keep_the_calibrations_decisions(tmp_path):
     back = SuiteResult.load(tmp_path / "results.json")
     assert back.variants[0].repeats[0].calibration == d
     md = markdown(back, details=True)
-    assert ("calibration's last choice per repeat: hw_decoder_load 0 (cached; ms per batch 0: "
-            "56.0, 1: 61.0) after 2 decision(s)") in md
+    assert ("DALI tuner's last choice per repeat: hw 0 x1 (cached; ms per batch hw 0 x1: "
+            "56.0, hw 0.65 x2: 61.0) after 2 decision(s)") in md
     assert "50 timed steps (at least 4x each loader's queue: 62 here)" in md  # what ran

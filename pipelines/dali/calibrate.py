@@ -1,55 +1,53 @@
-"""Choosing the hardware decoder's share by measurement (``DaliOptions.hw_decoder_load=None``).
+"""The self-tuning default of ``DaliOptions``: the hardware decoder's share and the pipeline count,
+chosen by timing the consumer's own loop.
 
 NOTE [calibration]
-On the H200 no one ``hw_decoder_load`` serves every use: 0.0 trains ResNet-50 closest to the
-ceiling, 1.0 decodes fastest when nothing else runs on the GPU (docs/results/h200/README.md:
-dali-hw-table-train, dali-hw-table-loader). With the hardware decoder on, a batch waits for the
-GPU work queued before it, the consumer's included
-(docs/investigations/dali-hardware-decoder.md). Which one wins depends on how much GPU work the
-consumer queues ahead, and only the consumer's loop shows that. So with ``None`` the
-loader measures it on the job's own batches:
+No one setting of ``hw_decoder_load`` and ``pipelines`` serves every use: with the hardware
+decoder on, a batch waits for the GPU work queued before it, the consumer's step included
+(docs/investigations/dali-hardware-decoder.md), so a share that makes the loader alone fastest
+slows a heavy model's training, and the pipeline count that suits a light model differs from
+a heavy one's (docs/backends.md#dalioptions-dali). Only the consumer's loop shows which wins.
+Every random draw is made on the host per sample (``pipelines.dali.loader`` NOTE [resume]), so
+no setting changes a sample, a label, an index or a pixel: the loader can choose by measuring.
+A ``Setting`` is one ``(hw_decoder_load, pipelines)`` pair; ``grid`` makes the candidates from
+``GRID``, the first being the rules' default (``DaliOptions.load_for``, ``lanes_for``), with an
+axis the user pinned held at its value. The loader:
 
-1. It starts with ``CANDIDATES[0]`` and times windows of ``WINDOW`` batches, from the consumer's
-   side: the time from handing out one batch to handing out the next holds the consumer's work
-   and any wait for data. On a GPU the window is read from CUDA events recorded on the
-   consumer's stream as each batch is handed out (no host sync; the result is read a few
-   batches later, when the GPU has passed the second event), so it is the GPU's own timeline:
-   compute plus the idle gaps of waiting. Without a GPU it is the host clock.
-2. A window in a new use starts a calibration. A new use is the first window, or ``STRIKES``
+1. starts with the first candidate and times windows of ``WINDOW`` batches, from the
+   consumer's side: the time from handing out one batch to handing out the next holds the
+   consumer's work and any wait for data. On a GPU the window is read from CUDA events
+   recorded on the consumer's stream as each batch is handed out (no host sync; the result is
+   read a few batches later, when the GPU has passed the second event), so it is the GPU's
+   own timeline: compute plus the idle gaps of waiting. Without a GPU it is the host clock.
+2. A window in a new use starts a trial. A new use is the first window, or ``STRIKES``
    windows in a row whose period departs more than ``DRIFT`` from the chosen setting's, or one
-   window ``JUMP`` times slower or faster. Once a use is decided its pace is watched in windows
-   of half the size, so a change is seen sooner: on the H200 two watched windows and an epoch
-   start kept a training window at the loader-only setting for its first half
-   (docs/investigations/dali-hardware-decoder.md). Each candidate in turn takes over the
-   lanes, ``settle`` batches run untimed, then one window is timed. The fastest candidate
-   wins; ``CANDIDATES[0]`` is kept unless another is more than ``MARGIN`` faster, so noise
-   does not flip the choice.
-   Every candidate's pipelines are built with the loader (memory for each: the nvJPEG
-   paddings of ``DaliOptions``), because a rebuild costs seconds: a first version that rebuilt
-   on every switch spent them inside the timed windows on the H200, and a second one's spare
-   pipelines paid their first use there instead, so each spare set decodes one batch when the
-   loader is built (docs/investigations/dali-hardware-decoder.md). A switch
-   stops the running pipelines,
-   drains what they hold (those batches are made again) and hands each lane, from its first
-   batch not yet handed out, to the other candidate's pipelines, reset.
-3. The choice is cached per machine (``CalibrationCache``: GPU, DALI version, data, recipe and
-   batch), with each candidate's period. A later job, or a later use in the same job, whose
-   first window at the running setting matches a cached period within ``DRIFT`` takes that
-   entry's choice without calibrating again.
+   window ``JUMP`` times slower or faster (a model switch, evaluation after training). Once a
+   use is decided its pace is watched in windows of half the size, so a change is seen
+   sooner. Each other candidate in turn takes over the lanes, ``settle`` batches run untimed,
+   then one window is timed. The fastest wins; the first candidate is kept unless another is
+   more than ``MARGIN`` faster, so noise does not flip the choice.
+   Every candidate's pipelines are built with the loader and decode one batch there (memory
+   for each: the nvJPEG paddings of ``DaliOptions``), because a rebuild, or a set's first
+   use, costs seconds that would fall inside the timed windows
+   (docs/investigations/dali-hardware-decoder.md). A switch stops the running pipelines,
+   drains what they hold (those batches are made again) and hands the plan, from its first
+   batch not yet handed out, to the other setting's pipelines, reset; a new pipeline count
+   re-deals the positions to its lanes (``PlanSource.start_epoch(lanes=...)``).
+3. The choice is cached per machine (``CalibrationCache``: GPU, DALI version, data, recipe,
+   batch and the candidates), with each candidate's period: the period at the running setting
+   is the use's step-time band. A later job, or a later use in the same job, whose first
+   window matches a cached period within ``DRIFT`` takes that entry's choice without a trial.
 
-The cost counts wherever the loader runs: the candidates' windows (one at the slower setting)
-and the batches a switch drains. After a switch the crops come from the other pipelines'
-random generators, so they differ from an uninterrupted run's; the samples and their order do
-not.
-In epochs shorter than ``settle + WINDOW + 1`` batches the window is what an epoch holds
-after ``settle`` (``window_for``; on the H200 16-batch epochs of large photos never decided);
-epochs shorter than ``settle + MIN_WINDOW + 1`` never complete one, and the loader stays at
-``CANDIDATES[0]``. ``DaliLoader.calibrator.decisions`` records every decision.
-On the H200 the choices were right in both uses and cost a few percent inside the suite's
-short windows (docs/investigations/dali-hardware-decoder.md). ``None`` is an option and
-0.0 the default: a switch changes which pipelines' generators draw the crops, so a resumed
-run draws the saved run's crops only until either run switches (``pipelines.dali.loader``
-NOTE [resume]).
+A switch changes no batch: the samples, their order, labels and pixels are an unswitched
+run's, and a state saved after a switch resumes exactly, at any setting (the position is the
+whole state). So the plan, and which batches each rank yields, never depend on timing: ranks of
+a job tune alone and stay in step. The cost is the trial windows at slower settings and the
+batches a switch drains. In epochs shorter than ``settle + WINDOW + 1`` batches the window is
+what an epoch holds after ``settle`` (``window_for``); epochs shorter than
+``settle + MIN_WINDOW + 1`` never complete one, and the loader stays at the first candidate.
+Tuning runs on a GPU only (the loader's ``tuning`` says why it is off elsewhere);
+``DaliLoader.calibrator.decisions`` records every decision, and ``DaliLoader.tune_with``
+installs a calibrator with another clock (how the tests force switches on CPU operators).
 """
 from __future__ import annotations
 
@@ -60,33 +58,49 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from pipelines.sources.cache import cache_base
 
-CANDIDATES: tuple[float, ...] = (0.0, 1.0)  # the first is kept on a tie: the training default
+
+class Setting(NamedTuple):
+    """One candidate of the tuner: the hardware decoder's share and the pipeline count."""
+
+    load: float
+    pipelines: int
+
+    @property
+    def label(self) -> str:
+        """``"hw 0.65 x2"``: share 0.65, two pipelines."""
+        return f"hw {self.load:g} x{self.pipelines}"
+
+
+# the settings tried (the first is replaced by the rules' default: ``grid``)
+GRID: tuple[Setting, ...] = (Setting(0.0, 1), Setting(0.0, 2), Setting(0.0, 3), Setting(0.5, 2),
+                             Setting(0.65, 2), Setting(0.65, 1), Setting(1.0, 2))
 WINDOW = 16    # batches per timed window
 MARGIN = 0.03  # another candidate must be this much faster (period) to replace the first
 DRIFT = 0.25   # a window this far from the chosen setting's period is a new use ...
 STRIKES = 2    # ... when this many watched windows in a row are
 JUMP = 2.0     # ... or at once when one is this many times slower or faster
 MIN_WINDOW = 4  # the shortest window, in epochs too short for ``WINDOW`` (``window_for``)
-VERSION = 1
+VERSION = 2  # 2: a setting is (share, pipelines)
 MAX_ENTRIES = 8  # cached uses per key; the oldest goes first
 
 
 @dataclass(frozen=True)
 class Decision:
-    """One choice: the setting, each candidate's period in ms per batch, and whether it was
-    measured now (``"measured"``) or taken from the cache (``"cached"``)."""
+    """One choice: the setting, each candidate's period in ms per batch (by ``Setting.label``),
+    and whether it was measured now (``"measured"``) or taken from the cache (``"cached"``)."""
 
-    load: float
+    setting: Setting
     periods_ms: dict[str, float]
     how: str
 
     def describe(self) -> str:
+        """``"hw 0 x2 (measured; ms per batch hw 0 x1: 34.8, hw 0 x2: 30.1, ...)"``."""
         per = ", ".join(f"{k}: {v:.1f}" for k, v in self.periods_ms.items())
-        return f"hw_decoder_load {self.load:g} ({self.how}; ms per batch {per})"
+        return f"{self.setting.label} ({self.how}; ms per batch {per})"
 
 
 class CalibrationCache:
@@ -116,14 +130,15 @@ class CalibrationCache:
             return {}
         return data if isinstance(data, dict) and data.get("version") == VERSION else {}
 
-    def lookup(self, key: str, load: float, period_ms: float) -> Decision | None:
-        """The cached decision of a use whose period at ``load`` is within ``DRIFT`` of
+    def lookup(self, key: str, setting: Setting, period_ms: float) -> Decision | None:
+        """The cached decision of a use whose period at ``setting`` is within ``DRIFT`` of
         ``period_ms``, or ``None``."""
         for e in reversed(self._read().get("entries", {}).get(key, [])):
             try:
-                got = float(e["periods_ms"][f"{load:g}"])
+                got = float(e["periods_ms"][setting.label])
                 if abs(period_ms / got - 1.0) <= DRIFT:
-                    return Decision(float(e["load"]), dict(e["periods_ms"]), "cached")
+                    chosen = Setting(float(e["load"]), int(e["pipelines"]))
+                    return Decision(chosen, dict(e["periods_ms"]), "cached")
             except (KeyError, TypeError, ValueError, ZeroDivisionError):
                 continue
         return None
@@ -133,7 +148,8 @@ class CalibrationCache:
             return
         data = self._read() or {"version": VERSION, "entries": {}}
         entries = data.setdefault("entries", {}).setdefault(key, [])
-        entries.append({"load": decision.load, "periods_ms": decision.periods_ms,
+        entries.append({"load": decision.setting.load, "pipelines": decision.setting.pipelines,
+                        "periods_ms": decision.periods_ms,
                         "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
         del entries[:-MAX_ENTRIES]
         try:
@@ -149,6 +165,24 @@ def cache_key(*parts: object) -> str:
     """The cache key of a machine, data and recipe, from ``parts`` (their ``repr``)."""
     raw = "\0".join(repr(p) for p in (VERSION, *parts))
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def grid(first: Setting, *, loads: bool, lanes: bool, max_lanes: int) -> tuple[Setting, ...]:
+    """The tuner's candidates: ``first`` (the rules' default), then ``GRID``'s settings, the
+    share held at ``first``'s unless ``loads`` (it is tuned) and the count likewise unless
+    ``lanes``, at most ``max_lanes`` pipelines, without repeats. One candidate: nothing to
+    tune.
+
+    Example: ``first = hw 0 x1``, the share pinned (``loads=False``), ``max_lanes=2`` ->
+    ``(hw 0 x1, hw 0 x2)``.
+    """
+    out = [first]
+    for g in GRID:
+        s = Setting(g.load if loads else first.load,
+                    max(1, min(g.pipelines, max_lanes)) if lanes else first.pipelines)
+        if s not in out:
+            out.append(s)
+    return tuple(out)
 
 
 def window_for(epoch_batches: int, settle: int) -> int:
@@ -199,27 +233,32 @@ class EventTimer:
 class Calibrator:
     """The state of NOTE [calibration]. The loader calls ``tick()`` as it hands out each batch
     and ``restart()`` at every break in the flow (an epoch start, a rebuild); ``tick`` returns
-    the load to switch to, or ``None``.
+    the ``Setting`` to switch to, or ``None``.
 
     Args:
         settle: batches after a break before a window starts (the rebuilt queue fills).
-        timer: ``HostTimer`` or ``EventTimer``.
+        timer: ``HostTimer``, ``EventTimer``, or a test's fake clock (``mark`` and
+            ``seconds``).
         cache, key: where decisions are kept (``CalibrationCache``, ``cache_key``).
+        candidates: the settings (``grid``); the first is where the loader starts.
+        window: batches per timed window (``window_for``).
     """
 
     settle: int
     timer: _Timer = field(default_factory=HostTimer)
     cache: CalibrationCache = field(default_factory=lambda: CalibrationCache(None))
     key: str = ""
-    candidates: tuple[float, ...] = CANDIDATES
+    candidates: tuple[Setting, ...] = GRID
     window: int = WINDOW
-    load: float = field(init=False)
+    setting: Setting = field(init=False)
     decisions: list[Decision] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
-        self.load = self.candidates[0]
+        if not self.candidates:
+            raise ValueError("candidates=() must hold at least one Setting")
+        self.setting = self.candidates[0]
         self._ref: float | None = None          # the chosen setting's period, s per batch
-        self._trial: dict[float, float] | None = None
+        self._trial: dict[Setting, float] | None = None
         self._strikes = 0  # watched windows in a row off the chosen setting's pace
         self._start = self._end = None
         self._closed = 0  # the size of the window awaiting its result
@@ -233,7 +272,7 @@ class Calibrator:
         if self._end is None:
             self._start = None
 
-    def tick(self) -> float | None:
+    def tick(self) -> Setting | None:
         if self._end is not None:  # a window closed: wait for its result
             s = self.timer.seconds(self._start, self._end)
             if s is None:
@@ -259,16 +298,16 @@ class Calibrator:
             else max(2, self.window // 2)
 
     # -- decisions ------------------------------------------------------------------------
-    def _measured(self, period: float) -> float | None:
+    def _measured(self, period: float) -> Setting | None:
         if self._trial is not None:
-            self._trial[self.load] = period
+            self._trial[self.setting] = period
             rest = [c for c in self.candidates if c not in self._trial]
             if rest:
                 return self._switch(rest[0])
             first = self.candidates[0]
-            best = min(self._trial, key=cast("Callable[[float], float]", self._trial.get))
+            best = min(self._trial, key=cast("Callable[[Setting], float]", self._trial.get))
             choice = best if self._trial[best] < (1.0 - MARGIN) * self._trial[first] else first
-            d = Decision(choice, {f"{c:g}": round(p * 1e3, 3) for c, p in self._trial.items()},
+            d = Decision(choice, {c.label: round(p * 1e3, 3) for c, p in self._trial.items()},
                          "measured")
             self.decisions.append(d)
             self.cache.add(self.key, d)
@@ -282,21 +321,23 @@ class Calibrator:
             if self._strikes < STRIKES and max(period / self._ref, self._ref / period) < JUMP:
                 return None  # one window off the pace: a hiccup, or a new use? wait for one more
         self._strikes = 0
-        hit = self.cache.lookup(self.key, self.load, period * 1e3)
-        if hit is not None and hit.load in self.candidates:
+        hit = self.cache.lookup(self.key, self.setting, period * 1e3)
+        if hit is not None and hit.setting in self.candidates:
             self.decisions.append(hit)
-            self._ref = hit.periods_ms.get(f"{hit.load:g}", period * 1e3) / 1e3
-            return self._switch(hit.load)
-        self._trial = {self.load: period}
-        return self._switch(next(c for c in self.candidates if c != self.load))
+            self._ref = hit.periods_ms.get(hit.setting.label, period * 1e3) / 1e3
+            return self._switch(hit.setting)
+        if len(self.candidates) == 1:
+            return None  # nothing to try
+        self._trial = {self.setting: period}
+        return self._switch(next(c for c in self.candidates if c != self.setting))
 
-    def _switch(self, load: float) -> float | None:
-        if load == self.load:
+    def _switch(self, setting: Setting) -> Setting | None:
+        if setting == self.setting:
             return None
-        self.load = load
+        self.setting = setting
         self.restart()
-        return load
+        return setting
 
 
-__all__ = ["CANDIDATES", "CalibrationCache", "Calibrator", "Decision", "EventTimer",
-           "HostTimer", "cache_key", "window_for"]
+__all__ = ["GRID", "CalibrationCache", "Calibrator", "Decision", "EventTimer", "HostTimer",
+           "Setting", "cache_key", "grid", "window_for"]

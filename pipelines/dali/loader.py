@@ -63,7 +63,15 @@ from nvidia.dali.plugin.base_iterator import LastBatchPolicy as DaliPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
 from pipelines.config import LoaderConfig, OutputDType
-from pipelines.dali.calibrate import CalibrationCache, Calibrator, EventTimer, cache_key, window_for
+from pipelines.dali.calibrate import (
+    CalibrationCache,
+    Calibrator,
+    EventTimer,
+    Setting,
+    cache_key,
+    grid,
+    window_for,
+)
 from pipelines.dali.graph import OUTPUTS, build_pipeline, conditional, decodes_on_gpu
 from pipelines.dali.probe import DecodeProbe
 from pipelines.dali.source import PlanSource
@@ -115,17 +123,13 @@ class DaliLoader(LoaderBase):
         self.device_id = (self.device.index if self.device.index is not None
                           else torch.cuda.current_device()) if self.gpu else None
         self.plan_dali = self.transform_plan.dali_plan()  # UnsupportedTransformError here, at build
-        if options.pipelines is None or options.hw_decoder_load == "auto":
-            # the defaults follow the graph and the data (DaliOptions, NOTE [large photos])
-            large = decodes_on_gpu(options, self.gpu) and large_photos(self.data_source)
-            hw = large and torch.cuda.get_device_capability(self.device_id) in HW_JPEG_DECODERS
-            options = self.options = options.replace(
-                pipelines=options.lanes_for(conditional(self.plan_dali),
-                                            cast(int, config.num_workers), large, len(self)),
-                hw_decoder_load=options.load_for(hw))
-        options = self.options = self._sized(options)
+        options = self._sized(options)
+        first, candidates, self.tuning = self._settings(config, options)
+        self.asked = options  # what the caller asked (``self.options``: the running setting)
+        options = self.options = options.replace(hw_decoder_load=first.load,
+                                                 pipelines=first.pipelines)
         depth = options.queue_depth
-        self.calibrator = self._calibrator(config, options)  # NOTE [calibration]
+        self.calibrator = self._calibrator(config, options, candidates)  # NOTE [calibration]
         self.source = PlanSource(self.paths, self.labels, self.plan_of,
                                  readahead=depth + 1,
                                  threads=options.threads(cast(int, config.num_workers)),
@@ -137,8 +141,8 @@ class DaliLoader(LoaderBase):
         self.pipes: list = []
         self._its: list[DALIGenericIterator] | None = None
         # NOTE [calibration]: the other candidates' pipelines, built up front and idle, as
-        # ``{load: (pipes, iterators or None)}``; a switch swaps them in without a rebuild
-        self._spare: dict[float, tuple] = {}
+        # ``{setting: (pipes, iterators or None)}``; a switch swaps them in without a rebuild
+        self._spare: dict[Setting, tuple] = {}
         with self._on_device():
             self._build()
             if self.calibrator is not None:
@@ -158,7 +162,8 @@ class DaliLoader(LoaderBase):
     def _sized(self, options: DaliOptions) -> DaliOptions:
         """``options`` with the hardware decoder's preallocation hints resolved: unset, they
         are the largest image (by area) among the headers ``header_sizes`` samples, when the
-        hardware decoder may run (a GPU and ``hw_decoder_load`` not 0), else 0 (none)."""
+        hardware decoder may run (a GPU and ``hw_decoder_load`` not 0: tuned, or a share),
+        else 0 (none)."""
         w, h = options.preallocate_width_hint, options.preallocate_height_hint
         if w is not None and h is not None:
             return options
@@ -168,32 +173,71 @@ class DaliLoader(LoaderBase):
         return options.replace(preallocate_width_hint=big[0] if w is None else w,
                                preallocate_height_hint=big[1] if h is None else h)
 
-    def _calibrator(self, config: LoaderConfig, options: DaliOptions) -> Calibrator | None:
-        """The calibration of ``hw_decoder_load=None`` on a GPU (``pipelines.dali.calibrate``
-        NOTE [calibration]), keyed by the GPU, DALI, the data, the recipe and the batch."""
-        if options.hw_decoder_load is not None or not self.gpu:
+    def _settings(self, config: LoaderConfig,
+                  options: DaliOptions) -> tuple[Setting, tuple[Setting, ...], str]:
+        """The setting the loader starts at, the tuner's candidates and why it tunes or not
+        (NOTE [calibration]). The start is the rules' default (``DaliOptions.load_for``,
+        ``lanes_for``; NOTE [large photos]) for an axis left unset, the value for a pinned one.
+        The share is tuned where the hardware decoder runs (nvJPEG on a GPU that has one),
+        the pipeline count on any GPU; on CPU operators nothing is."""
+        workers = cast(int, config.num_workers)
+        mixed = decodes_on_gpu(options, self.gpu)
+        hw_gpu = self.gpu and torch.cuda.get_device_capability(self.device_id) in HW_JPEG_DECODERS
+        large = mixed and large_photos(self.data_source)
+        tuned_load = options.hw_decoder_load in ("auto", None)
+        load = options.replace(hw_decoder_load="auto").load_for(large and hw_gpu) \
+            if tuned_load else options.load_for()
+        first = Setting(cast(float, load),
+                        options.lanes_for(conditional(self.plan_dali), workers, large, len(self)))
+        if not self.gpu:
+            return first, (first,), "off: DALI's CPU operators (tuning times GPU work)"
+        loads, lanes = tuned_load and mixed and hw_gpu, options.pipelines is None
+        candidates = grid(first, loads=loads, lanes=lanes,
+                          max_lanes=max(1, min(workers, len(self))))
+        if len(candidates) == 1:
+            return first, candidates, "off: hw_decoder_load and pipelines are pinned or fixed"
+        what = " and ".join(w for w, on in (("hw_decoder_load", loads), ("pipelines", lanes)) if on)
+        return first, candidates, f"on: {what}, over {len(candidates)} settings"
+
+    def _calibrator(self, config: LoaderConfig, options: DaliOptions,
+                    candidates: tuple[Setting, ...]) -> Calibrator | None:
+        """The tuner over ``candidates`` (``pipelines.dali.calibrate`` NOTE [calibration]),
+        keyed by the GPU, DALI, the data, the recipe, the batch and the candidates; ``None``
+        with one candidate."""
+        if len(candidates) < 2:
             return None
-        if torch.cuda.get_device_capability(self.device_id) not in HW_JPEG_DECODERS:
-            return None  # no hardware decoder: nothing to choose (the share has no effect)
         from nvidia.dali import __version__ as dali_version
         key = cache_key(torch.cuda.get_device_name(self.device_id), dali_version,
                         len(self.paths), self.paths[:1], self.paths[-1:], repr(self.transform_plan),
                         config.batch_size, config.dtype.value, config.world_size,
-                        config.num_workers, options.pipelines, options.queue_depth)
+                        config.num_workers, options.queue_depth, [c.label for c in candidates])
         settle = options.queue_depth + 2
         return Calibrator(settle=settle, timer=EventTimer(self.device),
-                          cache=CalibrationCache.default(), key=key,
+                          cache=CalibrationCache.default(), key=key, candidates=candidates,
                           window=window_for(config_len(len(self.paths), config), settle))
+
+    def tune_with(self, calibrator: Calibrator) -> None:
+        """Tune with ``calibrator`` (its first candidate must be the running setting) and build
+        its other settings' pipelines: how tests force switches with a fake clock, on CPU
+        operators too (NOTE [calibration])."""
+        if calibrator.setting != self.setting:
+            raise ValueError(f"calibrator's first setting {calibrator.setting.label} must be "
+                             f"the running one, {self.setting.label}")
+        self.calibrator = calibrator
+        self.tuning = f"on: {len(calibrator.candidates)} settings (installed by tune_with)"
+        with self._on_device():
+            self._spares()
+
+    @property
+    def setting(self) -> Setting:
+        """The hardware decoder's share and the pipeline count the loader runs with now."""
+        return Setting(self.hw_decoder_load, cast(int, self.options.pipelines))
 
     @property
     def hw_decoder_load(self) -> float:
-        """The hardware decoder's share the pipelines run with now (the calibrated one under
-        ``DaliOptions.hw_decoder_load=None``; with ``None`` and no calibration, on CPU operators
-        or a GPU without the hardware decoder, 0.0, which has no effect there)."""
-        if self.calibrator is not None:
-            return self.calibrator.load
-        load = self.options.hw_decoder_load  # resolved when built: a number or None
-        return load if isinstance(load, float) else 0.0
+        """The hardware decoder's share the pipelines run with now (the tuned one, unless
+        pinned; it has no effect on CPU operators or a GPU without the hardware decoder)."""
+        return cast(float, self.options.hw_decoder_load)  # resolved when built, and by switches
 
     @property
     def decoder(self) -> str:
@@ -203,21 +247,21 @@ class DaliLoader(LoaderBase):
             return "DALI CPU"
         if not decodes_on_gpu(self.options, self.gpu):
             return "DALI CPU decode"  # DaliOptions.decode_on="cpu"
-        how = " calibrated" if self.calibrator is not None else ""
-        return f"nvJPEG hw {self.hw_decoder_load:g}{how}"
+        return f"nvJPEG hw {self.hw_decoder_load:g}"
 
     def _build(self) -> None:
-        self.pipes = self._pipes_for(self.hw_decoder_load)
+        self.pipes = self._pipes_for(self.setting)
         self._its = None
         self._ran_on: int | None = None  # the epoch every lane ran on into (NOTE [running on])
 
-    def _pipes_for(self, load: float) -> list:
-        """One pipeline per lane, with the hardware decoder's share ``load``; the source
-        fills the rows of draws by their graph's layout."""
-        opts = self.options.replace(hw_decoder_load=load)
+    def _pipes_for(self, setting: Setting) -> list:
+        """One pipeline per lane of ``setting`` (the source must have that many lanes), with
+        its hardware decoder's share; the source fills the rows of draws by their graph's
+        layout."""
+        opts = self.options.replace(hw_decoder_load=setting.load, pipelines=setting.pipelines)
         pipes = [build_pipeline(self.config, opts, self.plan_dali, self.source.lane(k),
                                 self.device_id, encoded=not self.data_source.by_path)
-                 for k in range(cast(int, self.options.pipelines))]
+                 for k in range(setting.pipelines)]
         self.source.draw(pipes[0].draw_plan, self.config.seed)
         return pipes
 
@@ -235,12 +279,12 @@ class DaliLoader(LoaderBase):
         that fails on it is left to be built at its first switch, where a bad file is found
         as usual."""
         assert self.calibrator is not None  # only built with one
-        for load in self.calibrator.candidates:
-            if load == self.hw_decoder_load:
+        for s in self.calibrator.candidates:
+            if s == self.setting or s in self._spare:
                 continue
-            pipes = self._pipes_for(load)
+            self.source.start_epoch(0, lanes=s.pipelines)
+            pipes = self._pipes_for(s)
             its = self._iterators(pipes)
-            self.source.start_epoch(0)
             try:
                 for it in its:
                     next(it, None)
@@ -248,7 +292,8 @@ class DaliLoader(LoaderBase):
                 self.source.stop()
                 continue
             if self._drain(its):  # drained: a switch resets them (as a set it swaps out)
-                self._spare[load] = (pipes, its)
+                self._spare[s] = (pipes, its)
+        self.source.start_epoch(0, lanes=self.setting.pipelines)  # the running set's lanes
 
     def _drain(self, its) -> bool:
         """Stop the source and run ``its`` dry, dropping the batches they hold; ``False`` when
@@ -299,8 +344,7 @@ class DaliLoader(LoaderBase):
                 self._rebuild()  # start from scratch
         self._in_epoch = False
         n = cast(int, self.options.pipelines)  # lane j serves positions j, j + n, ...: its first >= start
-        self.source.start_epoch(epoch, resume=[start + (j - start) % n for j in range(n)],
-                                size=size)
+        self.source.start_epoch(epoch, resume=_dealt(start, n), size=size, lanes=n)
         if self._its is None:
             self._its = self._iterators()
         else:
@@ -345,31 +389,38 @@ class DaliLoader(LoaderBase):
         if self.calibrator is not None:
             self.calibrator.restart()
 
-    def _switch(self, old: float, epoch: int) -> None:
-        """Hand the lanes from the pipelines of share ``old`` to those of the calibrator's new
-        one (NOTE [calibration]): the old ones are stopped and drained (their batches in
-        flight are dropped, and made again by the new ones), then set aside for a later
-        switch back, which resets them. No pipeline is rebuilt, unless the drain fails (then
-        the old ones are dropped and a bad file is found, as usual, when the new ones reach
-        it)."""
+    def _switch(self, old: Setting, epoch: int) -> int:
+        """Hand the plan from the pipelines of setting ``old`` to those of the calibrator's new
+        one (NOTE [calibration]) and return the first position not yet handed out, where the
+        new lanes go on. The old ones are stopped and drained (their batches in flight are
+        dropped, and made again by the new ones), then set aside for a later switch back,
+        which resets them. Each lane keeps its place when the count stays; a new count deals
+        the positions from the first one not yet handed out. No pipeline is rebuilt, unless
+        the drain fails (then the old ones are dropped and a bad file is found, as usual, when
+        the new ones reach it)."""
+        assert self.calibrator is not None  # a switch is the calibrator's
         keep = self._drain(self._its or [])
         resume = self.source.resume_positions()
+        first = min(resume)
         if keep:
             self._spare[old] = (self.pipes, self._its)
-        new = self.hw_decoder_load
+        new = self.calibrator.setting
+        self.options = self.options.replace(hw_decoder_load=new.load, pipelines=new.pipelines)
+        if new.pipelines != len(resume):
+            resume = _dealt(first, new.pipelines)
+        self.source.start_epoch(epoch, resume=resume, lanes=new.pipelines)
         pipes, its = self._spare.pop(new, (None, None))
         if pipes is None:
             pipes, its = self._pipes_for(new), None
         self.pipes, self._its = pipes, None
-        self.source.start_epoch(epoch, resume=resume)
         if its is None:
             self._its = self._iterators()
         else:
             for it in its:
                 it.reset()
             self._its = its
-        assert self.calibrator is not None  # a switch is the calibrator's
         self.calibrator.restart()
+        return first
 
     def _account(self, k: int) -> None:
         """Count (``skip``) or raise (``error``) the bad files of lane ``k``'s next batch."""
@@ -429,11 +480,14 @@ class DaliLoader(LoaderBase):
             del out
             self._account(k)
             yield Batch(x, y), idx
+            calib = self.calibrator  # tune_with may have installed one
             if calib is not None:  # the consumer asks for the next batch: NOTE [calibration]
                 with self._on_device():
-                    old = calib.load
+                    old = calib.setting
                     if calib.tick() is not None:
-                        self._switch(old, epoch)
+                        turn = self._switch(old, epoch)
+                        n = len(self._its)  # the new setting's lanes, all live again
+                        live, ran_on = [True] * n, [True] * n
         self._in_epoch = any(ran_on)  # those lanes' pipelines hold the next pass's batches
         if all(ran_on):
             self._ran_on = self.source.target
@@ -465,6 +519,11 @@ class DaliLoader(LoaderBase):
         self.pipes = []
         if any(r() is not None for r in held):
             gc.collect()
+
+
+def _dealt(start: int, n: int) -> list[int]:
+    """Per lane of ``n``, its first position from ``start`` on: lane j serves j, j + n, ..."""
+    return [start + (j - start) % n for j in range(n)]
 
 
 def _fed_size(sizes, epoch: int) -> tuple[int, int, int]:

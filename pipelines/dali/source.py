@@ -183,6 +183,7 @@ class PlanSource:
         self._carry: list[Fed] = [Fed.empty() for _ in range(lanes)]
         self._fed: list[deque[Fed]] = [deque() for _ in range(lanes)]
         self._pending: dict[tuple[int, int], Future] = {}  # (epoch, position) -> its read
+        self._keep_alive = keep_alive
         self._alive: deque = deque(maxlen=keep_alive * lanes)
         self._status = np.zeros(len(self.paths), dtype=np.int8)  # _UNKNOWN / _GOOD / _BAD
         self._size = np.zeros(len(self.paths), dtype=np.int64)    # bytes, once checked
@@ -198,7 +199,7 @@ class PlanSource:
 
     # -- epoch control (the loader's side) ---------------------------------------------------
     def start_epoch(self, epoch: int, resume: Sequence[int] | None = None,
-                    size: tuple[int, int, int] | None = None) -> None:
+                    size: tuple[int, int, int] | None = None, lanes: int | None = None) -> None:
         """Fix the epoch whose plan the lanes' next calls serve.
 
         Args:
@@ -207,7 +208,17 @@ class PlanSource:
                 loader's recovery passes the first position each lane had not yet yielded.
             size: the epoch's output size (``size_of``); ``None``: the one it was fed at so
                 far, if any (a restart within the epoch). Other epochs' are asked again.
+            lanes: a new lane count (the DALI tuner's switch to another pipeline count:
+                ``pipelines.dali.calibrate`` NOTE [calibration]); ``None``: unchanged. The
+                pipelines of the old count must be drained first.
         """
+        if lanes is not None and lanes != self.lanes:
+            if not isinstance(lanes, int) or lanes < 1:
+                raise ValueError(f"lanes={lanes!r} must be an int >= 1")
+            self.lanes = lanes
+            self._lane_gen, self._lane_epoch = [-1] * lanes, [0] * lanes
+            self._lane_round, self._lane_pos = [0] * lanes, [0] * lanes
+            self._alive = deque(self._alive, maxlen=self._keep_alive * lanes)
         self._sizes = {epoch: size} if size is not None else {
             e: v for e, v in self._sizes.items() if e == epoch}
         self.epoch = epoch
