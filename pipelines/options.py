@@ -236,8 +236,7 @@ class DaliOptions(Options):
             hints, in pixels; ``0`` (default): none. ``None``: the largest image (by area)
             among the headers of ``SIZE_SAMPLE`` files spread over the dataset, when the
             hardware decoder may run (``hw_decoder_load`` not 0) on a GPU. Not shown to help
-            on the H200's large photos (docs/results/h200/README.md, large-photos), hence
-            the default.
+            on large photos (docs/results/h200/README.md, large-photos), hence the default.
         run_on: at the end of an epoch the pipelines go on with the next epoch's batches, so
             its first batches are ready when the consumer starts it (``pipelines.dali.loader``
             NOTE [running on]). Off: every epoch starts with empty pipelines, and its first
@@ -246,9 +245,9 @@ class DaliOptions(Options):
             or DALI's CPU decoder on the pipeline's threads with the crop and its resize
             (``"cpu"``: only output-size images cross to the GPU). ``"cpu"`` takes the decode's
             GPU work off the training step's GPU for CPU time; it uses no hardware decoder, so
-            ``hw_decoder_load`` must stay 0 with it. On the H200's 16 cores it fed ResNet-50
-            far below nvJPEG (docs/results/h200/README.md, dali-decode-on), hence the
-            default. No effect on CPU operators.
+            ``hw_decoder_load`` must stay 0 with it. It fed ResNet-50 far below nvJPEG
+            (docs/results/h200/README.md, dali-decode-on), hence the default. No effect on CPU
+            operators.
     """
 
     backends: ClassVar[tuple[str, ...]] = ("dali",)

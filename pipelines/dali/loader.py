@@ -84,21 +84,17 @@ from pipelines.types import Batch
 
 # NOTE [large photos]
 # On photos of several megapixels one pipeline's nvJPEG decoder falls far behind what the GPU
-# and the cores can do: on the H200, loader-only, batch 64, two sets of 2000 photos (1500-4000
-# and 2000-4000 px wide), more pipelines side by side raised the rate up to four
+# and the cores can do, and more pipelines side by side raised the loader's rate up to four
 # (docs/results/h200/large-photos-dali). So when nvJPEG decodes a dataset whose median image
-# (from the headers ``header_sizes`` samples) has at least ``LARGE_PHOTOS_MP`` megapixels,
-# ``DaliOptions.pipelines``' default is ``LARGE_PHOTO_LANES``, fewer when an epoch has fewer
-# than ``LANE_BATCHES`` batches for each. The pipelines take every n-th batch: on 384 such
-# photos, epochs of 6 batches ran slower on four pipelines than on one (alternately fast and
-# slow), and fastest on two; epochs of 12 and 24 batches ran fastest on four. The size
-# threshold lies between the default dataset's images (under half a megapixel), where one
-# pipeline stays the best for training, and the measured sets; sizes in between were not
-# measured. On a GPU with the hardware decoder, ``DaliOptions.hw_decoder_load``'s default
-# ("auto") there is ``LARGE_PHOTO_HW_LOAD``: on the 1500-4000 px set it was faster than 0.0
-# loader-only and in training ResNet-50, where the share costs the default dataset's training
-# (shares up to 1.0 were slower loader-only). The rules depend only on the files, the GPU and
-# the epoch's length, so a resumed job runs as the first run did.
+# (from the headers ``header_sizes`` samples) has at least ``LARGE_PHOTOS_MP`` megapixels, the
+# rule for ``DaliOptions.pipelines`` (where the tuner starts: ``pipelines.dali.calibrate`` NOTE
+# [calibration]) is ``LARGE_PHOTO_LANES``, fewer when an epoch has fewer than ``LANE_BATCHES``
+# batches for each: the pipelines take every n-th batch, and short epochs ran fastest on fewer.
+# The size threshold lies between the default dataset's images, where one pipeline stays the
+# rule for training, and the measured sets; sizes in between were not measured. On a GPU with
+# the hardware decoder, the rule for ``DaliOptions.hw_decoder_load`` there is
+# ``LARGE_PHOTO_HW_LOAD``, which was faster than 0.0 on such photos loader-only and in
+# training. The rules depend only on the files, the GPU and the epoch's length.
 LARGE_PHOTOS_MP = 2.0
 
 
@@ -274,7 +270,7 @@ class DaliLoader(LoaderBase):
     def _spares(self) -> None:
         """Build the other candidates' pipelines and run one batch through each set, so that
         their first use (nvJPEG's and the hardware decoder's set-up, which fell inside a timed
-        window on the H200: docs/investigations/dali-hardware-decoder.md) is paid while
+        window: docs/investigations/dali-hardware-decoder.md) is paid while
         the loader is built (NOTE [calibration]). The batch is epoch 0's first, dropped; a set
         that fails on it is left to be built at its first switch, where a bad file is found
         as usual."""
