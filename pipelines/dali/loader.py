@@ -179,8 +179,9 @@ class DaliLoader(LoaderBase):
         workers = cast(int, config.num_workers)
         mixed = decodes_on_gpu(options, self.gpu)
         hw_gpu = self.gpu and torch.cuda.get_device_capability(self.device_id) in HW_JPEG_DECODERS
-        large = mixed and large_photos(self.data_source)
         tuned_load = options.hw_decoder_load in ("auto", None)
+        large = mixed and (tuned_load or options.pipelines is None) \
+            and large_photos(self.data_source)
         load = options.replace(hw_decoder_load="auto").load_for(large and hw_gpu) \
             if tuned_load else options.load_for()
         first = Setting(cast(float, load),
