@@ -4,8 +4,9 @@ from __future__ import annotations
 import enum
 import operator
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -248,6 +249,37 @@ class LoaderConfig:
     read_timeout: float = 60.0
     shard_cache: str | None = None
     shard_cache_bytes: int | None = None
+
+    if TYPE_CHECKING:  # the constructor as users call it: each enum also by its name (str)
+
+        def __init__(
+            self,
+            root: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+            batch_size: int = 256,
+            augment: AugmentSpec = ...,
+            shuffle: bool = True,
+            seed: int = 0,
+            last_batch: LastBatchPolicy | Literal["drop", "partial", "pad"] | None = None,
+            num_workers: int | None = None,
+            dtype: OutputDType | Literal["float32", "bfloat16", "float16"] = OutputDType.FLOAT32,
+            channels_last: bool = False,
+            device: str = "cuda",
+            rank: int | None = None,
+            world_size: int | None = None,
+            on_bad_file: BadFilePolicy | Literal["error", "skip"] = BadFilePolicy.ERROR,
+            max_image_pixels: int = DEFAULT_MAX_PIXELS,
+            transform: Any = None,
+            allow_empty_classes: bool = False,
+            debug_indices: bool = False,
+            extensions: Sequence[str] = IMAGE_EXTENSIONS,
+            shuffle_window: int = 8192,
+            mix: Any = None,
+            target: Any = "class",
+            storage_options: dict[str, Any] | None = None,
+            read_timeout: float = 60.0,
+            shard_cache: str | os.PathLike[str] | None = None,
+            shard_cache_bytes: int | None = None,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731

@@ -1,7 +1,7 @@
 """The one contract every backend honours: a ``Batch`` and the ``BatchLoader`` protocol."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -65,11 +65,15 @@ class Batch(_Pair):
 
 @runtime_checkable
 class BatchLoader(Protocol):
-    """What ``create_loader`` returns. ``for images, labels in loader`` works for every backend.
+    """What ``create_loader`` returns: the documented contract (README, docs/loader.md), and
+    nothing else. ``for images, labels in loader`` works for every backend.
 
     Attributes:
         classes: the class names, index = label.
+        paths: the listing: dataset index ``i`` is ``paths[i]`` (remote roots redacted).
         stats: the bad files skipped (``pipelines.stats.BadFileStats``).
+        epoch: the epoch the next ``iter()`` reads (``set_epoch``, ``load_state_dict``).
+        resolution: the output ``(height, width)`` of the epoch the next ``iter()`` runs.
         last_indices: the dataset index of every sample of the last full epoch, when
             ``LoaderConfig.debug_indices`` is set (else ``None``): an int64 numpy array, the
             epoch's batches concatenated in the order they were yielded.
@@ -85,12 +89,30 @@ class BatchLoader(Protocol):
         loader = create_loader("pinned", LoaderConfig(root, debug_indices=True))
         for images, labels in loader:
             files = [loader.paths[i] for i in loader.last_batch_indices]
+
+    What the comparison suite reads besides this (bytes per sample over PCIe) is not part of
+    the contract: ``pipelines.types.Measured``.
     """
 
-    classes: list[str]
-    stats: Any
-    last_indices: Any | None
-    last_batch_indices: Any | None
+    epoch: int
+
+    @property
+    def classes(self) -> Sequence[str]: ...
+
+    @property
+    def paths(self) -> Sequence[str]: ...
+
+    @property
+    def stats(self) -> Any: ...
+
+    @property
+    def last_indices(self) -> np.ndarray | None: ...
+
+    @property
+    def last_batch_indices(self) -> np.ndarray | None: ...
+
+    @property
+    def resolution(self) -> tuple[int, int]: ...
 
     def __iter__(self) -> Iterator[Batch]: ...
 
@@ -98,10 +120,23 @@ class BatchLoader(Protocol):
 
     def set_epoch(self, epoch: int) -> None: ...
 
-    def close(self) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
 
-    def h2d_bytes_per_sample(self) -> float | None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def set_resolution(self, size: int | tuple[int, int], epoch: int | None = None) -> None: ...
+
+    def close(self) -> None: ...
 
     def __enter__(self) -> BatchLoader: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class Measured(Protocol):
+    """The hook the comparison suite reads from a loader, outside the user's contract."""
+
+    def h2d_bytes_per_sample(self) -> float | None:
+        """Bytes one sample moves from host to device (0 on the CPU, ``None`` if unknown)."""
+        ...

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -53,6 +54,20 @@ class AugmentSpec:
     resize_size: int | None = None
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+
+    if TYPE_CHECKING:  # the constructor as users call it: ``mode`` also by its name (str)
+
+        def __init__(
+            self,
+            mode: Mode | Literal["train", "eval"] = Mode.TRAIN,
+            size: int | tuple[int, int] = 224,
+            scale: tuple[float, float] = (0.08, 1.0),
+            ratio: tuple[float, float] = (3 / 4, 4 / 3),
+            flip_p: float = 0.5,
+            resize_size: int | None = None,
+            mean: tuple[float, float, float] = IMAGENET_MEAN,
+            std: tuple[float, float, float] = IMAGENET_STD,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         try:
