@@ -1,5 +1,7 @@
 """A small HTTP server on 127.0.0.1 for tests/test_remote.py: files of a folder, HEAD and
-``Range`` requests, and faults on demand (503 answers, dropped connections, stalls)."""
+``Range`` requests, and faults on demand (503 answers, dropped connections, stalls, any status,
+HEAD refused, redirects to any URL, itself included). Each request is recorded with its
+``Authorization`` header; an ``https://`` URL to it gets plain HTTP back: a TLS failure."""
 from __future__ import annotations
 
 import collections
@@ -15,11 +17,31 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # quiet
         pass
 
+    def _record(self) -> bool:
+        """Record the request; answer it here (True) when a fault is set for it."""
+        s = self.server
+        name = self.path.split("?")[0].lstrip("/")
+        with s.lock:
+            s.seen.append((self.command, self.path, self.headers.get("Authorization")))
+            code = s.status.get(name, [None]).pop(0) if s.status.get(name) else None
+        if name in s.redirect:
+            self.send_response(302)
+            self.send_header("Location", s.redirect[name])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        if code is not None or (self.command == "HEAD" and s.head_refused):
+            self.send_error(code or 403)
+            return True
+        return False
+
     def _file(self):
         path = os.path.join(self.server.folder, self.path.split("?")[0].lstrip("/"))
         return path if os.path.isfile(path) else None
 
     def do_HEAD(self) -> None:
+        if self._record():
+            return
         path = self._file()
         if path is None:
             self.send_error(404)
@@ -34,6 +56,8 @@ class _Handler(BaseHTTPRequestHandler):
         s = self.server
         name = self.path.split("?")[0].lstrip("/")
         s.gets[name] += 1
+        if self._record():
+            return
         path = self._file()
         if path is None:
             self.send_error(404)
@@ -50,15 +74,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with open(path, "rb") as f:
             data = f.read()
-        lo = 0
+        lo, hi = 0, len(data) - 1
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes="):
-            lo = int(rng[6:].split("-")[0])
+            first, last = rng[6:].split("-")
+            lo, hi = int(first), min(hi, int(last)) if last else hi
             self.send_response(206)
-            self.send_header("Content-Range", f"bytes {lo}-{len(data) - 1}/{len(data)}")
+            self.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
         else:
             self.send_response(200)
-        body = data[lo:]
+        self.send_header("ETag", f'"{os.path.getmtime(path)}"')
+        body = data[lo:hi + 1]
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if name in s.stall or "*" in s.stall:
@@ -83,11 +109,21 @@ class FaultyServer(ThreadingHTTPServer):
         self.fail_503: dict[str, int] = {}
         self.drop: dict[str, int] = {}
         self.stall: set[str] = set()
+        self.status: dict[str, list[int]] = {}  # name -> the codes its next requests get
+        self.redirect: dict[str, str] = {}  # name -> the Location of a 302
+        self.head_refused = False  # HEAD answers 403 (a presigned, GET-only URL)
+        self.seen: list[tuple[str, str, str | None]] = []  # (method, path, Authorization)
+        self.connections = 0
         self.gets: collections.Counter = collections.Counter()
         self.sent: collections.Counter = collections.Counter()
         self.stopping = threading.Event()
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
+
+    def process_request(self, request, client_address) -> None:
+        with self.lock:
+            self.connections += 1
+        super().process_request(request, client_address)
 
     @property
     def url(self) -> str:
@@ -108,6 +144,11 @@ class FaultyServer(ThreadingHTTPServer):
             self.fail_503.clear()
             self.drop.clear()
             self.stall.clear()
+            self.status.clear()
+            self.redirect.clear()
+            self.head_refused = False
+            self.seen.clear()
+            self.connections = 0
             self.gets.clear()
             self.sent.clear()
         time.sleep(0)

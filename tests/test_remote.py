@@ -481,3 +481,155 @@ def test_close_stops_the_fetcher_at_once_when_every_shard_is_spooled(http, fresh
     ld.close()
     assert time.monotonic() - t0 < 3.0
     assert not thread.is_alive()
+
+
+# -- issue 55: permanent failures, GET-only URLs, stop, one-line errors ------------------------
+def test_a_presigned_get_only_url_is_stamped_from_a_get(wds, http, fresh_cache):
+    """HEAD answers 403 (a URL presigned for GET): size and ETag come from a one-byte GET, the
+    same as a HEAD's, so the cached index is used the next time without a copy."""
+    http.head_refused = True
+    root = f"{http.url}/{SHARDS}?X-Amz-Signature=abc"
+    names = list_dataset(root)[0]
+    assert len(names) == N
+    http.reset()
+    http.head_refused = True
+    assert list_dataset(root)[0] == names
+    assert sum(http.sent.values()) <= 5, dict(http.sent)  # one byte a shard: no copy
+
+
+def test_tls_failures_and_4xx_answers_are_not_retried(wds, http, fresh_cache):
+    """An https:// URL to a plain HTTP server fails its TLS handshake: permanent, one try; a
+    400 likewise; a 408 is transient, retried."""
+    port = http.server_address[1]
+    with pytest.raises(RemoteError, match=r"shard-000000.tar.*TLS") as e:
+        list_dataset(f"https://127.0.0.1:{port}/shard-000000.tar")
+    assert "\n" not in str(e.value) and http.connections == 1
+    http.reset()
+    http.status["shard-000001.tar"] = [400, 400]
+    with pytest.raises(RemoteError, match=r"shard-000001.tar.*HTTP 400"):
+        list_dataset(f"{http.url}/shard-000001.tar")
+    assert len(http.seen) == 2  # the HEAD, then one GET in its stead: no retry
+    http.reset()
+    http.status["shard-000002.tar"] = [408, 408]
+    assert len(list_dataset(f"{http.url}/shard-000002.tar")[0]) > 0
+
+
+def test_a_tls_error_raised_by_the_connection_is_not_retried(wds, http, fresh_cache, monkeypatch):
+    import ssl
+
+    from pipelines.sources import remote, remote_http
+
+    calls = []
+
+    def broken(url, timeout, **kw):
+        calls.append(url)
+        raise ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC] bad record mac")
+
+    name = remote.register(f"{http.url}/shard-000000.tar", remote.Storage(attempts=4))[0]
+    monkeypatch.setattr(remote_http.urllib.request.OpenerDirector, "open",
+                        lambda self, req, timeout=None: broken(req.full_url, timeout))
+    with pytest.raises(RemoteError, match="TLS failed"):
+        remote.download(name, str(wds.parent / "copy.tar"))
+    assert len(calls) == 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("end", ["timeout", "stop"])
+def test_a_pipe_command_leaves_no_process_behind(end, tmp_path):
+    """A ``pipe:`` command and what it started (here a background ``sleep``) are killed as a
+    process group when the copy times out or is stopped."""
+    import threading
+
+    from pipelines.sources import remote
+
+    pids = tmp_path / "pids"
+    cmd = f"pipe:sleep 300 & echo $! > {pids}; echo $$ >> {pids}; wait"
+    name = remote.register(cmd, remote.Storage(timeout=0.5 if end == "timeout" else 60,
+                                               attempts=1))[0]
+    stop = threading.Event()
+    out: list[BaseException] = []
+
+    def run():
+        try:
+            remote.download(name, str(tmp_path / "copy.tar"), stop=stop)
+        except BaseException as e:  # noqa: BLE001 - checked below
+            out.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 10
+    while (not pids.exists() or len(pids.read_text().split()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if end == "stop":
+        t0 = time.monotonic()
+        stop.set()
+    t.join(15)
+    assert not t.is_alive()
+    if end == "stop":
+        assert time.monotonic() - t0 < 2 and isinstance(out[0], remote.Stopped)
+    else:
+        assert isinstance(out[0], RemoteError) and "no output" in str(out[0])
+    time.sleep(0.2)
+    assert [p for p in map(int, pids.read_text().split()) if _alive(p)] == []
+    assert not (tmp_path / "copy.tar").exists()
+
+
+def test_a_stop_ends_the_retries_and_no_request_follows(wds, http, tmp_path):
+    import threading
+
+    from pipelines.sources import remote
+
+    http.status["shard-000000.tar"] = [503] * 50
+    name = remote.register(f"{http.url}/shard-000000.tar",
+                           remote.Storage(attempts=50, retry_s=300))[0]
+    stop = threading.Event()
+    out: list[BaseException] = []
+
+    def run():
+        try:
+            remote.download(name, str(tmp_path / "copy.tar"), stop=stop)
+        except BaseException as e:  # noqa: BLE001 - checked below
+            out.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    while len(http.seen) < 3 and t.is_alive():  # into the back-off sleeps
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    stop.set()
+    t.join(10)
+    assert time.monotonic() - t0 < 1.0 and isinstance(out[0], remote.Stopped)
+    seen = len(http.seen)
+    time.sleep(1.5)  # longer than the back-off at this point
+    assert len(http.seen) == seen
+
+
+@pytest.mark.parametrize("pattern", ["shard-{000..0x9}.tar", "shard-{5..1}.tar",
+                                     "shard-{000000..000004.tar", "shard-000000..000004}.tar",
+                                     "shard-{0..1}}{.tar"])
+def test_a_malformed_brace_range_is_one_error_naming_the_root(pattern, http):
+    url = f"http://user:pw-zq81@127.0.0.1:{http.server_address[1]}/{pattern}"
+    for call in (lambda: LoaderConfig(root=url), lambda: list_dataset(url)):
+        with pytest.raises(DatasetRootError) as e:
+            call()
+        msg = str(e.value)
+        assert "\n" not in msg and "brace" in msg and "zq81" not in msg
+        assert redact(url).split("/")[-1] in msg
+
+
+def test_a_redirect_loop_is_one_line_naming_the_shard(http, fresh_cache):
+    http.redirect["loop.tar"] = "/loop.tar"
+    url = f"http://user:pw-zq81@127.0.0.1:{http.server_address[1]}/loop.tar"
+    with pytest.raises(RemoteError) as e:
+        list_dataset(url)
+    msg = str(e.value)
+    assert "\n" not in msg and "redirect loop" in msg and "zq81" not in msg
+    assert f"'{redact(url)}'" in msg
+    assert len(http.seen) <= 2 * 12  # HEAD and GET, each up to the redirect bound: no retry

@@ -9,21 +9,28 @@ A scheme that fsspec knows but this project has not tested (``gs://``, ``ftp://`
 refused by name (``check_root``).
 
 NOTE [no secret in a message]
-URLs may carry credentials (``https://user:pass@host``, a presigned S3 query string). Every
-name the rest of the package sees is ``redact(url)``: no userinfo, no query, no fragment; the
-real URL stays in this module's registry (``register``), keyed by that name, and in the
-fetcher. Error texts from the storage libraries are passed through ``scrub``, which blanks the
-values of ``storage_options`` and the AWS secret variables.
+URLs and ``pipe:`` commands may carry credentials. Every name the rest of the package sees is
+``redact(url)`` (``remote_url``: the rules, and unparseable URLs); the real URL stays in this
+module's registry (``register``), keyed by that name, and in the fetcher. Error texts from the
+storage libraries and commands are passed through ``scrub``, which blanks the values of
+``storage_options``, the AWS secret variables and the secrets of the URL at hand, and the
+final error is raised with no exception chained to it. Credentials given in a URL reach only
+the origin (scheme, host, port) they were given for: an HTTP redirect to another origin, or
+from https to http, is followed without them (``_Redirects``).
 
 NOTE [faults]
-A transient failure (a refused or reset connection, a 5xx or 429 answer, a read that times
-out, a body shorter than its ``Content-Length``) is retried ``Storage.attempts`` times in all
-with exponential backoff, within ``Storage.retry_s`` seconds; an interrupted HTTP or S3 copy
-resumes at the byte it reached. After that, or at once for a permanent failure (404, 403,
-wrong credentials, a bad session token, any other refusal: ``Refused``), one ``RemoteError``
-names the shard (redacted) and the last cause, never as a bad shard that
-``on_bad_file="skip"`` would drop. A stalled server is a read timeout (``Storage.timeout``,
-``LoaderConfig.read_timeout``), never a hang.
+A transient failure (a refused or reset connection, a 5xx, 408 or 429 answer, a read that
+times out, a body shorter than its ``Content-Length``) is retried ``Storage.attempts`` times
+in all with exponential backoff, within ``Storage.retry_s`` seconds; an interrupted HTTP or S3
+copy resumes at the byte it reached. After that, or at once for a permanent failure (any other
+4xx answer, wrong credentials, a bad session token, a TLS protocol or certificate failure, a
+redirect loop, any other refusal: ``Refused``), one ``RemoteError`` of one line names the
+shard (redacted) and the last cause, never as a bad shard that ``on_bad_file="skip"`` would
+drop. A stalled server is a read timeout (``Storage.timeout``, ``LoaderConfig.read_timeout``),
+never a hang. A server that refuses HEAD (a presigned, GET-only URL) is asked for the size and
+validator by a one-byte ranged GET. A ``stop`` event given to ``download`` ends the retries and
+back-off sleeps at once (``Stopped``): no request starts once it is set. A ``pipe:`` command
+runs in a process group of its own, killed when the copy ends, fails, times out or stops.
 """
 from __future__ import annotations
 
@@ -32,38 +39,30 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from pipelines.sources import remote_http
 from pipelines.sources.folder import DatasetRootError
+from pipelines.sources.remote_http import Refused, Stopped, Transient, is_tls_failure
+from pipelines.sources.remote_url import braces, check_url, redact, secrets
 
 SCHEMES = ("http", "https", "s3")  # tested; with pipe: and local paths
-_BRACE = re.compile(r"\{([^{}]*)\}")
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):/(/?)")
-CHUNK = 1 << 20
 S3_PART = 8 << 20  # one ranged GET of an S3 copy
 EXTRA = "pip install 'gpu-feed[remote]'"
 
 
 class RemoteError(DatasetRootError):
     """A remote shard that cannot be listed or copied (NOTE [faults])."""
-
-
-class Transient(OSError):
-    """A failure worth another attempt (NOTE [faults])."""
-
-
-class Refused(OSError):
-    """A failure that another attempt would not mend: the server refused the request (a bad
-    session token's 400, an unknown key, a denied action) (NOTE [faults])."""
 
 
 @dataclass(frozen=True)
@@ -114,12 +113,14 @@ def is_remote(root) -> bool:
 
 
 def check_root(root) -> None:
-    """Refuse, by name, a URL whose scheme is not tested here, and a URL that is not a shard
-    set (``DatasetRootError``)."""
+    """Refuse, by name, a URL whose scheme is not tested here, a URL that does not parse, a
+    malformed brace range and a URL that is not a shard set (``DatasetRootError``, one line
+    naming the redacted root)."""
     entries = _entries(root)
-    for s in entries if entries is not None else [root]:
+    for k, s in enumerate(entries if entries is not None else [root]):
         if not isinstance(s, str):
-            raise TypeError(f"root={root!r}: each entry must be a str URL or path, not "
+            where = f"root[{k}]" if entries is not None else "root"
+            raise TypeError(f"{where}: each entry must be a str URL or path, not "
                             f"{type(s).__name__}")
         scheme = scheme_of(s)
         if scheme is None:
@@ -128,52 +129,30 @@ def check_root(root) -> None:
             raise DatasetRootError(
                 f"root={redact(s)!r}: the {scheme}:// scheme is not supported (supported: "
                 "http://, https://, s3://, pipe:COMMAND and local paths); copy or mount the data")
-        if scheme != "pipe" and not urllib.parse.urlsplit(s).path.lower().endswith(".tar"):
+        braces(s)  # a malformed range names the root
+        if scheme == "pipe":
+            continue
+        check_url(s)
+        if not urllib.parse.urlsplit(s).path.lower().endswith(".tar"):
             raise DatasetRootError(
                 f"root={redact(s)!r}: a remote root must name .tar shards (a brace range "
                 "such as train-{000000..000127}.tar, or a list of URLs); remote folders and "
                 "globs are not listed")
 
 
-def redact(url: str) -> str:
-    """``url`` without userinfo, query or fragment (NOTE [no secret in a message])."""
-    if url.lower().startswith("pipe:"):
-        return url
-    p = urllib.parse.urlsplit(url)
-    host = p.hostname or ""
-    if p.port is not None:
-        host = f"{host}:{p.port}"
-    return urllib.parse.urlunsplit((p.scheme, host, p.path, "", ""))
-
-
-def scrub(text: str, storage: Storage | None = None) -> str:
-    """``text`` with secret values blanked (NOTE [no secret in a message])."""
-    secrets = [os.environ.get(k, "") for k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")]
+def scrub(text: str, storage: Storage | None = None, url: str = "") -> str:
+    """``text`` with secret values blanked, on one line (NOTE [no secret in a message]): those
+    of ``storage``, of the AWS environment and of ``url`` (``remote_url.secrets``)."""
+    found = [os.environ.get(k, "") for k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")]
     if storage is not None:
-        secrets += [str(v) for k, v in storage.options.items()
-                    if k in ("secret", "token", "key", "password")]
-    for v in secrets:
+        found += [str(v) for k, v in storage.options.items()
+                  if k in ("secret", "token", "key", "password")]
+    found += secrets(url) if url else []
+    for v in sorted(found, key=len, reverse=True):
         if len(v) >= 4:
             text = text.replace(v, "***")
-    return re.sub(r"(X-Amz-[A-Za-z]+=)[^&\s'\"]+", r"\1***", text)
-
-
-def braces(pattern: str) -> list[str]:
-    """Expand ``{a,b}`` and ``{000..031}`` (zero padding kept) as WebDataset's URLs do."""
-    m = _BRACE.search(pattern)
-    if m is None:
-        return [pattern]
-    body, out = m.group(1), []
-    r = re.fullmatch(r"(\d+)\.\.(\d+)", body)
-    if r:
-        lo, hi = r.groups()
-        width = len(lo) if lo.startswith("0") else 0
-        items = [str(k).zfill(width) for k in range(int(lo), int(hi) + 1)]
-    else:
-        items = body.split(",")
-    for item in items:
-        out += braces(pattern[:m.start()] + item + pattern[m.end():])
-    return out
+    text = re.sub(r"(X-Amz-[A-Za-z]+=)[^&\s'\"]+", r"\1***", text)
+    return " ".join(text.split())
 
 
 def expand(root) -> list[str]:
@@ -270,55 +249,54 @@ def _s3(storage: Storage):
 
 
 def _s3_call(fn: Callable[[], Any]):
-    """``fn()`` with botocore's and s3fs's errors sorted into transient and permanent ones."""
+    """``fn()`` with botocore's and s3fs's errors sorted into transient and permanent ones, as
+    ``remote_http`` sorts HTTP's (by the answer's status where there is one)."""
     try:
         return fn()
-    except (PermissionError, FileNotFoundError):
-        raise
     except Exception as e:  # noqa: BLE001 - botocore's and aiohttp's many kinds
-        name = type(e).__name__
-        text = str(e)
-        if any(t in name + text for t in ("Timeout", "timeout", "Connection", "Throttl", "SlowDown",
-                                          "InternalError", "ServiceUnavailable", "503", "500",
-                                          "IncompleteRead", "ResponseStreamingError")):
-            raise Transient(f"{name}: {text}") from None
-        if isinstance(e, (OSError, ValueError)) or name == "ClientError":
-            # s3fs turns botocore's 400 answers (a bad session token: InvalidToken; on a HEAD,
-            # only "Bad Request") into OSError(EINVAL): no shard is to blame
-            raise Refused(f"{name}: {text}") from None
-        raise
+        err = _s3_sorted(e)
+        if err is None:
+            raise
+    raise err  # outside the except block: nothing chained
 
 
-def _http_open(url: str, storage: Storage, lo: int = 0, method: str = "GET"):
-    req = urllib.request.Request(url, method=method)
-    p = urllib.parse.urlsplit(url)
-    if p.username:  # userinfo in the URL: basic auth, never shown
-        import base64
+def _s3_sorted(e: Exception) -> OSError | None:
+    name, text = type(e).__name__, str(e)
+    cause = e.__cause__ or e  # s3fs's OSError from botocore's ClientError
+    status = getattr(cause, "response", None) or {}
+    code = status.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(status, dict) \
+        else None
+    if is_tls_failure(e):
+        return Refused(f"TLS failed: {name}: {text}")
+    if isinstance(code, int) and code >= 300:
+        sorted_ = remote_http.status_error(code, f"{name}: {text}")
+        return e if type(sorted_) in (PermissionError, FileNotFoundError) and \
+            isinstance(e, type(sorted_)) else sorted_
+    if isinstance(e, (PermissionError, FileNotFoundError)):
+        return e
+    if any(t in name + text for t in ("Timeout", "timeout", "Connection", "Throttl", "SlowDown",
+                                      "InternalError", "ServiceUnavailable", "503", "500",
+                                      "IncompleteRead", "ResponseStreamingError")):
+        return Transient(f"{name}: {text}")
+    if isinstance(e, (OSError, ValueError)) or name == "ClientError" or \
+            type(e).__module__.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "s3fs"):
+        # s3fs turns botocore's 400 answers (a bad session token: InvalidToken; on a HEAD,
+        # only "Bad Request") into OSError(EINVAL): no shard is to blame
+        return Refused(f"{name}: {text}")
+    return None
 
-        token = base64.b64encode(
-            f"{urllib.parse.unquote(p.username)}:{urllib.parse.unquote(p.password or '')}".encode())
-        req.add_header("Authorization", f"Basic {token.decode()}")
-        url = redact(url) + (f"?{p.query}" if p.query else "")
-        req.full_url = url
-    if lo:
-        req.add_header("Range", f"bytes={lo}-")
-    try:
-        return urllib.request.urlopen(req, timeout=storage.timeout)  # noqa: S310 - http(s) only
-    except urllib.error.HTTPError as e:
-        if e.code >= 500 or e.code == 429:
-            raise Transient(f"HTTP {e.code} {e.reason}") from None
-        raise PermissionError(f"HTTP {e.code} {e.reason}") if e.code in (401, 403) else \
-            FileNotFoundError(f"HTTP {e.code} {e.reason}") from None
-    except urllib.error.URLError as e:
-        raise Transient(f"{type(e.reason).__name__}: {e.reason}") from None
-    except (TimeoutError, ConnectionError) as e:
-        raise Transient(f"{type(e).__name__}: {e}") from None
 
-
-def _retrying(what: str, storage: Storage, step: Callable[[], Any]):
-    """``step()`` until it returns, retrying ``Transient`` failures (NOTE [faults])."""
+def _retrying(what: str, storage: Storage, step: Callable[[], Any],
+              stop: threading.Event | None = None, url: str = ""):
+    """``step()`` until it returns, retrying ``Transient`` failures (NOTE [faults]); waits on
+    ``stop`` and raises ``Stopped`` once it is set, before any further attempt. The
+    ``RemoteError`` is one line, scrubbed of ``url``'s secrets, and has nothing chained."""
     start = time.monotonic()
+    failure = ""
     for attempt in range(1, storage.attempts + 1):
+        if stop is not None and stop.is_set():
+            raise Stopped(what)
+        wait = 0.0
         try:
             return step()
         except (Transient, TimeoutError, ConnectionError) as e:
@@ -327,15 +305,18 @@ def _retrying(what: str, storage: Storage, step: Callable[[], Any]):
                 cause += f" (no data for read_timeout={storage.timeout:g} s)"
             wait = min(0.2 * 2 ** (attempt - 1), 10.0)
             if attempt == storage.attempts or time.monotonic() - start + wait > storage.retry_s:
-                raise RemoteError(f"{what}: failed after {attempt} attempts in "
-                                  f"{time.monotonic() - start:.1f} s; last: "
-                                  f"{scrub(cause, storage)}") from None
-            time.sleep(wait)
+                failure = (f"{what}: failed after {attempt} attempts in "
+                           f"{time.monotonic() - start:.1f} s; last: {cause}")
         except (PermissionError, FileNotFoundError, Refused) as e:
             cause = str(e) if isinstance(e, Refused) else f"{type(e).__name__}: {e}"
-            raise RemoteError(f"{what}: {scrub(cause, storage)} (check the URL and the "
-                              "credentials)") from None
-    raise AssertionError("unreachable")
+            failure = f"{what}: {cause} (check the URL and the credentials)"
+        if failure:
+            break
+        if stop is None:
+            time.sleep(wait)
+        elif stop.wait(wait):
+            raise Stopped(what)
+    raise RemoteError(scrub(failure, storage, url))
 
 
 def stamp(name: str) -> np.ndarray:
@@ -351,52 +332,65 @@ def stamp(name: str) -> np.ndarray:
         return np.asarray([-1, tag_hash(url)], np.int64)
     if scheme == "s3":
         fs = _s3(storage)
-        info = _retrying(f"shard {name!r}", storage, lambda: _s3_call(lambda: fs.info(url)))
+        info = _retrying(f"shard {name!r}", storage, lambda: _s3_call(lambda: fs.info(url)),
+                         url=url)
         tag = str(info.get("ETag") or info.get("LastModified") or "")
         return np.asarray([int(info.get("size", -1)), tag_hash(tag)], np.int64)
 
-    def head():
-        with _http_open(url, storage, method="HEAD") as r:
-            n = r.headers.get("Content-Length")
-            return (int(n) if n and n.isdigit() else -1,
-                    r.headers.get("ETag") or r.headers.get("Last-Modified") or "")
-
-    size, tag = _retrying(f"shard {name!r}", storage, head)
+    size, tag = _retrying(f"shard {name!r}", storage,
+                          lambda: remote_http.head(url, storage.timeout), url=url)
     return np.asarray([size, tag_hash(tag)], np.int64)
 
 
-def download(name: str, dst: str, expect: int = -1, beat: Callable[[], None] | None = None) -> int:
-    """Copy shard ``name`` into the file ``dst`` (written as ``dst.part``, then renamed); its
-    size. ``RemoteError`` after the retries (NOTE [faults]), or when the body is not of the
-    ``expect``ed size."""
+def download(name: str, dst: str, expect: int = -1, beat: Callable[[], None] | None = None,
+             stop: threading.Event | None = None) -> int:
+    """Copy shard ``name`` into the file ``dst`` (written as ``dst.part``, then renamed).
+
+    Args:
+        name: a shard name from ``register`` (a redacted URL).
+        dst: the local file to write.
+        expect: the size the shard's index says, or ``-1``.
+        beat: called as the bytes arrive (a heartbeat; it may raise to abort the copy).
+        stop: once set, no further request starts: the retries, back-off sleeps, the copy's
+            read loop and a ``pipe:`` command (its process group killed) end with ``Stopped``.
+
+    Returns:
+        The size of the copy.
+
+    Raises:
+        RemoteError: after the retries or at once for a permanent failure (NOTE [faults]), or
+            when the body is not of the ``expect``ed size.
+        Stopped: ``stop`` was set; ``dst`` is not written.
+    """
     url, storage = real(name)
     scheme = scheme_of(url)
     part = dst + ".part"
     what = f"shard {name!r}"
     beat = beat or (lambda: None)
+    retry = functools.partial(_retrying, what, storage, stop=stop, url=url)
     with open(part, "wb") as f:
         try:
             if scheme == "pipe":
                 def run():
                     f.seek(0)
                     f.truncate()
-                    _pipe_copy(url[5:], f, storage, beat)
-                _retrying(what, storage, run)
+                    _pipe_copy(url[5:], f, storage, beat, stop)
+                retry(run)
             elif scheme == "s3":
                 fs = _s3(storage)
-                total = expect if expect >= 0 else int(_retrying(
-                    what, storage, lambda: _s3_call(lambda: fs.info(url)))["size"])
+                total = expect if expect >= 0 else int(retry(
+                    lambda: _s3_call(lambda: fs.info(url)))["size"])
                 while f.tell() < total:
                     lo = f.tell()
                     hi = min(total, lo + S3_PART)
-                    data = _retrying(what, storage, functools.partial(
+                    data = retry(functools.partial(
                         _s3_call, functools.partial(fs.cat_file, url, start=lo, end=hi)))
                     if not data:
                         raise RemoteError(f"{what}: ended at byte {lo} of {total}")
                     f.write(data)
                     beat()
             else:
-                _retrying(what, storage, lambda: _http_copy(url, f, storage, beat))
+                retry(lambda: remote_http.copy(url, f, storage.timeout, beat, stop))
             f.flush()
         except BaseException:
             f.close()
@@ -411,50 +405,32 @@ def download(name: str, dst: str, expect: int = -1, beat: Callable[[], None] | N
     return size
 
 
-def _http_copy(url: str, f, storage: Storage, beat: Callable[[], None]) -> None:
-    """One attempt: from ``f``'s position (a ``Range`` request) to the end."""
-    lo = f.tell()
-    with _http_open(url, storage, lo=lo) as r:
-        if lo and r.status != 206:  # no ranges: start over
-            f.seek(0)
-            f.truncate()
-            lo = 0
-        n = r.headers.get("Content-Length")
-        want = lo + int(n) if n and n.isdigit() else -1
-        try:
-            while True:
-                chunk = r.read(CHUNK)
-                if not chunk:
-                    break
-                f.write(chunk)
-                beat()
-        except (TimeoutError, ConnectionError, OSError) as e:
-            raise Transient(f"{type(e).__name__}: {e} at byte {f.tell()}") from None
-        except Exception as e:  # http.client.IncompleteRead and kin
-            raise Transient(f"{type(e).__name__} at byte {f.tell()}") from None
-        if want >= 0 and f.tell() < want:
-            raise Transient(f"the body ended at byte {f.tell()} of {want} (Content-Length)")
-
-
-def _pipe_copy(cmd: str, f, storage: Storage, beat: Callable[[], None]) -> None:
+def _pipe_copy(cmd: str, f, storage: Storage, beat: Callable[[], None],
+               stop: threading.Event | None = None) -> None:
     """One attempt: the standard output of ``cmd``, written straight into ``f``. Started with
     ``posix_spawn`` and no pipe at all: a DataLoader worker forked meanwhile would inherit a
     pipe's write end (``subprocess``'s exec-error pipe too) and the copy would wait for that
     worker to exit. No new output for ``storage.timeout`` s is a timeout, a non-zero exit
-    status an error."""
+    status an error. The command runs in a process group of its own, killed whatever the end
+    (done, failed, timed out, ``stop`` set, ``beat`` raised): no process of it outlives the copy."""
     f.flush()
     with tempfile.TemporaryFile() as err:
         pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", cmd], dict(os.environ), file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, f.fileno(), 1), (os.POSIX_SPAWN_DUP2, err.fileno(), 2)])
+            (os.POSIX_SPAWN_DUP2, f.fileno(), 1), (os.POSIX_SPAWN_DUP2, err.fileno(), 2)],
+            setpgroup=0)
         status = None
         try:
             size, moved = -1, time.monotonic()
             while True:
-                done, status = os.waitpid(pid, os.WNOHANG)
+                done, code = os.waitpid(pid, os.WNOHANG)
                 if done:
+                    status = code
                     break
-                time.sleep(0.02)
+                if stop is not None and stop.wait(0.02):
+                    raise Stopped(f"pipe: {pid}")
+                if stop is None:
+                    time.sleep(0.02)
                 beat()
                 now, grown = time.monotonic(), os.fstat(f.fileno()).st_size
                 if grown != size:
@@ -462,8 +438,8 @@ def _pipe_copy(cmd: str, f, storage: Storage, beat: Callable[[], None]) -> None:
                 elif now - moved > storage.timeout:
                     raise TimeoutError(f"pipe: no output for {storage.timeout:g} s")
         finally:
+            _kill_group(pid)  # the pid names the group while any member lives: never reused
             if status is None:
-                os.kill(pid, 9)
                 os.waitpid(pid, 0)
         f.seek(0, os.SEEK_END)
         code = os.waitstatus_to_exitcode(status)
@@ -471,6 +447,13 @@ def _pipe_copy(cmd: str, f, storage: Storage, beat: Callable[[], None]) -> None:
             err.seek(0)
             text = err.read(400).decode(errors="replace").strip()
             raise Transient(f"the command exited with status {code}" + (f": {text}" if text else ""))
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _unlink(path: str) -> None:
