@@ -5,7 +5,7 @@ import enum
 import operator
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -344,6 +344,22 @@ class LoaderConfig:
             s("rank", int_option("rank", self.rank, 0))
             if self.world_size is not None and self.rank >= self.world_size:
                 raise ValueError(f"rank={self.rank!r} must be in [0, world_size={self.world_size})")
+
+    def __repr__(self) -> str:
+        """The fields as a dataclass shows them, with a remote ``root`` redacted: credentials
+        and tokens in a URL or a ``pipe:`` command never reach a message or a log."""
+        from pipelines.sources import remote
+
+        shown = []
+        for f in fields(self):
+            if not f.repr:
+                continue
+            v = getattr(self, f.name)
+            if f.name == "root" and remote.is_remote(v):
+                shown.append(f"root={remote.shown(v)!r}")
+            else:
+                shown.append(f"{f.name}={v!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     def _check_remote(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731

@@ -121,3 +121,19 @@ def test_a_query_token_never_reaches_a_message(http, fresh_cache):
         list_dataset(url)
     assert "shard-000000.tar" in str(e.value)
     assert "zq81" not in _texts(e.value)
+
+
+@pytest.mark.parametrize("root", [
+    "https://user:hunter2@example.com/s-{0..3}.tar?token=hunter2",
+    ["pipe:curl -u user:hunter2 https://example.com/a.tar",
+     "https://example.com/b.tar?X-Amz-Signature=hunter2"],
+])
+def test_a_config_and_a_results_file_never_show_the_secret(root):
+    """``repr(LoaderConfig)`` (in errors, logs and tracebacks) and the suite's results.json
+    record a remote root redacted."""
+    from compare.suite import _shown
+
+    cfg = LoaderConfig(root=root, device="cpu")
+    assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg)
+    assert "example.com" in repr(cfg)
+    assert "hunter2" not in _shown(cfg.root) and "example.com" in _shown(cfg.root)
