@@ -247,8 +247,11 @@ class LoaderBase:
                                          groups=self.data_source.groups)
         self._plan_valid = functools.partial(config_plan, len(self.paths), config,
                                              groups=self.data_source.groups)
+        read = self.data_source.read  # tar shards: a target_fn gets SHARD.tar/MEMBER
         self.targets = build_targets(config.target, self.paths, root_base(config.root),
-                                     self.data_source.targets)
+                                     self.data_source.targets,
+                                     shards=getattr(read, "shards", getattr(read, "names", None)),
+                                     shard_of=getattr(read, "shard_of", None))
         self._fetch = self._fetcher()  # remote shards: pipelines.sources.spool NOTE [spool]
         self.transform_plan = TransformPlan.of(config.augment, config.transform)
         # set_resolution: each epoch's size, and the recipe of the epoch running (or run last)
