@@ -31,10 +31,13 @@ import numpy as np
 from pipelines.config import LastBatchPolicy, int_option
 from pipelines.sources.folder import DatasetRootError, list_samples  # noqa: F401  (re-exported)
 
+MAX_EPOCH = 2**32  # every backend's range: dali's draws key a sample by a 32-bit epoch
+
 
 def as_epoch(epoch) -> int:
-    """``epoch`` as a plain int (numpy integers welcome), or ``ValueError`` naming it."""
-    return int_option("epoch", epoch, 0)
+    """``epoch`` as a plain int in ``[0, MAX_EPOCH)`` (numpy integers welcome), the range every
+    backend serves, or ``ValueError`` naming it."""
+    return int_option("epoch", epoch, 0, MAX_EPOCH)
 
 
 def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:

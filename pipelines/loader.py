@@ -76,6 +76,7 @@ import torch
 from pipelines.config import BadFilePolicy, LastBatchPolicy, LoaderConfig, resolve
 from pipelines.distributed import from_rank0
 from pipelines.epoch_plan import (
+    MAX_EPOCH,
     as_epoch,
     check_nonempty,
     config_batches,
@@ -95,7 +96,6 @@ from pipelines.transforms.plan import TransformPlan
 from pipelines.types import Batch
 
 STATE_VERSION = 1
-MAX_EPOCH = 2**63  # epochs are int64 wherever they travel
 
 
 def _show(value: Any) -> str:

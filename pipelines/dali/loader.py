@@ -68,7 +68,7 @@ from pipelines.dali.graph import OUTPUTS, build_pipeline, conditional, decodes_o
 from pipelines.dali.probe import DecodeProbe
 from pipelines.dali.source import PlanSource
 from pipelines.device import HW_JPEG_DECODERS, resolve_device
-from pipelines.epoch_plan import config_len
+from pipelines.epoch_plan import MAX_EPOCH, config_len
 from pipelines.loader import LoaderBase
 from pipelines.options import DaliOptions
 from pipelines.sources.root import header_sizes, median_megapixels
@@ -276,7 +276,9 @@ class DaliLoader(LoaderBase):
         when the consumer repeated its last epoch, else the next; ``None`` without ``run_on``."""
         if not self.options.run_on:
             return None
-        return epoch if self._last_epoch == epoch else epoch + 1
+        if self._last_epoch == epoch:
+            return epoch
+        return epoch + 1 if epoch + 1 < MAX_EPOCH else None  # none after the last epoch
 
     def _start(self, epoch: int, start: int = 0) -> None:
         """Make the pipelines ready for a new epoch, from plan position ``start`` on (module
