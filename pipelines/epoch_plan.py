@@ -31,10 +31,13 @@ import numpy as np
 from pipelines.config import LastBatchPolicy, int_option
 from pipelines.sources.folder import DatasetRootError, list_samples  # noqa: F401  (re-exported)
 
+MAX_EPOCH = 2**32  # every backend's range: dali's draws key a sample by a 32-bit epoch
+
 
 def as_epoch(epoch) -> int:
-    """``epoch`` as a plain int (numpy integers welcome), or ``ValueError`` naming it."""
-    return int_option("epoch", epoch, 0)
+    """``epoch`` as a plain int in ``[0, MAX_EPOCH)`` (numpy integers welcome), the range every
+    backend serves, or ``ValueError`` naming it."""
+    return int_option("epoch", epoch, 0, MAX_EPOCH)
 
 
 def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -205,14 +208,21 @@ def config_batches(n: int, config, epoch: int, groups: np.ndarray | None = None
                          groups=groups, window=c.shuffle_window)
 
 
+def config_plan(n: int, config, epoch: int, groups: np.ndarray | None = None
+                ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``epoch_plan`` (the batches, and per batch ``False`` for the samples ``PAD`` repeats)
+    with the order, shard and policy of a ``LoaderConfig``."""
+    c = _resolved(config)
+    return epoch_plan(n, batch_size=c.batch_size, seed=c.seed, epoch=epoch, shuffle=c.shuffle,
+                      policy=c.last_batch, rank=c.rank, world_size=c.world_size,
+                      groups=groups, window=c.shuffle_window)
+
+
 def config_valid(n: int, config, epoch: int, groups: np.ndarray | None = None
                  ) -> list[np.ndarray]:
     """Per batch of ``config_batches``, ``False`` for the samples ``PAD`` repeats
     (``epoch_plan``)."""
-    c = _resolved(config)
-    return epoch_plan(n, batch_size=c.batch_size, seed=c.seed, epoch=epoch, shuffle=c.shuffle,
-                      policy=c.last_batch, rank=c.rank, world_size=c.world_size,
-                      groups=groups, window=c.shuffle_window)[1]
+    return config_plan(n, config, epoch, groups)[1]
 
 
 def config_len(n: int, config) -> int:

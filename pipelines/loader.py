@@ -35,6 +35,16 @@ were taken at (``DaliLoader.state_dict``), and refuses them by name on another r
 A torch backend ignores a DALI part; a DALI loader given a state without one resumes the same
 samples with its own, fresh, random draws.
 
+NOTE [positions]
+A position is a batch of the plan, not a batch handed out. A batch whose files are all bad
+yields nothing (``skip``); the backend reports it as ``dropped`` with the next batch it yields
+(or after its last one), and the base counts it as consumed: the batch handed over is at plan
+position ``received + dropped``, so ``state_dict()["batches"]`` after it says where the plan
+goes on, and a resumed run joins the uninterrupted one exactly after any dropped batch. The
+same position picks the batch's row mask: ``Batch.valid`` is ``False`` for the rows ``PAD``
+repeats and for the rows that stand in for a bad file (told from the plan: a stand-in's index
+is not the plan's), so the valid rows of an epoch, over all ranks, are each good sample once.
+
 NOTE [one iterator]
 One loader serves one iterator at a time, on every backend: ``iter()`` ends the iterator made
 before it, if that one is still live, and ``load_state_dict()`` ends the live iterator too (its
@@ -66,11 +76,12 @@ import torch
 from pipelines.config import BadFilePolicy, LastBatchPolicy, LoaderConfig, resolve
 from pipelines.distributed import from_rank0
 from pipelines.epoch_plan import (
+    MAX_EPOCH,
     as_epoch,
     check_nonempty,
     config_batches,
     config_len,
-    config_valid,
+    config_plan,
     unequal_steps,
 )
 from pipelines.options import Options
@@ -85,7 +96,6 @@ from pipelines.transforms.plan import TransformPlan
 from pipelines.types import Batch
 
 STATE_VERSION = 1
-MAX_EPOCH = 2**63  # epochs are int64 wherever they travel
 
 
 def _show(value: Any) -> str:
@@ -115,6 +125,20 @@ def _state_int(name: str, value: Any, lo: int, hi: int, span: str = "") -> int:
         raise ValueError(f"load_state_dict: {name}={_show(value)} must be an int in "
                          f"{span or f'[{lo}, {hi})'}")
     return v
+
+
+def _valid_rows(planned: tuple[list[np.ndarray], list[np.ndarray]], at: int,
+                indices: Any) -> np.ndarray | None:
+    """The ``Batch.valid`` rows of the batch at plan position ``at`` (NOTE [positions]):
+    ``False`` where ``PAD`` repeats a sample and where a row stands in for a bad file (its
+    index is not the plan's: a stand-in is another, good, sample); ``None`` when all are
+    valid."""
+    batches, valid = planned
+    got = np.asarray(indices, dtype=np.int64).reshape(-1)
+    if at >= len(batches) or len(batches[at]) != len(got):  # pragma: no cover - a backend bug
+        raise RuntimeError(f"batch {at} of {len(got)} rows does not match the epoch's plan")
+    ok = valid[at] & (got == batches[at])
+    return None if ok.all() else ok
 
 
 def _ended(by: str) -> RuntimeError:
@@ -193,7 +217,7 @@ class LoaderBase:
     Attributes:
         paths, labels, classes: the listing (dataset index ``i`` is ``paths[i]``).
         epoch: the epoch the next ``iter()`` reads (``set_epoch``, ``load_state_dict``).
-        position: ``(epoch, batches of it handed to the consumer)``.
+        position: ``(epoch, plan positions of it consumed)`` (NOTE [positions]).
         last_indices, last_batch_indices: with ``LoaderConfig.debug_indices``, the dataset
             indices of the last full epoch and of the batch yielded last (``BatchLoader``).
     """
@@ -221,10 +245,13 @@ class LoaderBase:
         # DALI's feed keep it; a reference back would make a cycle and delay close())
         self.plan_of = functools.partial(config_batches, len(self.paths), config,
                                          groups=self.data_source.groups)
-        self._valid_of = functools.partial(config_valid, len(self.paths), config,
-                                           groups=self.data_source.groups)
+        self._plan_valid = functools.partial(config_plan, len(self.paths), config,
+                                             groups=self.data_source.groups)
+        read = self.data_source.read  # tar shards: a target_fn gets SHARD.tar/MEMBER
         self.targets = build_targets(config.target, self.paths, root_base(config.root),
-                                     self.data_source.targets)
+                                     self.data_source.targets,
+                                     shards=getattr(read, "shards", getattr(read, "names", None)),
+                                     shard_of=getattr(read, "shard_of", None))
         self._fetch = self._fetcher()  # remote shards: pipelines.sources.spool NOTE [spool]
         self.transform_plan = TransformPlan.of(config.augment, config.transform)
         # set_resolution: each epoch's size, and the recipe of the epoch running (or run last)
@@ -238,7 +265,9 @@ class LoaderBase:
         self.last_indices: np.ndarray | None = None
         self.epoch = 0
         self.sampler = EpochHook(self)  # Lightning's per-epoch set_epoch call lands here
-        self._pos: tuple[int, int] = (0, 0)  # (epoch, batches the consumer has received)
+        self._pos: tuple[int, int] = (0, 0)  # (epoch, plan positions consumed: NOTE [positions])
+        self._dropped = 0  # wholly-bad batches reported since the last hand-over
+        self._bad_rows = False  # the batch being handed over had bad files
         self.last_batch_indices: np.ndarray | None = None  # with debug_indices
         self._resume: tuple[int, int] | None = None  # from load_state_dict (NOTE [resume])
         self._listing_hash: str | None = None
@@ -307,7 +336,9 @@ class LoaderBase:
 
     @property
     def position(self) -> tuple[int, int]:
-        """``(epoch, batches of it the consumer has received)``, as ``state_dict`` saves it."""
+        """``(epoch, plan positions of it consumed)``, as ``state_dict`` saves it: the batches
+        the consumer has received and the wholly-bad ones dropped before them (NOTE
+        [positions])."""
         return self._pos
 
     def state_dict(self) -> dict[str, Any]:
@@ -438,31 +469,37 @@ class LoaderBase:
         seen: list | None = [] if self.config.debug_indices else None
         c = self.config
         padded = c.last_batch is LastBatchPolicy.PAD
-        valid = self._valid_of(epoch) if padded else None
+        planned: tuple[list[np.ndarray], list[np.ndarray]] | None = None  # made when needed
+        self._dropped, self._bad_rows = 0, False
         self._live = produce = self._produce(epoch, start)
         try:
             for batch, indices in _checked(produce, fetch):
+                at = self._pos[1] + self._dropped  # this batch's plan position (NOTE [positions])
                 ok = None
-                if valid is not None and self._pos[1] < len(valid):
-                    ok = valid[self._pos[1]]
-                    ok = None if ok.all() or len(ok) != len(batch.images) else ok
+                if (padded or self._bad_rows) and indices is not None:
+                    if planned is None:
+                        planned = self._plan_valid(epoch)
+                    ok = _valid_rows(planned, at, indices)
+                self._dropped, self._bad_rows = 0, False
                 images, labels = batch.images, batch.labels
                 if self.targets is not None:  # pipelines.sources.targets: gathered by index
                     labels = self.targets[torch.as_tensor(np.asarray(indices, np.int64))].to(
                         images.device, non_blocking=True)
                 if self.mix is not None:  # on the device, the same for every backend
                     images, labels = mix_batch(images, labels, self.mix, len(self.classes),
-                                               mix_rng(c.seed, epoch, cast(int, c.rank), self._pos[1]))
+                                               mix_rng(c.seed, epoch, cast(int, c.rank), at))
                 batch = Batch(images, labels, indices, ok)
                 if seen is not None and indices is not None:
                     seen.append(np.asarray(indices, dtype=np.int64).reshape(-1))
                     self.last_batch_indices = seen[-1]
-                self._pos = (epoch, self._pos[1] + 1)  # counted as handed over
+                self._pos = (epoch, at + 1)  # counted as handed over
                 if fetch is not None:
                     fetch.at(*self._pos)
                 yield batch
                 if token != self._token:  # iter() or load_state_dict() since: read nothing more
                     raise _ended(self._ended_by)
+            # trailing wholly-bad batches, reported after the last batch: consumed too
+            self._pos, self._dropped = (epoch, self._pos[1] + self._dropped), 0
         finally:  # a break, an error or an end: the backend half ends with it
             if self._live is produce:
                 self._live = None
@@ -473,13 +510,17 @@ class LoaderBase:
 
     def _report(self, files: Sequence[tuple[str, str]], dropped: int = 0) -> None:
         """Raise (``error``) or count (``skip``) the bad files of the batch being handed out
-        (and ``dropped`` batches that had no good sample)."""
+        (and ``dropped`` batches before it that had no good sample: plan positions it
+        consumes, NOTE [positions]). A backend calls it before it yields that batch, or after
+        its last batch for trailing ``dropped`` ones."""
         if not files:
             return
         if self.config.on_bad_file is BadFilePolicy.ERROR:
             raise BadFileError(*files[0])
         self.stats.add(files)
         self.stats.dropped_batches += dropped
+        self._dropped += dropped
+        self._bad_rows = True
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property

@@ -25,8 +25,9 @@ class Batch(_Pair):
         indices: the dataset index of each row, ``int64`` on the device (a padded batch repeats
             indices; a skipped bad file's row holds the sample that replaced it).
         valid: ``bool`` on the device, ``False`` for the rows that ``last_batch="pad"``
-            repeats to give every rank equal steps: mask them out of evaluation metrics
-            (docs/loader.md#evaluation).
+            repeats to give every rank equal steps and for the rows that stand in for a bad
+            file (``on_bad_file="skip"``): each good sample is valid once per epoch over the
+            ranks; mask the others out of evaluation metrics (docs/loader.md#evaluation).
 
     ``indices`` and ``valid`` are made on the device when first read, so a loop that never
     reads them pays nothing for them.

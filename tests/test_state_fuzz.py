@@ -16,6 +16,11 @@ The mutations: every field dropped, or replaced by ``None``, strings, bytes, lis
 floats, NaN, bools, negative, huge and neighbouring ints; an unknown field; the whole state
 replaced; and the states of loaders of other configs (seed, batch size, world size, shuffle
 window, augmentation, rank, dataset, and the other backends).
+
+Issue 55 adds dropped batches and skipped files: on a root with bad files, every state an
+uninterrupted run takes over many epochs (``SKIP_CASES`` per backend) resumes into exactly the
+batches that run yields after it (indices, ``valid`` masks, pixels), and each epoch's valid rows
+are the rank's good samples once (``pipelines.loader`` NOTE [positions]).
 """
 from __future__ import annotations
 
@@ -206,3 +211,67 @@ def test_the_mutations_cover_the_promised_kinds():
     for kind in ("drop seed", "seed=None", "seed='x'", "seed=b'\\x00'", "seed=[]", "seed={}",
                  "seed=1.5", "seed=True", "seed=-1", f"seed={2**64}", "state=None"):
         assert kind in labels, kind
+
+
+# -- issue 55, class 4: dropped batches and skipped files -----------------------------------------
+SKIP_CASES = 200  # resumed states per backend
+
+
+@pytest.fixture(scope="module")
+def bad_data(tmp_path_factory):
+    """20 small images, 8 of them bad: with batches of 2 over 2 ranks, wholly bad batches (dropped),
+    batches with one stand-in row, and padded rows vary from epoch to epoch."""
+    root = tmp_path_factory.mktemp("fuzz_bad")
+    generate(GenConfig(out=str(root), num_images=20, classes=2, seed=9, width_range=(16, 24),
+                       workers=1), progress=False)
+    files = sorted(root.rglob("*.jpg"))
+    rng = np.random.default_rng(0)
+    for k in rng.choice(len(files), 8, replace=False).tolist():
+        files[k].write_bytes(b"not an image" * 4)
+    return root
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resumes_after_dropped_batches_and_skipped_files_join_exactly(backend, bad_data):
+    """Every state an uninterrupted run takes (after each batch, over enough epochs for
+    ``SKIP_CASES`` states) resumes into exactly the batches it yields after it: indices,
+    valid masks and pixels; and the valid rows of each epoch are each good sample of the
+    rank's share once (``pipelines.loader`` NOTE [positions])."""
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    cfg = _cfg(bad_data, batch_size=2, on_bad_file="skip",
+               last_batch="pad", seed=4)
+    loader = _open(backend, cfg)
+    try:
+        bad = {i for i, p in enumerate(loader.paths) if open(p, "rb").read(3) == b"not"}
+        cases = dropped = 0
+        epoch = 0
+        while cases < SKIP_CASES:
+            loader.set_epoch(epoch)
+            states, ref = [loader.state_dict()], []
+            for b in loader:
+                ref.append((b.images.clone(), b.indices.tolist(), b.valid.tolist()))
+                states.append(loader.state_dict())
+            # the valid rows are the good samples of this rank's share, once
+            batches, valid = loader._plan_valid(epoch)
+            share = sorted({int(i) for bb, v in zip(batches, valid) for i, ok in zip(bb, v)
+                            if ok} - bad)
+            rows = sorted(i for _, idx, ok in ref for i, v in zip(idx, ok) if v)
+            assert rows == share, (backend, epoch)
+            assert loader.state_dict()["batches"] == len(loader), (backend, epoch)
+            states.append(loader.state_dict())  # after trailing dropped batches too
+            dropped += len(loader) - len(ref)
+            for k, state in enumerate(states):
+                k = min(k, len(ref))  # the end states resume into nothing
+                loader.load_state_dict(state)
+                rest = [(b.images.clone(), b.indices.tolist(), b.valid.tolist())
+                        for b in loader]
+                assert [r[1:] for r in rest] == [r[1:] for r in ref[k:]], (backend, epoch, k)
+                assert all(torch.equal(a[0], r[0]) for a, r in zip(rest, ref[k:])), (
+                    backend, epoch, k)
+                cases += 1
+            epoch += 1
+        assert dropped >= 3, dropped  # the fuzz did drop batches
+        print(f"{backend}: {cases} resumed states over {epoch} epochs, {dropped} batches dropped")
+    finally:
+        loader.close()

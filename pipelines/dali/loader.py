@@ -76,7 +76,7 @@ from pipelines.dali.graph import OUTPUTS, build_pipeline, conditional, decodes_o
 from pipelines.dali.probe import DecodeProbe
 from pipelines.dali.source import PlanSource
 from pipelines.device import HW_JPEG_DECODERS, resolve_device
-from pipelines.epoch_plan import config_len
+from pipelines.epoch_plan import MAX_EPOCH, config_len
 from pipelines.loader import LoaderBase
 from pipelines.options import DaliOptions
 from pipelines.sources.root import header_sizes, median_megapixels
@@ -318,7 +318,9 @@ class DaliLoader(LoaderBase):
         when the consumer repeated its last epoch, else the next; ``None`` without ``run_on``."""
         if not self.options.run_on:
             return None
-        return epoch if self._last_epoch == epoch else epoch + 1
+        if self._last_epoch == epoch:
+            return epoch
+        return epoch + 1 if epoch + 1 < MAX_EPOCH else None  # none after the last epoch
 
     def _start(self, epoch: int, start: int = 0) -> None:
         """Make the pipelines ready for a new epoch, from plan position ``start`` on (module
@@ -425,6 +427,24 @@ class DaliLoader(LoaderBase):
         if fed is not None:
             self._report(fed.bad, fed.dropped)
 
+    def _drop_at(self, k: int, pos: int) -> bool:
+        """Account the wholly-bad batch at plan position ``pos`` when lane ``k``'s oldest
+        record begins with it (its files are the record's first), so positions are consumed
+        in the plan's order with any number of lanes (``pipelines.loader`` NOTE
+        [positions])."""
+        f = self.source.peek(k)
+        if (f is None or f.round != self.source.round or not f.positions
+                or f.positions[0] != pos or (len(f.positions) == 1 and len(f.rows))):
+            return False
+        m = self.config.batch_size if len(f.positions) > 1 else len(f.bad)
+        bad, f.bad = f.bad[:m], f.bad[m:]
+        f.positions.pop(0)
+        f.dropped -= 1
+        if not f.positions:
+            self.source.take(k)
+        self._report(bad, 1)
+        return True
+
     def _more(self, k: int) -> bool:
         """Whether lane ``k``'s next batch from DALI is one of this epoch (NOTE [running on]):
         not once its oldest batch not yet yielded is of the next pass. The lane's trailing
@@ -449,27 +469,37 @@ class DaliLoader(LoaderBase):
         n = len(self._its)
         live = [True] * n
         ran_on = [True] * n  # lanes that went on into the next pass (NOTE [running on])
-        turn = start  # the lane that holds position start
+        ended = [False] * n  # lanes whose iterator raised StopIteration
+        held: list = [None] * n  # a lane's batch taken from DALI before its turn
+        turn = start  # the plan position next handed over; lane turn % n holds it
         while any(live):
             k = turn % n
             if not live[k]:
                 turn += 1
                 continue
-            if not self._more(k):  # the lane's next batch is the next epoch's
-                live[k] = False
+            if self._drop_at(k, turn):  # position turn was wholly bad: consumed, not yielded
+                turn += 1
                 continue
-            try:
-                with self._on_device():
-                    out = next(self._its[k])
-            except StopIteration:
-                live[k] = ran_on[k] = False
+            if ended[k]:
                 while self.source.in_flight(k):  # trailing wholly-bad batches
                     self._account(k)
+                live[k] = False
                 continue
-            except Exception as e:  # a DALI failure: find the file, rebuild, retry this lane
-                with self._on_device():
-                    self._recover(e, epoch)
-                continue
+            if held[k] is None:
+                if not self._more(k):  # the lane's next batch is the next epoch's
+                    live[k] = False
+                    continue
+                try:
+                    with self._on_device():
+                        held[k] = next(self._its[k])
+                except StopIteration:
+                    ended[k], ran_on[k] = True, False
+                except Exception as e:  # a DALI failure: find the file, rebuild, retry this lane
+                    with self._on_device():
+                        self._recover(e, epoch)
+                    held = [None] * n  # the rebuilt lanes make them again
+                continue  # its record is there now: a batch before it may have been dropped
+            out, held[k] = held[k], None
             turn += 1
             with self._on_device():  # not a DALI failure if this raises
                 x, y = self._own(out[0], cast)
@@ -485,6 +515,7 @@ class DaliLoader(LoaderBase):
                         turn = self._switch(old, epoch)
                         n = len(self._its)  # the new setting's lanes, all live again
                         live, ran_on = [True] * n, [True] * n
+                        ended, held = [False] * n, [None] * n  # the new pipelines make them again
         self._in_epoch = any(ran_on)  # those lanes' pipelines hold the next pass's batches
         if all(ran_on):
             self._ran_on = self.source.target

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import reprlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -148,7 +149,8 @@ def as_number(value: Any, column: str) -> float:
 
 
 def build_targets(target: Any, paths: Sequence[str], base: str | os.PathLike,
-                  read: np.ndarray | None = None) -> torch.Tensor | None:
+                  read: np.ndarray | None = None, shards: Sequence[str] | None = None,
+                  shard_of: np.ndarray | None = None) -> torch.Tensor | None:
     """The targets of every sample (a CPU tensor indexed by dataset index), or ``None`` for
     ``"class"`` (the backends' own labels).
 
@@ -157,10 +159,14 @@ def build_targets(target: Any, paths: Sequence[str], base: str | os.PathLike,
         paths, base: the listing and the folder its paths are relative to
             (``pipelines.sources.root.root_base``), for a callable.
         read: the float32 targets the source read (``"multilabel"``, column tuples).
+        shards, shard_of: for tar shards, the shard paths and each sample's shard, so a
+            ``target_fn`` is given ``SHARD.tar/MEMBER`` with the member name as it is (a
+            ``..`` in it is not resolved against the shard's path).
 
     Raises:
-        ValueError: naming ``target``: the callable raised, or returned something that is not
-            an int or a sequence of finite floats of one length.
+        ValueError: naming ``target`` and the sample: the callable raised, or returned
+            something that is not an int (in int64) or a sequence of floats finite in float32,
+            of one length (a ``str`` or ``bytes`` is refused, not split into characters).
     """
     if target == "class":
         return None
@@ -172,8 +178,9 @@ def build_targets(target: Any, paths: Sequence[str], base: str | os.PathLike,
         return torch.arange(len(paths), dtype=torch.int64)
     fn: Callable[[str], Any] = target
     rows: list = []
-    for p in paths:
-        rel = os.path.relpath(p, base)
+    for i, p in enumerate(paths):
+        shard = shards[int(shard_of[i])] if shards is not None and shard_of is not None else None
+        rel = relative_path(p, base, shard)
         try:
             v = fn(rel)
         except Exception as e:  # noqa: BLE001 - the user's function, named with its sample
@@ -187,16 +194,36 @@ def build_targets(target: Any, paths: Sequence[str], base: str | os.PathLike,
     return torch.tensor(rows, dtype=torch.float32)
 
 
+def relative_path(path: str, base: str | os.PathLike, shard: str | None = None) -> str:
+    """``path`` relative to ``base``, as a ``target_fn`` is given it: for a member of the tar
+    ``shard`` (``path`` is ``SHARD/MEMBER``), the shard's relative path, ``/`` and the member
+    name as the tar holds it."""
+    if shard is not None and path.startswith(shard + "/"):
+        return f"{os.path.relpath(shard, base)}/{path[len(shard) + 1:]}"
+    return os.path.relpath(path, base)
+
+
+INT64 = (-(2**63), 2**63)
+
+
 def _value(v: Any, rel: str, first: Any) -> Any:
-    if isinstance(v, bool) or not (isinstance(v, int) or _floats(v)):
-        raise ValueError(f"target: target_fn({rel!r}) returned {v!r}; it must return an int "
-                         "or a sequence of finite floats")
+    """One ``target_fn`` result as a Python int (in int64) or a list of floats finite in
+    float32 (the dtypes of ``labels``), or a ``ValueError`` naming ``target`` and the
+    sample."""
+    if isinstance(v, (np.integer, int)) and not isinstance(v, (bool, np.bool_)):
+        v = int(v)  # numpy integer scalars are ints
+        if not INT64[0] <= v < INT64[1]:
+            raise ValueError(f"target: target_fn({rel!r}) returned {v}, beyond int64; return "
+                             "a class index or id that fits in int64")
+    elif isinstance(v, (str, bytes, bytearray)) or not _floats(v):
+        raise ValueError(f"target: target_fn({rel!r}) returned {_short(v)}; it must return an "
+                         "int or a sequence of floats finite in float32")
     if isinstance(v, int):
         if first is not None and not isinstance(first, int):
             raise ValueError(f"target: target_fn({rel!r}) returned an int, but a sequence for "
                              "the first sample; return one kind for every sample")
         return v
-    out = [float(x) for x in v]
+    out = [float(x) for x in np.asarray([float(x) for x in v], np.float32).tolist()]
     if first is not None and (isinstance(first, int) or len(first) != len(out)):
         raise ValueError(f"target: target_fn({rel!r}) returned {len(out)} values, the first "
                          f"sample {1 if isinstance(first, int) else len(first)}; return one "
@@ -204,8 +231,22 @@ def _value(v: Any, rel: str, first: Any) -> Any:
     return out
 
 
+def _short(v: Any) -> str:
+    return reprlib.repr(v)
+
+
 def _floats(v: Any) -> bool:
+    """Whether ``v`` is a non-empty sequence of numbers (no bools, strings or nested
+    sequences) that are finite once converted to float32."""
     try:
-        return len(v) > 0 and all(not isinstance(x, bool) and math.isfinite(float(x)) for x in v)
-    except (TypeError, ValueError):
+        if isinstance(v, (str, bytes, bytearray)) or len(v) == 0:
+            return False
+        vals = []
+        for x in v:
+            if isinstance(x, (bool, np.bool_, str, bytes, bytearray)):
+                return False
+            vals.append(float(x))
+        with np.errstate(over="ignore"):
+            return bool(np.isfinite(np.asarray(vals, np.float32)).all())
+    except (TypeError, ValueError, OverflowError):
         return False
