@@ -2,13 +2,16 @@
 
 NOTE [the per-photo path]
 A JPEG is decoded at the largest DCT reduction (1/2, 1/4 or 1/8, PIL's ``Image.draft``) whose
-image still covers the target size, so a 24 MP photo bound for a 512 px side decodes at about
-1/4 of its pixels for a fraction of the work. The decoded image is resized once to the target
-with an antialiased filter (``RESAMPLE``), turned upright by its EXIF orientation (as every
-backend does when it loads a file, ``pipelines.torch_backend.decode.pil_image``) and encoded
-once as a JPEG at ``quality``. A photo whose longer side is already within ``max_side`` keeps
-its bytes (exact, and the fastest path): it is decoded at 1/8 only to prove that it decodes.
-Other formats (PNG, WebP, ...) have no DCT reduction and are decoded in full.
+image still covers ``OVERSAMPLE`` times the target size, so a 24 MP photo bound for a 512 px side
+decodes at 1/4 of its width for a fraction of the work. The decoded image is resized once to the
+target with an antialiased filter (``RESAMPLE``), turned upright by its EXIF orientation (as
+every backend does when it loads a file, ``pipelines.torch_backend.decode.pil_image``) and
+encoded once as a JPEG at ``quality`` with full-resolution chroma (4:4:4). Why twice the target
+and 4:4:4: the DCT reduction alone (at 1x) and the chroma subsampling each cost about as much
+fidelity as the whole budget of ``tests/test_convert.py``'s 224 px crop comparison; the
+antialiased resize from twice the size does not. A photo whose longer side is already within
+``max_side`` keeps its bytes (exact, and the fastest path): it is decoded at 1/8 only to prove
+that it decodes. Other formats (PNG, WebP, ...) have no DCT reduction and are decoded in full.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from PIL import Image
 
 EXIF_ORIENTATION = 0x0112
 RESAMPLE = Image.Resampling.LANCZOS
+OVERSAMPLE = 2  # the DCT reduction keeps at least this many times the target size (NOTE)
 # what a photo that cannot be read or decoded raises: it is counted and named, not a crash
 UNREADABLE = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
 
@@ -85,12 +89,13 @@ def shrink(data: bytes, max_side: int, quality: int) -> tuple[bytes, str, int, i
             return data, _ext(fmt), w * h, w * h, False
         size = target_size(w, h, max_side)
         if jpeg:
-            im.draft(im.mode if im.mode in ("RGB", "L") else None, size)
+            im.draft(im.mode if im.mode in ("RGB", "L") else None,
+                     (size[0] * OVERSAMPLE, size[1] * OVERSAMPLE))
         im.load()
         img = im if im.mode in ("RGB", "L") else im.convert("RGB")
         small = _upright(img.resize(size, RESAMPLE, reducing_gap=3.0), im)
     out = io.BytesIO()
-    small.save(out, "JPEG", quality=quality)
+    small.save(out, "JPEG", quality=quality, subsampling=0)  # 4:4:4 (NOTE)
     return out.getvalue(), "jpg", w * h, size[0] * size[1], True
 
 

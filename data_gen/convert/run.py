@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, cast
 
 import numpy as np
 
@@ -82,7 +83,7 @@ def _int(cfg: ConvertConfig, name: str, lo: int, hi: int) -> None:
     option = "--" + name.replace("_", "-")
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError(f"{name}={v!r} ({option}) must be an int")
-    if not lo <= v <= hi:
+    if not lo <= int(v) <= hi:
         raise ValueError(f"{name}={v} ({option}) must be in [{lo}, {hi}]")
 
 
@@ -186,7 +187,7 @@ class ShardWriter:
         self.out, self.n = out, n
         self.f = open(out / mf.partial_name(n), "wb")
         self.h = _Hashing(self.f)
-        self.tar = tarfile.open(fileobj=self.h, mode="w", format=tarfile.PAX_FORMAT)
+        self.tar = tarfile.open(fileobj=cast(IO[bytes], self.h), mode="w", format=tarfile.PAX_FORMAT)
         self.rec: dict = {"path": mf.shard_name(n), "samples": 0, "resized": 0, "kept": 0,
                           "bytes_in": 0, "bytes_out": 0, "pixels_in": 0, "pixels_out": 0,
                           "failed": []}
@@ -296,9 +297,9 @@ def convert(cfg: ConvertConfig, progress: bool | None = None) -> dict:
         if e not in keep:
             p = out / e
             shutil.rmtree(p) if p.is_dir() else p.unlink()
-    manifest = {"generator": mf.GENERATOR, "root": remote.shown(cfg.src)
+    manifest: dict = {"generator": mf.GENERATOR, "root": remote.shown(cfg.src)
                 if isinstance(cfg.src, (list, tuple)) or remote.is_remote(cfg.src)
-                else os.fspath(cfg.src), **ident, "classes": source.classes,
+                else os.fspath(cast(str, cfg.src)), **ident, "classes": source.classes,
                 "complete": False, "shards": sorted(done, key=lambda r: r["path"])}
     mf.write(out, manifest)
     order, size = _order(source, cfg.seed), cfg.shard_size
@@ -325,7 +326,7 @@ def convert(cfg: ConvertConfig, progress: bool | None = None) -> dict:
     if progress and done:
         print(f"convert: resuming: {len(done)} of {nshards} shards are already converted",
               file=sys.stderr)
-    from tqdm import tqdm
+    from tqdm import tqdm  # type: ignore[import-untyped]
 
     bar = tqdm(total=len(order), initial=skipped, unit="img", desc="convert", file=sys.stderr,
                dynamic_ncols=True, disable=not progress, smoothing=0.05)
