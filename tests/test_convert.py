@@ -310,3 +310,25 @@ def test_224px_crops_of_the_converted_set_match_the_originals(tmp_path):
                           box=(box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy))
             diffs.append(np.abs(np.asarray(ca, np.float32) - np.asarray(cb, np.float32)).mean())
     assert 0 < float(np.mean(diffs)) <= 2.0, diffs
+
+
+def test_a_bug_in_a_worker_reaches_the_caller(sets, tmp_path, monkeypatch):
+    """Not a bad photo: an exception outside ``UNREADABLE`` in a worker process is re-raised
+    by ``convert``, and the folder resumes afterwards."""
+    from data_gen.convert import photo
+
+    def broken(data, max_side, quality):
+        raise RuntimeError("a bug in shrink")
+
+    monkeypatch.setattr(photo, "shrink", broken)  # the forked workers inherit it
+    with pytest.raises(RuntimeError, match="a bug in shrink"):
+        convert(_cfg(sets["folder"], tmp_path / "out", workers=2), progress=False)
+    monkeypatch.undo()
+    m = convert(_cfg(sets["folder"], tmp_path / "out", workers=2), progress=False)
+    assert m["summary"]["converted"] == N
+
+
+def test_progress_shows_a_bar_with_an_eta_on_stderr(sets, tmp_path, capsys):
+    convert(_cfg(sets["folder"], tmp_path / "out"), progress=True)
+    out, err = capsys.readouterr()
+    assert out == "" and "convert: 100%" in err and f"{N}/{N}" in err and "<00:00" in err
