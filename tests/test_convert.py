@@ -332,3 +332,16 @@ def test_progress_shows_a_bar_with_an_eta_on_stderr(sets, tmp_path, capsys):
     convert(_cfg(sets["folder"], tmp_path / "out"), progress=True)
     out, err = capsys.readouterr()
     assert out == "" and "convert: 100%" in err and f"{N}/{N}" in err and "<00:00" in err
+
+
+def test_a_manifest_that_lists_a_path_outside_out_is_not_trusted(sets, tmp_path):
+    """A shard record is kept on resume only under its own name inside ``--out``."""
+    out = tmp_path / "out"
+    whole = convert(_cfg(sets["folder"], out), progress=False)
+    (tmp_path / "shard-000000.tar").write_bytes((out / "shard-000000.tar").read_bytes())
+    m = json.loads((out / mf.MANIFEST).read_text())
+    m["shards"][0]["path"] = "../shard-000000.tar"
+    (out / mf.MANIFEST).write_text(json.dumps(m))
+    assert [r["path"] for r in mf.verified(out, m["shards"])] == [
+        r["path"] for r in whole["shards"][1:]]
+    assert _stable(convert(_cfg(sets["folder"], out), progress=False)) == _stable(whole)

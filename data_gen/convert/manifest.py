@@ -127,12 +127,14 @@ def sha256_of(path: Path) -> str:
 
 
 def verified(out: Path, shards: list[dict]) -> list[dict]:
-    """The shard records whose file is there with the recorded size and sha256."""
+    """The shard records whose file is there, in ``out`` and named as ours, with the recorded
+    size and sha256."""
     keep = []
     for rec in shards:
-        p = out / str(rec.get("path", ""))
+        name = str(rec.get("path", "")) if isinstance(rec, dict) else ""
+        p = out / name
         try:
-            if (_OURS.fullmatch(p.name) and p.stat().st_size == rec.get("bytes")
+            if (re.fullmatch(r"shard-\d{6}\.tar", name) and p.stat().st_size == rec.get("bytes")
                     and sha256_of(p) == rec.get("sha256")):
                 keep.append(rec)
         except OSError:

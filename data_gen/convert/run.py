@@ -89,10 +89,11 @@ def _int(cfg: ConvertConfig, name: str, lo: int, hi: int) -> None:
 
 # -- the source --------------------------------------------------------------------------------
 def _check_apart(src, out: Path) -> None:
-    """Refuse an ``out`` inside a local source's folder: the source is only read."""
-    if isinstance(src, (list, tuple)) or remote.is_remote(src):
+    """Refuse an ``out`` inside a source folder (an ImageFolder, a folder of shards): the
+    source is only read, and its listing would change."""
+    if isinstance(src, (list, tuple)) or remote.is_remote(src) or not os.path.isdir(str(src)):
         return
-    base = Path(root_base(src) or ".").resolve()
+    base = Path(str(src)).resolve()
     if out.resolve() == base or out.resolve().is_relative_to(base):
         raise ValueError(f"--out {str(out)!r} is inside the source {str(src)!r}; choose a "
                          "folder outside it (the source is only read)")
