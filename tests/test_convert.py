@@ -345,3 +345,23 @@ def test_a_manifest_that_lists_a_path_outside_out_is_not_trusted(sets, tmp_path)
     assert [r["path"] for r in mf.verified(out, m["shards"])] == [
         r["path"] for r in whole["shards"][1:]]
     assert _stable(convert(_cfg(sets["folder"], out), progress=False)) == _stable(whole)
+
+
+def test_a_file_listed_twice_stays_two_samples(sets, tmp_path):
+    """Consecutive members with one key are one sample to WebDataset: repeated names get
+    ``#N`` keys, so both rows survive whatever their order."""
+    rows = (sets["list"] / "labels.csv").read_text().splitlines()
+    first = rows[1]
+    lst = sets["list"] / "twice.csv"
+    try:
+        lst.write_text("\n".join([rows[0], first, first, *rows[2:]]) + "\n")
+        convert(_cfg(str(lst), tmp_path / "out", shard_size=100), progress=False)
+    finally:
+        lst.unlink()
+    names = _converted_names(tmp_path / "out")
+    path = first.split(",")[0]
+    assert len(names) == N + 1 and names.count(path) == 1 and names.count(path + "#2") == 1
+
+
+def _converted_names(out: Path) -> list[str]:
+    return [mf.name_of(n.split(".tar/", 1)[1].rsplit(".", 1)[0]) for n in open_source(out).names]

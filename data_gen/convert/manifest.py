@@ -17,7 +17,9 @@ folder, or from the folder of a file list or of the shards, as ``LoaderConfig.ta
 ``urllib.parse.quote`` (``/`` kept) and every ``.`` written ``%2E``, since WebDataset ends a key
 at the first dot of its base name. ``urllib.parse.unquote(key)`` gives the name back:
 ``class_a/img.001.jpg`` is the key ``class_a/img%2E001%2Ejpg`` and the members
-``class_a/img%2E001%2Ejpg.jpg`` and ``class_a/img%2E001%2Ejpg.cls``.
+``class_a/img%2E001%2Ejpg.jpg`` and ``class_a/img%2E001%2Ejpg.cls``. A name the source lists
+more than once (a file list may) gets ``%23N`` (``#N``) appended from its second listing on, so
+two samples never share a key (WebDataset would join their members into one sample).
 """
 from __future__ import annotations
 
@@ -47,6 +49,17 @@ def partial_name(n: int) -> str:
 def key_of(rel: str) -> str:
     """The tar key of the sample named ``rel`` (NOTE [keys])."""
     return quote(rel.replace(os.sep, "/"), safe="/").replace(".", "%2E")
+
+
+def keys_of(rels: list[str]) -> list[str]:
+    """``key_of`` of each name, a repeated name's later keys suffixed ``%23N`` (NOTE [keys])."""
+    seen: dict[str, int] = {}
+    out = []
+    for rel in rels:
+        key = key_of(rel)
+        n = seen[key] = seen.get(key, 0) + 1
+        out.append(key if n == 1 else f"{key}%23{n}")
+    return out
 
 
 def name_of(key: str) -> str:

@@ -312,7 +312,7 @@ def convert(cfg: ConvertConfig, progress: bool | None = None) -> dict:
         r = source.read
         fetched = Fetched(out / mf.FETCH, r.names, r.stamps)  # type: ignore[attr-defined]
     where, shard_of = _where_of(source, fetched)
-    keys = [mf.key_of(rel) for rel in rels]
+    keys = mf.keys_of(rels)
 
     def tasks() -> Iterator[tuple]:
         for n in todo:
