@@ -365,3 +365,11 @@ def test_a_file_listed_twice_stays_two_samples(sets, tmp_path):
 
 def _converted_names(out: Path) -> list[str]:
     return [mf.name_of(n.split(".tar/", 1)[1].rsplit(".", 1)[0]) for n in open_source(out).names]
+
+
+def test_a_run_killed_while_writing_its_first_manifest_resumes(sets, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".manifest.json.tmp").write_text('{"generator": "gpu-feed data_gen conv')
+    m = convert(_cfg(sets["folder"], out), progress=False)
+    assert m["complete"] and not (out / ".manifest.json.tmp").exists()

@@ -111,7 +111,7 @@ def survey(out: Path, label: str, ident: dict) -> dict | None:
             raise FileExistsError(f"{label} exists and is not a directory")
         return None
     entries = sorted(os.listdir(out))
-    if not entries:
+    if not entries or entries == [".manifest.json.tmp"]:  # killed while writing its first
         return None
     old = read(out)
     if old is None:
