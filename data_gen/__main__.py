@@ -21,6 +21,11 @@ def _pair(s: str) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["convert"]:  # large photos converted once (data_gen/convert/)
+        from .convert.cli import main as convert_main
+
+        return convert_main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m data_gen", description=__doc__.replace("``", ""))
     p.add_argument("--out", help="output directory (its layout: --format), or s3://bucket/prefix "
                                  "to upload tar shards (--format wds) made in a temporary folder")

@@ -15,11 +15,20 @@ def _imports(package: str):
                 yield path, node.module
 
 
+CONVERTER = ROOT / "data_gen" / "convert"
+
+
 def test_data_gen_stands_alone():
-    """data_gen makes datasets for any loader: it imports nothing from pipelines or compare."""
+    """data_gen makes datasets for any loader: it imports nothing from pipelines or compare.
+    The one exception is the converter (data_gen/convert/, issue 59): it must read every source
+    the loader reads, so it imports the loader's source layer, ``pipelines.sources``, and
+    nothing else of pipelines."""
     bad = [f"{p.relative_to(ROOT)}: {m}" for p, m in _imports("data_gen")
-           if m.split(".")[0] in ("pipelines", "compare")]
+           if m.split(".")[0] in ("pipelines", "compare")
+           and not (p.is_relative_to(CONVERTER) and m.split(".")[:2] == ["pipelines", "sources"])]
     assert bad == []
+    assert any(m.startswith("pipelines.sources") for p, m in _imports("data_gen")
+               if p.is_relative_to(CONVERTER))  # the exception is still needed
 
 
 def test_pipelines_does_not_import_the_suite():
