@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pipelines import Backend, LoaderConfig, available_backends
 from pipelines.epoch_plan import num_batches
+from pipelines.sources.remote import shown  # a remote root redacted: no secret in a message
 from pipelines.sources.root import SourceKind, source_kind
 from pipelines.sources.shards import shard_paths
 
@@ -178,7 +179,7 @@ def plan(a, note: Callable[[str], None]) -> Plan:
             raise ValueError("--reference has no MixUp/CutMix (the plain recipe mixes in the "
                              "training loop); drop --mix or --reference")
         if a.data and source_kind(a.data) is not SourceKind.FOLDER:
-            raise ValueError(f"--reference reads an ImageFolder folder; --data {_shown(a.data)} is a "
+            raise ValueError(f"--reference reads an ImageFolder folder; --data {shown(a.data)} is a "
                              f"{source_kind(a.data).value}")
     if transform is not None and any(v.backend is Backend.DALI for v in variants):
         from pipelines import from_torchvision
@@ -356,14 +357,6 @@ def _manifest(root, read_manifest) -> dict | None:
     return man if man and listed == here else None
 
 
-def _shown(root) -> str:
-    """``root`` as results.json records it: a remote root redacted (no credentials or tokens
-    in a results file)."""
-    from pipelines.sources import remote
-
-    return remote.shown(root) if remote.is_remote(root) else str(root)
-
-
 def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> int:
     """Run the planned variants, rewriting the results after each one (rank 0 writes)."""
     from data_gen.generate import read_manifest
@@ -373,7 +366,7 @@ def execute(a, p: Plan, root: Path, step, log, job: ddp.Job | None = None) -> in
     man = _manifest(root, read_manifest)
     probes = Active.of(a, out, root)
     setup = {
-        "data": _shown(root), "source": source_kind(root).value,
+        "data": shown(root), "source": source_kind(root).value,
         "dataset": (man or {}).get("stats", {}), "model": a.model,
         "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
         "dtype": a.dtype, "channels_last": base.channels_last, "workers": base.num_workers,

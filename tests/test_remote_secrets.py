@@ -131,7 +131,7 @@ def test_a_query_token_never_reaches_a_message(http, fresh_cache):
 def test_a_config_and_a_results_file_never_show_the_secret(root):
     """``repr(LoaderConfig)`` (in errors, logs and tracebacks) and the suite's results.json
     record a remote root redacted."""
-    from compare.suite import _shown
+    from compare.suite import shown as _shown
 
     cfg = LoaderConfig(root=root, device="cpu")
     assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg)
