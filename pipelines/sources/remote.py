@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -315,10 +316,14 @@ def _http_open(url: str, storage: Storage, lo: int = 0, method: str = "GET"):
         raise Transient(f"{type(e).__name__}: {e}") from None
 
 
-def _retrying(what: str, storage: Storage, step: Callable[[], Any]):
-    """``step()`` until it returns, retrying ``Transient`` failures (NOTE [faults])."""
+def _retrying(what: str, storage: Storage, step: Callable[[], Any],
+              stop: threading.Event | None = None):
+    """``step()`` until it returns, retrying ``Transient`` failures (NOTE [faults]); once
+    ``stop`` is set, no attempt starts and a wait for the next ends at once (``RemoteError``)."""
     start = time.monotonic()
     for attempt in range(1, storage.attempts + 1):
+        if stop is not None and stop.is_set():
+            raise RemoteError(f"{what}: stopped")
         try:
             return step()
         except (Transient, TimeoutError, ConnectionError) as e:
@@ -330,7 +335,10 @@ def _retrying(what: str, storage: Storage, step: Callable[[], Any]):
                 raise RemoteError(f"{what}: failed after {attempt} attempts in "
                                   f"{time.monotonic() - start:.1f} s; last: "
                                   f"{scrub(cause, storage)}") from None
-            time.sleep(wait)
+            if stop is None:
+                time.sleep(wait)
+            elif stop.wait(wait):
+                raise RemoteError(f"{what}: stopped") from None
         except (PermissionError, FileNotFoundError, Refused) as e:
             cause = str(e) if isinstance(e, Refused) else f"{type(e).__name__}: {e}"
             raise RemoteError(f"{what}: {scrub(cause, storage)} (check the URL and the "
@@ -365,10 +373,11 @@ def stamp(name: str) -> np.ndarray:
     return np.asarray([size, tag_hash(tag)], np.int64)
 
 
-def download(name: str, dst: str, expect: int = -1, beat: Callable[[], None] | None = None) -> int:
+def download(name: str, dst: str, expect: int = -1, beat: Callable[[], None] | None = None,
+             stop: threading.Event | None = None) -> int:
     """Copy shard ``name`` into the file ``dst`` (written as ``dst.part``, then renamed); its
     size. ``RemoteError`` after the retries (NOTE [faults]), or when the body is not of the
-    ``expect``ed size."""
+    ``expect``ed size, or once ``stop`` is set (no request starts after it)."""
     url, storage = real(name)
     scheme = scheme_of(url)
     part = dst + ".part"
@@ -381,22 +390,22 @@ def download(name: str, dst: str, expect: int = -1, beat: Callable[[], None] | N
                     f.seek(0)
                     f.truncate()
                     _pipe_copy(url[5:], f, storage, beat)
-                _retrying(what, storage, run)
+                _retrying(what, storage, run, stop)
             elif scheme == "s3":
                 fs = _s3(storage)
                 total = expect if expect >= 0 else int(_retrying(
-                    what, storage, lambda: _s3_call(lambda: fs.info(url)))["size"])
+                    what, storage, lambda: _s3_call(lambda: fs.info(url)), stop)["size"])
                 while f.tell() < total:
                     lo = f.tell()
                     hi = min(total, lo + S3_PART)
                     data = _retrying(what, storage, functools.partial(
-                        _s3_call, functools.partial(fs.cat_file, url, start=lo, end=hi)))
+                        _s3_call, functools.partial(fs.cat_file, url, start=lo, end=hi)), stop)
                     if not data:
                         raise RemoteError(f"{what}: ended at byte {lo} of {total}")
                     f.write(data)
                     beat()
             else:
-                _retrying(what, storage, lambda: _http_copy(url, f, storage, beat))
+                _retrying(what, storage, lambda: _http_copy(url, f, storage, beat), stop)
             f.flush()
         except BaseException:
             f.close()
