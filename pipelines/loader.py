@@ -152,8 +152,7 @@ if hasattr(os, "register_at_fork"):
 
 def _checked(produce, fetch):
     """``produce``'s items; with a remote source, the fetcher's failure (the cause of any
-    reader's) is raised in its place, also at the end of an epoch that yielded nothing
-    (``pipelines.sources.spool`` NOTE [spool])."""
+    reader's) is raised in its place (``pipelines.sources.spool`` NOTE [spool])."""
     if fetch is None:
         yield from produce
         return
@@ -164,7 +163,6 @@ def _checked(produce, fetch):
     except Exception:
         fetch.check()
         raise
-    fetch.check()
 
 
 def _stops_fetcher_on_failure(init):

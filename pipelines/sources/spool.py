@@ -34,16 +34,15 @@ local shard (so DALI's size check, ``validate.decoded_size``, reads spooled byte
   holds the shards of the batches in flight plus those the next window opens first: about
   two windows, whatever the dataset size.
 * The fetcher's failures reach the consumer: ``check()`` re-raises the original exception
-  at the next batch, in place of any bad file its readers met (they failed because of it:
-  not counted, and no other shard blamed), and at the end of an epoch that yielded nothing
-  (``LoaderBase``). The failure is set before any reader can see it. A shard shorter than
-  its index under ``on_bad_file="skip"`` is not a failure: its samples become bad files,
-  counted.
+  at the next batch, and in place of any bad file its readers met (``LoaderBase._report``:
+  they failed because of it, so they are not counted and no other shard is blamed), so an
+  epoch whose samples all failed raises it too, never ends empty. The failure is set before
+  any reader can see it. A shard shorter than its index under ``on_bad_file="skip"`` is not
+  a failure: its samples become bad files, counted.
 * Stop: ``close()`` (the loader's, a failed build's, or at exit, as after Ctrl-C) sets
-  ``stop``; the fetcher's heartbeat raises in the copy (a ``pipe:`` command is killed) and
-  ``remote.download`` starts no request and no retry after it. ``close()`` waits up to
-  ``JOIN_S`` for the thread; a read already waiting on a stalled server ends within
-  ``read_timeout``, and nothing follows it.
+  ``stop``; the fetcher's heartbeat raises in the copy and ``remote.download`` starts no
+  request and no retry after it. ``close()`` waits up to ``JOIN_S`` for the thread; a read
+  already waiting on a stalled server ends within ``read_timeout``, and nothing follows it.
 """
 from __future__ import annotations
 
