@@ -219,9 +219,10 @@ class LoaderConfig:
         read_timeout: remote roots: seconds a connection or read may stall before it fails
             (retried, then one error naming the shard: ``pipelines.sources.remote`` NOTE [faults]).
         shard_cache, shard_cache_bytes: remote roots: a folder that keeps the copied shards
-            across epochs and loaders, the least recently used removed beyond
-            ``shard_cache_bytes``. Default ``None``: a private spool of a few shards, deleted at
-            ``close()`` (``pipelines.sources.spool`` NOTE [spool]).
+            across epochs and loaders (``~`` is expanded), the least recently used of its own
+            copies removed beyond ``shard_cache_bytes``; other files in the folder are never
+            touched (``pipelines.sources.shard_cache``). Default ``None``: a private spool of a
+            few shards, deleted at ``close()`` (``pipelines.sources.spool`` NOTE [spool]).
     """
 
     root: str | os.PathLike | tuple
@@ -375,7 +376,7 @@ class LoaderConfig:
         if self.shard_cache is not None:
             if not isinstance(self.shard_cache, (str, os.PathLike)):
                 raise TypeError(f"shard_cache={self.shard_cache!r} must be a folder path")
-            s("shard_cache", os.fspath(self.shard_cache))
+            s("shard_cache", os.path.expanduser(os.fspath(self.shard_cache)))  # "~/x" too
         if self.shard_cache_bytes is not None:
             if self.shard_cache is None:
                 raise ValueError(f"shard_cache_bytes={self.shard_cache_bytes!r} needs "

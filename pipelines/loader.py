@@ -189,6 +189,21 @@ def _checked(produce, fetch):
         raise
 
 
+def _stops_fetcher_on_failure(init):
+    """``init`` that, when it raises, closes the fetcher the half-built loader started, at once
+    (not when the loader is collected, which the caller's traceback delays)."""
+    @functools.wraps(init)
+    def build(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except BaseException:
+            fetch = self.__dict__.get("_fetch")
+            if fetch is not None:
+                fetch.close()
+            raise
+    return build
+
+
 class EpochHook:
     """``loader.sampler``: what training frameworks call at each epoch start.
 
@@ -221,6 +236,11 @@ class LoaderBase:
         last_indices, last_batch_indices: with ``LoaderConfig.debug_indices``, the dataset
             indices of the last full epoch and of the batch yielded last (``BatchLoader``).
     """
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:  # a failed build stops the spool's fetcher
+            cls.__init__ = _stops_fetcher_on_failure(cls.__dict__["__init__"])  # type: ignore[method-assign]
 
     def __init__(self, config: LoaderConfig, options: Options):
         self._closed = True  # until built: __del__ of a half-built loader does nothing
@@ -515,6 +535,9 @@ class LoaderBase:
         its last batch for trailing ``dropped`` ones."""
         if not files:
             return
+        fetch = getattr(self, "_fetch", None)
+        if fetch is not None:  # its readers failed because the fetcher did: its error instead
+            fetch.check()
         if self.config.on_bad_file is BadFilePolicy.ERROR:
             raise BadFileError(*files[0])
         self.stats.add(files)

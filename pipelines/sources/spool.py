@@ -20,8 +20,9 @@ local shard (so DALI's size check, ``validate.decoded_size``, reads spooled byte
   ``close()``; a shard leaves it once the consumer has received every batch of the plan that
   reads it (the loader pushes its position, ``at``), so the disk holds the shards of the
   batches in flight plus those copied ahead, whatever the dataset size. With ``shard_cache``
-  the shards stay there across epochs and loaders, the least recently used removed once the
-  folder holds more than ``shard_cache_bytes`` (never one in use).
+  the shards stay there across epochs and loaders, the least recently used of the cache's own
+  copies removed once they hold more than ``shard_cache_bytes`` (never one in use, never a
+  file the cache did not write: ``shard_cache`` NOTE [shard cache]).
 * NOTE [ahead]: the fetcher copies ahead the shards that the next ``AHEAD`` steps of the plan
   open, however many they are: under a shuffle window of ``W`` shards the first batch of a
   window (and of an epoch) reads from nearly all ``W`` of them, so ``AHEAD`` shards would leave
@@ -33,25 +34,35 @@ local shard (so DALI's size check, ``validate.decoded_size``, reads spooled byte
   holds the shards of the batches in flight plus those the next window opens first: about
   two windows, whatever the dataset size.
 * The fetcher's failures reach the consumer: ``check()`` re-raises the original exception
-  at the next batch (``LoaderBase``). A shard shorter than its index under
-  ``on_bad_file="skip"`` is not a failure: its samples become bad files, counted.
+  at the next batch, and in place of any bad file its readers met (``LoaderBase._report``:
+  they failed because of it, so they are not counted and no other shard is blamed), so an
+  epoch whose samples all failed raises it too, never ends empty. The failure is set before
+  any reader can see it. A shard shorter than its index under ``on_bad_file="skip"`` is not
+  a failure: its samples become bad files, counted.
+* Stop: ``close()`` (the loader's, a failed build's, or at exit, as after Ctrl-C) sets
+  ``stop``; the fetcher's heartbeat raises in the copy and ``remote.download`` starts no
+  request and no retry after it. ``close()`` waits up to ``JOIN_S`` for the thread; a read
+  already waiting on a stalled server ends within ``read_timeout``, and nothing follows it.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from pipelines.sources import remote
+from pipelines.sources import remote, shard_cache
 
 AHEAD = 2  # the future steps that open shards whose shards are copied ahead (NOTE [ahead])
 BEAT_S = 0.5
 WAIT_S = 3600.0
+JOIN_S = 2.0  # how long close() waits for the fetcher thread (module NOTE, Stop)
 
 
 class SpoolReader:
@@ -132,6 +143,16 @@ class _Stopped(Exception):
     pass
 
 
+# every fetcher of this process, stopped at exit (Ctrl-C without close(): module NOTE, Stop)
+_LIVE: weakref.WeakSet[Fetcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for fetcher in list(_LIVE):
+        fetcher.close()
+
+
 class Fetcher:
     """The thread that copies this rank's shards to the spool (module NOTE).
 
@@ -150,6 +171,7 @@ class Fetcher:
         self.skip_bad, self.cache_bytes = skip_bad, cache_bytes
         self.tmp = tempfile.mkdtemp(prefix="gpu-feed-spool-")
         self.data_dir = cache or self.tmp
+        self.cached = cache is not None
         os.makedirs(self.data_dir, exist_ok=True)
         reader.data_dir, reader.ctl = self.data_dir, self.tmp
         n = len(reader.names)
@@ -164,10 +186,13 @@ class Fetcher:
         self._opened: set[int] = set()  # steps at which accepted jobs open shards (NOTE [ahead])
         self._have: set[int] = set()
         self._beat_at = 0.0
-        self._stop = False
+        self._owned: set[str] = set()  # copies this fetcher knows the cache's ledger lists
+        self.stop = threading.Event()
+        self._pid = os.getpid()  # a forked copy never stops the parent's thread
         self.error: BaseException | None = None
         self.bytes_fetched = 0
         self._beat(force=True)
+        _LIVE.add(self)
         self._thread = threading.Thread(target=self._run, name="gpu-feed-fetch", daemon=True)
         self._thread.start()
 
@@ -193,16 +218,20 @@ class Fetcher:
             raise self.error
 
     def close(self) -> None:
+        """Stop the copies and the thread (module NOTE, Stop); safe to call twice."""
+        if os.getpid() != self._pid:
+            return
+        _LIVE.discard(self)
+        self.stop.set()
         with self._cond:
-            self._stop = True
             self._cond.notify_all()
         if self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=JOIN_S)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- the thread ---------------------------------------------------------------------------
     def _beat(self, force: bool = False) -> None:
-        if self._stop:
+        if self.stop.is_set():
             raise _Stopped
         now = time.monotonic()
         if force or now - self._beat_at > BEAT_S / 2:
@@ -256,7 +285,10 @@ class Fetcher:
         except _Stopped:
             return
         except BaseException as e:  # noqa: BLE001 - re-raised in the consumer (check)
-            self.error = e
+            if self.stop.is_set():
+                return  # what a stop interrupted (a removed folder, a cut copy): no failure
+            if self.error is None:
+                self.error = e
             try:
                 with open(os.path.join(self.tmp, "fatal"), "w") as f:
                     f.write(str(e))
@@ -290,45 +322,56 @@ class Fetcher:
             self._trim()
 
     def _trim(self) -> None:
-        """The least recently used shards of the shard cache out, down to ``cache_bytes``."""
+        """The least recently used of the shard cache's own copies out, down to
+        ``cache_bytes`` (``shard_cache`` NOTE [shard cache])."""
         keep = {self.reader.files[s] for s, v in self._live.items() if v >= self._consumer}
-        entries = []
-        for e in os.scandir(self.data_dir):
-            if e.name.endswith(".tar"):
-                st = e.stat()
-                entries.append((st.st_mtime, st.st_size, e.name))
-        total = sum(size for _, size, _ in entries)
-        for _, size, name in sorted(entries):
-            if total <= (self.cache_bytes or 0):
-                break
-            if name not in keep:
-                remote._unlink(os.path.join(self.data_dir, name))
-                total -= size
+        shard_cache.trim(self.data_dir, self.cache_bytes or 0, keep)
         self._have = {s for s in self._have if os.path.exists(self.reader.path(s))}
 
+    def _own(self, file: str) -> None:
+        """List ``file``, a copy of this spool's naming, in the shard cache's ledger."""
+        if self.cached and file not in self._owned:
+            if file not in shard_cache.listed(self.data_dir):
+                shard_cache.record(self.data_dir, file)
+            self._owned.add(file)
+
     def _fetch(self, s: int) -> None:
-        path = self.reader.path(s)
+        path, file = self.reader.path(s), self.reader.files[s]
         if os.path.exists(path):
             os.utime(path)  # recently used (shard_cache)
+            self._own(file)  # a copy that indexing left here
             self._have.add(s)
             return
         if os.path.exists(os.path.join(self.tmp, f"{s}.err")):
             return
         name, want = self.reader.names[s], int(self.reader.stamps[s][0])
+        # a shared cache: a partial file of this process and thread, renamed into place
+        part = shard_cache.temp_path(self.data_dir, file) if self.cached else path
         try:
-            size = remote.download(name, path, expect=want, beat=self._beat)
+            size = remote.download(name, part, expect=want, beat=self._beat, stop=self.stop)
             if size < self._ends[s]:
-                os.unlink(path)
+                os.unlink(part)
                 raise remote.RemoteError(f"shard {name!r}: {size} bytes arrived, its index "
                                          f"reads up to byte {int(self._ends[s])} (the shard "
                                          "changed or ended early); clear the listing cache")
+            if part != path:
+                self._own(file)  # listed before it appears (NOTE [shard cache])
+                os.replace(part, path)
         except remote.RemoteError as e:
+            if self.stop.is_set():
+                raise _Stopped from None
+            skip = self.skip_bad and "ended early" in str(e)
+            if not skip:
+                self.error = e  # before any reader can see it (module NOTE)
             with open(os.path.join(self.tmp, f"{s}.err"), "w") as f:
                 f.write(str(e))
-            if self.skip_bad and "ended early" in str(e):
+            if skip:
                 return  # its samples are bad files, counted (module NOTE)
             raise
+        finally:
+            if part != path:
+                remote._unlink(part)  # gone after the rename; else what a failure left
         self.bytes_fetched += size
         self._have.add(s)
-        if self.data_dir != self.tmp and self.cache_bytes is not None:
+        if self.cached and self.cache_bytes is not None:
             self._trim()
