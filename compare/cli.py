@@ -224,16 +224,15 @@ def check_batches(n: int, cfg: LoaderConfig, flags: Mapping[str, str] = FLAGS,
                          ) from None
 
 
-def check_dist_env(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse ``RANK`` without ``WORLD_SIZE`` or the reverse (empty counts as unset): each
-    process would read the wrong shard."""
-    env = os.environ if environ is None else environ
-    have = {k: (env.get(k) or "").strip() != "" for k in ("RANK", "WORLD_SIZE")}
-    if have["RANK"] == have["WORLD_SIZE"]:
-        return
-    given, missing = ("RANK", "WORLD_SIZE") if have["RANK"] else ("WORLD_SIZE", "RANK")
-    raise ValueError(f"{given}={env[given]!r} is set in the environment but {missing} is not: "
-                     f"set both (torchrun sets RANK and WORLD_SIZE) or neither")
+def check_dist_env() -> None:
+    """Refuse ``RANK``/``WORLD_SIZE`` as the loader does (``pipelines.config.resolve``, NOTE
+    [placement]): half of the pair, a value that is not an int, a rank outside the world size.
+    Called before any rendezvous, which would otherwise wait for ranks that never come."""
+    from pipelines import LoaderConfig
+    from pipelines.config import resolve
+
+    if any((os.environ.get(k) or "").strip() for k in ("RANK", "WORLD_SIZE")):
+        resolve(LoaderConfig(root=".", device="cpu"))  # the loader's own ValueError, word for word
 
 
 def data_folder(data: str | os.PathLike) -> Path | None:

@@ -67,7 +67,7 @@ class Job:
 
 
 def under_torchrun() -> bool:
-    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+    return all((os.environ.get(k) or "").strip() for k in ("WORLD_SIZE", "RANK"))  # as the loader
 
 
 def start(device: str) -> Job:

@@ -12,10 +12,10 @@ import math
 import statistics
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 from . import cli
+from .plot import read
 from .probes import PROBES
 from .results import FIT_QUEUES, SuiteResult, strict
 
@@ -351,19 +351,6 @@ def _one_process(r: SuiteResult) -> bool:
     return any(_in_one_process(v) for v in ([r.ceiling] if r.ceiling else []) + list(r.variants))
 
 
-def _load(path: str, option: str) -> SuiteResult:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    if not p.is_file():
-        raise ValueError(f"{option} {path!r} is not a results.json (or a folder holding one)")
-    try:
-        return SuiteResult.load(p)
-    except (ValueError, KeyError, TypeError, AttributeError, OSError, RecursionError) as e:
-        why = " ".join(str(e).split())[:200]
-        raise ValueError(f"{option} {path!r} is not a compare results.json ({why})") from None
-
-
 def _ci(r: Row) -> str:
     if not (math.isfinite(r.lo) and math.isfinite(r.hi)):
         return "-"
@@ -383,11 +370,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="print the rows (and the notes) as strict JSON instead of a table")
     args = p.parse_args(argv)
     try:
-        a, b = _load(args.a, "A"), _load(args.b, "B")
+        a, b = read(args.a, "A")[1], read(args.b, "B")[1]
         diff = comparable(a, b, args.force)
     except ValueError as e:
         return cli.fail(PROG, e)
     notes = [f"differs: {d}" for d in diff]
+    notes += [f"{name} is a partial run: {len(r.variants)} of {len(r.setup.get('variants') or ())} "
+              f"variants finished, stopped by: {r.setup.get('error') or 'no error recorded'}"
+              for name, r in (("A", a), ("B", b)) if not r.complete]
     host = host_changes(a, b)
     if host:
         notes.append(f"another host or software ({'; '.join(host)}): a verdict on a CPU-bound "

@@ -3,16 +3,19 @@
 NOTE [files the suite owns]
 A run writes only names that do not exist yet or hold a file of the kind the suite writes there
 (``is_ours``: a compare results.json, a summary.md under the report's title, a matplotlib PNG, an
-``error.log`` under ``ERROR_MARK``). Anything else is refused before any work (``check_out``).
+``error.log`` under ``ERROR_MARK``). Anything else, or a file the command reads, is refused before
+any work (``check_out``): the one guard of the run and of ``plot``, ``report`` and ``scaling``.
 """
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
 ERROR_MARK = "# the traceback of a failed `python -m compare` run (this line marks it as the suite's)"
 SUMMARY_TITLE = "# gpu-feed comparison"
+SCALING_TITLE = "# gpu-feed scaling"  # compare.scaling --out
 # the files every run of the suite writes into --out (compare.report.plots: the PNGs)
 SUITE_FILES = ("results.json", "summary.md", "throughput.png", "timeline.png")
 
@@ -25,12 +28,13 @@ def _head(path: Path, n: int = 4096) -> bytes:
         return b""
 
 
-def is_ours(path: Path) -> bool:
-    """Whether ``path`` holds a file of the kind the suite writes under its name (module NOTE)."""
+def is_ours(path: Path, name: str | None = None) -> bool:
+    """Whether ``path`` holds a file of the kind the suite writes under ``name`` (default: its
+    own name; module NOTE)."""
     path = Path(path)
     if not path.is_file() or path.is_symlink():
         return False
-    name = path.name
+    name = name or path.name
     if name == "results.json":
         try:
             d = json.loads(path.read_text())
@@ -38,7 +42,7 @@ def is_ours(path: Path) -> bool:
             return False
         return isinstance(d, dict) and {"schema", "env", "setup"} <= set(d)
     if name.endswith(".md"):
-        return _head(path).startswith(SUMMARY_TITLE.encode())
+        return _head(path).startswith((SUMMARY_TITLE.encode(), SCALING_TITLE.encode()))
     if name.endswith(".png"):
         head = _head(path)
         return head.startswith(b"\x89PNG") and b"matplotlib" in head
@@ -47,20 +51,21 @@ def is_ours(path: Path) -> bool:
     return False
 
 
-def foreign(out: Path, names: Iterable[str] = SUITE_FILES) -> list[str]:
-    """The ``names`` in ``out`` that exist and are not the suite's (``is_ours``)."""
-    out = Path(out)
-    return [n for n in names if (out / n).exists() or (out / n).is_symlink() if not is_ours(out / n)]
-
-
-def check_out(out: Path, option: str = "--out", names: Iterable[str] = SUITE_FILES) -> None:
-    """Refuse ``out`` (a ``ValueError`` naming ``option``) when a file the run would write there
-    is not the suite's."""
-    theirs = foreign(out, names)
-    if theirs:
-        raise ValueError(f"{option} {str(out)!r} holds {', '.join(theirs)}, which the suite did "
-                         f"not write and would replace; choose another {option} or move "
-                         f"{'them' if len(theirs) > 1 else 'it'}")
+def check_out(out: Path, option: str = "--out", names: Iterable[str] = SUITE_FILES,
+              reads: Iterable[Path] = (), kind: str | None = None) -> None:
+    """Refuse (a ``ValueError`` naming ``option``) when a file the command would write in ``out``
+    is one it reads, or exists and is not the suite's file of its name (of ``kind``'s when given:
+    ``report --out`` writes a summary, never over a results.json)."""
+    read = [r for r in reads if os.path.exists(r)]
+    for p in (Path(out) / n for n in names):
+        if p.exists() and any(os.path.samefile(p, r) for r in read):
+            why = "a file this command reads"
+        elif (p.exists() or p.is_symlink()) and not is_ours(p, kind):
+            why = "a file the suite did not write"
+            why = "a results file of the suite" if is_ours(p, "results.json") else why
+        else:
+            continue
+        raise ValueError(f"{option}: {str(p)!r} is {why} and would be replaced; choose another {option}")
 
 
 def error_log(out: Path) -> Path:

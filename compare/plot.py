@@ -7,12 +7,12 @@ argument, exit status 2 (1 for a missing matplotlib).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .results import SCHEMA, SuiteResult
+from . import cli, owned
+from .results import SuiteResult
 
 PROG = "python -m compare plot"
 FILES = ("throughput.png", "timeline.png")
@@ -103,41 +103,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fail(msg: object) -> int:
-    print(f"{PROG}: error: {msg}", file=sys.stderr)
-    return 2
-
-
-def load(path: Path) -> SuiteResult:
-    """Read a suite ``results.json``; a ``ValueError`` starting with "not" when it is not one."""
-    try:
-        data = json.loads(path.read_text())
-    except UnicodeDecodeError as e:
-        raise ValueError("not a text file") from e
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON ({e.msg}, line {e.lineno})") from e
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"not a suite results.json (schema {data.get('schema')!r}, expected {SCHEMA!r})")
-    try:
-        return SuiteResult.from_dict(data)
-    except (KeyError, TypeError, AttributeError, ValueError) as e:
-        raise ValueError(f"not a suite results.json ({type(e).__name__}: {e})") from e
-
-
-def read(arg: str) -> tuple[Path, SuiteResult]:
-    """The RESULTS.json argument (a file or its folder) and its run; a one-line ``ValueError``."""
-    src = Path(arg)
-    src = src / "results.json" if src.is_dir() else src
+def read(arg: str, label: str = "RESULTS.json:") -> tuple[Path, SuiteResult]:
+    """A results argument (a file or its folder): its path and run; a one-line ``ValueError``."""
+    src = Path(arg) / "results.json" if Path(arg).is_dir() else Path(arg)
     if not src.is_file():
-        raise ValueError(f"RESULTS.json: {str(src)!r} does not exist")
+        raise ValueError(f"{label} {arg!r} is not a results.json (or a folder holding one)")
     try:
-        return src, load(src)
+        return src, SuiteResult.load(src)
     except ValueError as e:
-        raise ValueError(f"RESULTS.json: {str(src)!r} is {e}") from None
+        raise ValueError(f"{label} {arg!r} is {e}") from None
     except OSError as e:
-        raise ValueError(f"RESULTS.json: cannot read {str(src)!r} ({e.strerror or e})") from None
+        raise ValueError(f"{label} cannot read {arg!r} ({e.strerror or e})") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -145,20 +121,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         src, res = read(a.results)
-    except ValueError as e:
-        return _fail(e)
-    out = Path(a.out) if a.out is not None else src.parent
-    try:
+        out = Path(a.out) if a.out is not None else src.parent
+        owned.check_out(out, "--out", FILES)  # never over a PNG of another's
         out.mkdir(parents=True, exist_ok=True)
+    except ValueError as e:
+        return cli.fail(PROG, e)
     except OSError as e:
-        return _fail(f"--out: cannot create folder {str(out)!r} ({e.strerror or e})")
+        return cli.fail(PROG, f"--out: cannot create folder {str(out)!r} ({e.strerror or e})")
     try:
         written = plots(res, out)
     except MatplotlibMissing as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        return _fail(f"--out: cannot write into {str(out)!r} ({e.strerror or e})")
+        return cli.fail(PROG, f"--out: cannot write into {str(out)!r} ({e.strerror or e})")
     for p in written:
         print(p)
     return 0

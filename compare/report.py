@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import cli, owned
 from .plot import plots as plots  # re-exported: compare.suite calls report.plots(suite, out)
 from .probes import PROBES
 from .results import FIT_QUEUES, OVER_CEILING, SPREAD_WARN, SuiteResult, VariantResult
@@ -426,17 +427,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="add the research sections (spreads, windows, the probes' sections)")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        text = markdown(read(a.results)[1], a.details)
+        src, res = read(a.results)
+        text = markdown(res, a.details)
+        if a.out is not None:  # never over the results it reads, nor a file of another's
+            owned.check_out(Path(a.out).parent, "--out", [Path(a.out).name], [src], "summary.md")
     except ValueError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
+        return cli.fail(PROG, e)
     if a.out is None:
         print(text)
         return 0
     try:
         Path(a.out).write_text(text + "\n")
     except OSError as e:
-        print(f"{PROG}: error: --out: cannot write {a.out!r} ({e.strerror or e})", file=sys.stderr)
-        return 2
+        return cli.fail(PROG, f"--out: cannot write {a.out!r} ({e.strerror or e})")
     print(a.out)
     return 0

@@ -193,7 +193,22 @@ class SuiteResult:
 
     @classmethod
     def load(cls, path: str | Path) -> SuiteResult:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Read a ``results.json``: the one reader of ``plot``, ``report``, ``diff`` and
+        ``--resume``; a one-line ``ValueError`` starting with "not" when it is not one."""
+        try:
+            d = json.loads(Path(path).read_text())
+        except UnicodeDecodeError as e:
+            raise ValueError("not a text file") from e
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not JSON ({e.msg}, line {e.lineno})") from e
+        except RecursionError as e:
+            raise ValueError("not JSON (nested too deep)") from e
+        if isinstance(d, dict) and d.get("schema") != SCHEMA:
+            raise ValueError(f"not a compare results.json (schema {d.get('schema')!r}, expected {SCHEMA!r})")
+        try:
+            return cls.from_dict(d)
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise ValueError(f"not a compare results.json ({type(e).__name__}: {e})") from e
 
 
 # Repeat fields by JSON type (each may be null or missing: older runs lack newer fields)

@@ -24,8 +24,9 @@ def load_partial(out: Path) -> SuiteResult:
                          "can be resumed: --isolate, the default with CUDA); run without --resume to start")
     try:
         saved = SuiteResult.load(path)
-    except (ValueError, KeyError, TypeError) as e:  # json.JSONDecodeError is a ValueError
-        raise ValueError(f"--resume: {path} is not a results.json of this version ({e})") from None
+    except (ValueError, OSError) as e:  # torn, cut short, overwritten, or of another version
+        raise ValueError(f"--resume: {path} is damaged or not a results.json of this version, so it "
+                         f"cannot be resumed: {e}") from None
     if saved.complete:
         raise ValueError(f"--resume: the run in {path} is complete, nothing to resume; drop "
                          "--resume to run again (into another --out to keep it)")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import cli
-from .diff import _load, comparable
+from . import cli, owned
+from .diff import comparable
+from .plot import read
 from .report import grid, md_table
 from .results import SuiteResult, VariantResult
 
@@ -56,7 +57,7 @@ def render(one: SuiteResult, many: SuiteResult, body: list[list[str]]) -> str:
 
 def markdown(one: SuiteResult, many: SuiteResult, body: list[list[str]], a: str, b: str) -> str:
     return "\n".join([
-        "# gpu-feed scaling", "", f"- ONE: `{a}` ({world(one)} rank(s))",
+        owned.SCALING_TITLE, "", f"- ONE: `{a}` ({world(one)} rank(s))",
         f"- MANY: `{b}` ({world(many)} ranks, {many.setup.get('nodes', 1)} node(s))",
         f"- model {many.setup.get('model')}, batch {many.setup.get('batch_size')} per rank, workers per "
         f"rank {one.setup.get('workers')} (ONE) and {many.setup.get('workers')} (MANY)",
@@ -74,12 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="also write the table as markdown here")
     a = p.parse_args(argv)
     try:
-        one, many = _load(a.one, "ONE"), _load(a.many, "MANY")
+        (one_at, one), (many_at, many) = read(a.one, "ONE"), read(a.many, "MANY")
         if world(many) <= world(one):
             raise ValueError(f"MANY {a.many!r} ran {world(many)} rank(s), ONE {a.one!r} "
                              f"{world(one)}: MANY must have more")
         diff = comparable(one, many, a.force, ignore=("world_size",),
                           why="the runs differ in more than the rank count")
+        if a.out:  # never over the results it reads, nor a file of another's
+            owned.check_out(Path(a.out).parent, "--out", [Path(a.out).name], [one_at, many_at], "scaling.md")
     except ValueError as e:
         return cli.fail(PROG, e)
     for d in diff:

@@ -192,6 +192,8 @@ def plan(a, note: Callable[[str], None]) -> Plan:
     # --out is checked before the dataset is listed or anything is written (a probe included)
     cli.outside_data(a.out, a.data if a.data else gen.out, "--out",
                      "--data" if a.data else "the default dataset")
+    # --resume reads results.json first: a damaged one is named as such, not as another's file
+    saved = resume.load_partial(Path(a.out)) if getattr(a, "resume", False) else None
     if Path(a.out).is_dir():
         owned.check_out(Path(a.out))
     if gen is None:
@@ -203,7 +205,6 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         check_dataset(gen.num_images, variants, configs)
     for line in short_epochs(len(paths) if gen is None else gen.num_images, variants, configs):
         note(line)
-    saved = resume.load_partial(Path(a.out)) if getattr(a, "resume", False) else None
     out = cli.writable_dir(a.out, "--out")
     return Plan(variants, configs, base, out, gen, classes, resumed=saved)
 

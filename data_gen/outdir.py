@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -121,16 +122,17 @@ def files_under(root: Path) -> set[str]:
 class Existing:
     """What ``out`` holds now."""
 
-    ours: tuple[str, ...]     # files an earlier data_gen run wrote there (its manifest lists them)
-    foreign: tuple[str, ...]  # files it did not write
+    ours: tuple[str, ...]     # files an earlier data_gen run wrote there, as it wrote them
+    foreign: tuple[str, ...]  # files it did not write, or that changed since (``altered``)
 
 
 def survey(target: Target, kind: Kind) -> Existing:
     """What ``target.path`` holds. Reads only; raises when the run may not write there.
 
     Raises:
-        FileExistsError: ``out`` is a file, holds files data_gen did not write (unless FORCE), or
-            holds a data_gen output of another kind (SAME_KIND).
+        FileExistsError: ``out`` is a file, holds files data_gen did not write or a listed file
+            whose bytes changed since (unless FORCE: then they stay, as ``foreign``), or holds a
+            data_gen output of another kind (SAME_KIND).
         PermissionError: ``out`` cannot be written.
         ValueError: its manifest lists a path outside it.
     """
@@ -149,16 +151,42 @@ def survey(target: Target, kind: Kind) -> Existing:
         if target.replace is not Replace.FORCE:
             raise FileExistsError(f"{label} is not empty and was not made by data_gen; {remedy}")
         return Existing((), tuple(sorted(on_disk)))
-    listed = set(manifest_paths(out, old, label)) | {MANIFEST}
+    paths = manifest_paths(out, old, label)
     old_kind = old.get("kind", Kind.DATASET.value)
     if old_kind != kind.value and target.replace is Replace.SAME_KIND:
         raise FileExistsError(f"{label} holds a data_gen {_NOUN.get(old_kind, old_kind)}, "
                               f"not a {_NOUN[kind.value]}; {remedy}")
+    changed = sorted(p for p, rec in zip(paths, old["files"]) if p in on_disk
+                     and altered(out / p, rec))
+    if changed and target.replace is not Replace.FORCE:
+        raise FileExistsError(f"{label}: {changed[0]!r} no longer holds the bytes data_gen wrote "
+                              f"(its {MANIFEST} says otherwise), so it is yours now; {remedy}")
+    listed = (set(paths) - set(changed)) | {MANIFEST}
     foreign = sorted(on_disk - listed)
     if foreign and target.replace is not Replace.FORCE:
         raise FileExistsError(f"{label} holds {len(foreign)} files that data_gen did not write "
                               f"(e.g. {foreign[0]!r}); {remedy}")
     return Existing(tuple(sorted(listed & on_disk)), tuple(foreign))
+
+
+def altered(path: Path, rec) -> bool:
+    """Whether the listed file ``path`` is no longer what data_gen wrote there (NOTE [atomic
+    output]): a link, or bytes other than its manifest record's (size, then sha256; a record
+    without them, as older manifests have: not checked)."""
+    if path.is_symlink() or not path.is_file():
+        return True
+    if not isinstance(rec, dict):
+        return False
+    size, sha = rec.get("bytes"), rec.get("sha256")
+    if size is not None and path.stat().st_size != size:
+        return True
+    if sha is None:
+        return False
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest() != sha
 
 
 def unlink_and_prune(out: Path, rel: str) -> None:

@@ -14,8 +14,10 @@ deletes exactly the files the earlier manifest of ``out`` lists (the manifest la
   our marker is refused.
 * Nothing outside ``out`` is deleted: every manifest path must be relative, without ``..``, and
   resolve inside ``out``, or the run refuses before it writes or deletes anything.
-* Files data_gen did not write are never deleted or overwritten. A run refuses, or with
-  ``--force`` moves its files in beside them and says how many remain.
+* Files data_gen did not write are never deleted or overwritten, nor is a listed file whose
+  bytes no longer match the manifest (it is the user's now), nor anything a linked folder in
+  ``out`` leads to. A run refuses, naming the file, or with ``--force`` moves its files in
+  beside them and says how many remain (a file at a name it writes is still refused).
 """
 from __future__ import annotations
 
@@ -161,6 +163,10 @@ class Partial:
         if clash:
             raise FileExistsError(f"{label}: {clash[0]!r} was not written by data_gen and would be "
                                   "overwritten; move it away")
+        through = [rel for rel in new if inside(out, rel) is None]  # a folder linked elsewhere
+        if through:
+            raise FileExistsError(f"{label}: {through[0]!r} would be written through a link "
+                                  "data_gen did not make, outside the folder; move the link away")
         (self.data / MANIFEST).write_text(json.dumps(manifest, indent=1))
         for rel in existing.ours:  # the manifest last, so an interruption here can be resumed
             if rel != MANIFEST:

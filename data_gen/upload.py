@@ -4,15 +4,21 @@ NOTE [upload]
 ``python -m data_gen --format wds --out s3://bucket/prefix`` makes the dataset as for a local
 ``--out`` (the same bytes for the same arguments), in a temporary folder (``TMPDIR``), then
 copies its shards and, last, its ``manifest.json`` to ``bucket/prefix/`` through s3fs (the
-``remote`` extra) and deletes the folder. So the manifest there means the upload finished; an
-interrupted run is made and uploaded again from the start.
+``remote`` extra) and deletes the folder. So the manifest there means the upload finished.
+
+* An unfinished upload is recognised, never refused: before its first object a run writes
+  ``UPLOADING`` (``.data_gen-upload.json``: the generator tag and every name it may write,
+  those of an unfinished upload it takes over included), and deletes it after the manifest.
+  The next run, without ``--force``, treats the objects that marker names as its own: those
+  already holding its bytes (size and ETag) stay, the rest are uploaded again, and those it no
+  longer writes (another recipe's) are deleted. Any other object is foreign (next point).
 
 * Credentials and endpoint: as the loader's ``s3://`` roots, the usual AWS environment
   (``AWS_ENDPOINT_URL`` included) or ``--storage-option KEY=VALUE`` (keyword arguments of
   ``s3fs.S3FileSystem``, e.g. ``endpoint_url=http://127.0.0.1:9000``).
-* Nothing is overwritten silently: a prefix that holds any object is refused before anything
-  is generated, and checked again before the upload, unless ``--force``: then objects of the
-  same names are replaced, the others stay, and a warning counts both.
+* Nothing is overwritten silently: a prefix that holds a foreign object is refused before
+  anything is generated, and checked again before the upload, unless ``--force``: then foreign
+  objects of the same names are replaced, the others stay, and a warning counts both.
 * Errors are one line that names ``--out`` and the object, with secret values blanked (the
   AWS secret variables and the secret-like storage options); botocore retries a transient
   failure a bounded number of times (``RETRIES``), each request within ``TIMEOUT_S``.
@@ -24,6 +30,8 @@ the loader's transport code.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -33,12 +41,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from .generate import GenConfig, generate
-from .outdir import MANIFEST
+from .outdir import GENERATOR_TAG, MANIFEST
 
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+)://")
 TIMEOUT_S = 60.0
 RETRIES = 5
 EXTRA = "pip install 'gpu-feed[remote]'"
+UPLOADING = ".data_gen-upload.json"  # the marker of an unfinished upload (module NOTE)
 _SECRET_KEYS = ("secret", "token", "key", "password", "aws_secret_access_key",
                 "aws_session_token")
 
@@ -128,30 +137,59 @@ class Bucket:
         text = scrub(f"{type(e).__name__}: {e}", self.options)
         return OSError(f"{self.label}: {what} failed: {text}{more}")
 
-    def existing(self) -> list[str]:
-        """The names of the objects under the prefix (relative to it)."""
+    def existing(self) -> dict[str, dict]:
+        """The objects under the prefix: name (relative to it) -> s3fs's details."""
         try:
-            found = self.fs.find(self.path)
+            self.fs.invalidate_cache(self.path)  # what is there now, not what was listed before
+            found = self.fs.find(self.path, detail=True)
         except Exception as e:  # noqa: BLE001 - botocore's and aiohttp's many kinds
             raise self._fail("listing", e) from None
         head = self.path + "/"
-        return sorted(p[len(head):] for p in found if p.startswith(head))
+        return {p[len(head):]: d for p, d in sorted(found.items()) if p.startswith(head)}
 
-    def check(self, force: bool) -> list[str]:
-        """The objects already there; refuse a non-empty prefix without ``force``."""
+    def unfinished(self, there: dict[str, dict]) -> set[str]:
+        """The names of an unfinished upload of data_gen's here (its ``UPLOADING`` marker's)."""
+        if UPLOADING not in there:
+            return set()
+        try:
+            mark = json.loads(self.fs.cat_file(f"{self.path}/{UPLOADING}"))
+        except ValueError:  # not JSON: not our marker
+            return set()
+        except Exception as e:  # noqa: BLE001 - botocore's and aiohttp's many kinds
+            raise self._fail(f"reading {UPLOADING!r}", e) from None
+        ok = isinstance(mark, dict) and mark.get("generator") == GENERATOR_TAG
+        return {UPLOADING, *mark.get("files", ())} if ok else set()
+
+    def check(self, force: bool) -> tuple[dict[str, dict], set[str]]:
+        """The objects already there and the names of an unfinished upload of ours among them;
+        refuse any other object without ``force``."""
         there = self.existing()
-        if there and not force:
-            raise FileExistsError(f"{self.label} holds {len(there)} objects (e.g. {there[0]!r}); "
+        ours = self.unfinished(there)
+        theirs = sorted(set(there) - ours)
+        if theirs and not force:
+            raise FileExistsError(f"{self.label} holds {len(theirs)} objects (e.g. {theirs[0]!r}); "
                                   "choose another prefix, delete them, or pass --force to "
                                   "replace those of the same names")
-        return there
+        return there, ours
+
+    def call(self, what: str, fn, *args) -> None:
+        """``fn(*args)`` (an s3fs call), its error one line naming ``what``."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - botocore's and aiohttp's many kinds
+            raise self._fail(what, e) from None
 
     def put(self, local: Path, rel: str) -> None:
         """Upload ``local`` as ``prefix/rel``."""
-        try:
-            self.fs.put_file(str(local), f"{self.path}/{rel}")
-        except Exception as e:  # noqa: BLE001 - botocore's and aiohttp's many kinds
-            raise self._fail(f"upload of {rel!r}", e) from None
+        self.call(f"upload of {rel!r}", self.fs.put_file, str(local), f"{self.path}/{rel}")
+
+
+def _same(local: Path, info: dict) -> bool:
+    """Whether the object ``info`` (s3fs's details) holds ``local``'s bytes: its size, and an
+    ETag that is their MD5 (a multipart upload's is not: then it is uploaded again)."""
+    if info.get("size") != local.stat().st_size:
+        return False
+    return str(info.get("ETag", "")).strip('"') == hashlib.md5(local.read_bytes()).hexdigest()
 
 
 def generate_and_upload(cfg: GenConfig, options: dict | None = None,
@@ -161,7 +199,7 @@ def generate_and_upload(cfg: GenConfig, options: dict | None = None,
 
     Args:
         cfg: what to generate; ``cfg.out`` is ``s3://bucket/prefix``, ``cfg.layout`` ``"wds"``,
-            ``cfg.force`` allows a prefix that holds objects (same names replaced).
+            ``cfg.force`` allows a prefix that holds foreign objects (same names replaced).
         options: keyword arguments of ``s3fs.S3FileSystem`` (``--storage-option``).
         progress: show progress bars (``None``: when stdout is a terminal).
 
@@ -172,7 +210,8 @@ def generate_and_upload(cfg: GenConfig, options: dict | None = None,
     Raises:
         ValueError: not an ``s3://`` URL, or not ``layout="wds"`` (the loader streams tar
             shards only).
-        FileExistsError: the prefix holds objects and ``cfg.force`` is not set.
+        FileExistsError: the prefix holds objects other than an unfinished upload of data_gen's
+            (module NOTE) and ``cfg.force`` is not set.
         OSError: listing or uploading failed (one line, no secret).
     """
     bucket = Bucket(str(cfg.out), options or {})
@@ -184,16 +223,26 @@ def generate_and_upload(cfg: GenConfig, options: dict | None = None,
     try:
         local = Path(tmp) / "out"
         manifest = generate(replace(cfg, out=str(local), force=False), progress=progress)
-        there = set(bucket.check(cfg.force))  # again: the prefix may have changed meanwhile
+        there, ours = bucket.check(cfg.force)  # again: the prefix may have changed meanwhile
         names = [f["path"] for f in manifest["files"]]
-        for rel in names + [MANIFEST]:  # the manifest last: it marks a finished upload
+        mark = {"generator": GENERATOR_TAG, "files": sorted((ours | {*names, MANIFEST}) - {UPLOADING})}
+        bucket.call(f"writing {UPLOADING!r}", bucket.fs.pipe_file, f"{bucket.path}/{UPLOADING}",
+                    json.dumps(mark).encode())  # before any object: this upload is ours
+        kept = [rel for rel in names if rel in ours & set(there) and _same(local / rel, there[rel])]
+        if kept:
+            print(f"data_gen: resuming an unfinished upload to {bucket.label}: {len(kept)} of "
+                  f"{len(names)} objects are already there", file=sys.stderr)
+        for rel in [n for n in names if n not in kept] + [MANIFEST]:  # the manifest last
             bucket.put(local / rel, rel)
+        for rel in sorted((ours & set(there)) - {*names, MANIFEST, UPLOADING}) + [UPLOADING]:
+            bucket.call(f"deleting {rel!r}", bucket.fs.rm_file, f"{bucket.path}/{rel}")  # ours
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    replaced = there & set(names + [MANIFEST])
-    if there:
-        print(f"data_gen: warning: {bucket.label} held {len(there)} objects: {len(replaced)} "
-              f"replaced (same names), {len(there - replaced)} left as they were",
+    theirs = set(there) - ours
+    replaced = theirs & set(names + [MANIFEST])
+    if theirs:
+        print(f"data_gen: warning: {bucket.label} held {len(theirs)} objects: {len(replaced)} "
+              f"replaced (same names), {len(theirs - replaced)} left as they were",
               file=sys.stderr)
     shards = sorted(n for n in names if n.endswith(".tar"))
     first, last = shards[0][len("shard-"):-4], shards[-1][len("shard-"):-4]

@@ -123,7 +123,7 @@ def test_resume_runs_only_the_units_a_stopped_run_did_not_finish(tiny_root, tmp_
     assert again() == 2
     assert "another machine or software (torch: '0.0-other' ->" in capsys.readouterr().err
     doc = json.loads(stopped)
-    for text, says in ((json.dumps({**doc, "schema": "other"}), "is not a results.json of this"),
+    for text, says in ((json.dumps({**doc, "schema": "other"}), "not a results.json of this"),
                        (json.dumps({**doc, "setup": {**doc["setup"], "isolate": False}}),
                         "was not isolated")):
         (out / "results.json").write_text(text)
