@@ -328,6 +328,11 @@ class LoaderConfig:
                 raise ValueError(f"{k}={getattr(self, k)!r} must be a bool")
         s("seed", int_option("seed", self.seed, 0, 2**32))
         s("max_image_pixels", int_option("max_image_pixels", self.max_image_pixels, 1))
+        h, w = self.augment.hw
+        if self.transform is None and h * w > self.max_image_pixels:
+            raise ValueError(f"augment: size={self.augment.size!r} gives {h} x {w} output pixels, "
+                             f"more than max_image_pixels={self.max_image_pixels}, the largest "
+                             "image the loader decodes; choose a smaller size")
         s("batch_size", int_option("batch_size", self.batch_size, 1))
         s("shuffle_window", int_option("shuffle_window", self.shuffle_window, 1))
         if self.num_workers is None:

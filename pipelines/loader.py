@@ -275,7 +275,8 @@ class LoaderBase:
         self._fetch = self._fetcher()  # remote shards: pipelines.sources.spool NOTE [spool]
         self.transform_plan = TransformPlan.of(config.augment, config.transform)
         # set_resolution: each epoch's size, and the recipe of the epoch running (or run last)
-        self._sizes = Resolutions(config.augment, fixed=config.transform is not None)
+        self._sizes = Resolutions(config.augment, fixed=config.transform is not None,
+                                  max_pixels=config.max_image_pixels)
         self._res = config.augment
         self.mix = config.mix  # a MixSpec or None (pipelines.transforms.mix)
         if self.mix is not None and self.mix.num_classes not in (None, len(self.classes)):

@@ -37,10 +37,12 @@ class Resolutions:
     Args:
         own: the config's ``AugmentSpec`` (the size of every epoch until one is set).
         fixed: the loader runs a user's ``transform=``, whose sizes cannot change.
+        max_pixels: the most output pixels a size may have (``LoaderConfig.max_image_pixels``).
     """
 
-    def __init__(self, own: AugmentSpec, fixed: bool = False):
+    def __init__(self, own: AugmentSpec, fixed: bool = False, max_pixels: int | None = None):
         self.own = own
+        self.max_pixels = max_pixels  # LoaderConfig.max_image_pixels: the largest output too
         self.fixed = fixed
         self._base = own  # every epoch before the first of _from
         self._from: dict[int, AugmentSpec] = {}  # first epoch -> its size, until the next key
@@ -69,9 +71,17 @@ class Resolutions:
             raise ValueError(f"{what}: the loader runs transform=, whose steps fix the sizes; "
                              "progressive resizing needs the AugmentSpec recipe (augment=)")
         try:
-            return self.own.at_size(size)
+            spec = self.own.at_size(size)
         except ValueError as e:
-            raise ValueError(f"{what}={size!r}: {e}") from None
+            head = what.rpartition(": ")[0]  # the spec's message names size= itself
+            msg = f"{head}: {e}" if head and str(e).startswith("size=") else f"{what}={size!r}: {e}"
+            raise ValueError(msg) from None
+        h, w = spec.hw
+        if self.max_pixels is not None and h * w > self.max_pixels:
+            raise ValueError(f"{what}={size!r}: {h} x {w} output pixels are more than "
+                             f"max_image_pixels={self.max_pixels}, the largest image the loader "
+                             "decodes; choose a smaller size")
+        return spec
 
     # -- the state (NOTE [sizes ahead]) ---------------------------------------------------------
     def saved(self, epoch: int, ran: AugmentSpec) -> dict[str, Any]:

@@ -9,6 +9,10 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+#: the largest output side: that of the largest JPEG (65535 px a side)
+MAX_SIDE = 65535
+
+
 class Mode(str, enum.Enum):
     """Which augmentation recipe to run.
 
@@ -83,6 +87,9 @@ class AugmentSpec:
                 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in hw)):
             raise ValueError(f"size={self.size!r} must be a positive int or (height, width) of "
                              "positive ints")
+        if max(hw) > MAX_SIDE:
+            raise ValueError(f"size={self.size!r}: a side over {MAX_SIDE} px cannot be served "
+                             "(no JPEG is larger, and a batch of it would not fit in memory)")
         if not isinstance(self.size, int):
             object.__setattr__(self, "size", hw)
         object.__setattr__(self, "scale", tuple(float(v) for v in self.scale))
@@ -100,6 +107,9 @@ class AugmentSpec:
         if self.resize_size is None:
             object.__setattr__(self, "resize_size", int(round(max(hw) / 0.875)))
         assert self.resize_size is not None  # set just above when it was not given
+        if not isinstance(self.resize_size, int) or self.resize_size > MAX_SIDE:
+            raise ValueError(f"resize_size={self.resize_size!r} must be an int of at most "
+                             f"{MAX_SIDE} px")
         if self.resize_size < max(hw):
             raise ValueError(f"resize_size={self.resize_size!r} must be >= size={self.size} "
                              "(its larger side)")
