@@ -12,7 +12,9 @@ NOTE [file lists]
 
 Paths are relative to the list file's folder (absolute ones are kept). Labels are integers (the
 class indices as given; ``classes`` are their names ``"0" .. "max"``) or class names (sorted,
-then indexed, as ``ImageFolder`` does with folders); one list may not mix the two. An
+then indexed, as ``ImageFolder`` does with folders); one list may not mix the two.
+``LoaderConfig.classes`` fixes the class list instead (``pipelines.sources.classes``): an
+integer label is then an id into it, a name is looked up in it. An
 integer-valued number written as a float (``3.0``, ``3.00``, ``3e0``: what pandas writes for an
 int column that held a NaN) is the integer: an index, not a name. A row with an empty or
 malformed label is refused under ``on_bad_file="error"`` (one ``ValueError`` naming the file and

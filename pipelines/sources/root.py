@@ -4,9 +4,11 @@ A root is a folder in ImageFolder layout (``pipelines.sources.folder``), a file 
 (``pipelines.sources.lists``: CSV, TSV or "path label" text) or WebDataset tar shards
 (``pipelines.sources.shards``). Each gives names, labels and classes, and a ``read(i) -> bytes``; the
 epoch plan, sharding, bad-file policy and resume are the same for all three (shards add
-``groups``, the samples of each shard, to the plan). Files are read by path (DALI reads them
-in its own threads); shard samples by offset. A folder's listing and each shard's index are
-cached (``pipelines.sources.cache``): made once, then read back while the files are unchanged.
+``groups``, the samples of each shard, to the plan), and so is ``LoaderConfig.classes``, one
+class list that each source's labels are mapped onto (``pipelines.sources.classes``). Files
+are read by path (DALI reads them in its own threads); shard samples by offset. A folder's
+listing and each shard's index are cached (``pipelines.sources.cache``): made once, then read
+back while the files are unchanged.
 
 Tar shards may also be remote: ``http(s)://``, ``s3://`` or ``pipe:`` URLs with brace ranges,
 or a list of them (``pipelines.sources.remote``), indexed once (``remote_index``) and read from

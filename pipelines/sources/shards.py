@@ -8,7 +8,8 @@ up to the first ``.`` of its base name, WebDataset's convention): one image (an 
 (an object with an integer ``"label"`` or ``"cls"``). An integer-valued float (``2.0``) is that
 integer. The class names are ``"0"`` to the largest label, so a label must be a plausible class
 index: below ``pipelines.sources.lists.index_limit`` of the set's sample count (a label at or above it
-is a bad label, NOTE [bad input]). With another ``LoaderConfig.target``
+is a bad label, NOTE [bad input]); ``LoaderConfig.classes`` fixes the class list instead, a
+label being an id into it (``pipelines.sources.classes``). With another ``LoaderConfig.target``
 (``pipelines.sources.targets``) a sample needs no class label: ``"multilabel"`` reads its
 ``KEY.txt``, ``KEY.cls`` or ``KEY.json`` (the first present), a tuple of keys reads its
 ``KEY.json``, and ``"none"`` or a callable read nothing; a sample whose target is missing or bad
