@@ -254,3 +254,35 @@ def test_no_warning_and_nothing_skipped_when_every_class_is_listed(tmp_path, jpe
         warnings.simplefilter("error")
         s = open_source(val, classes=list(reversed(NAMES)), skip_bad=True)
     assert s.skipped == () and s.labels.tolist() == [2, 2, 1, 1, 0, 0]
+
+
+def test_remote_shards_keep_the_ids_and_skip_outside_ones_counted(tmp_path, jpegs, monkeypatch):
+    from tests.remote_server import FaultyServer
+
+    monkeypatch.setenv("GPU_FEED_LISTING_CACHE", str(tmp_path / "cache"))
+    folder = _shards(tmp_path / "wds", [("a", "cls", "0"), ("b", "cls", "7"), ("c", "cls", "2")],
+                     jpegs)
+    with FaultyServer(str(folder)) as srv:
+        root = f"{srv.url}/s-{{000000..000000}}.tar"
+        with pytest.raises(DatasetRootError, match=r"label '7' \(an id\).*classes=3"):
+            make("pageable", _cfg(root, classes=3))
+        with pytest.warns(RuntimeWarning, match="skipped 1 samples"):
+            got, ld = _labels("pageable", _cfg(root, classes=3, on_bad_file="skip"))
+    assert got == {"a.jpg": 0, "c.jpg": 2} and ld.stats["bad_files"] == 1
+
+
+def test_every_id_of_a_large_count_is_valid_in_a_small_split(tmp_path, jpegs):
+    """Without classes, an id past ``index_limit`` (a million for a small list) is taken for a
+    typo; with a count above it, every id below the count is a class."""
+    from pipelines.sources.lists import MIN_CLASS_LIMIT
+
+    n = MIN_CLASS_LIMIT + 10
+    lst = _list(tmp_path / "l" / "val.csv", [("a.jpg", "3"), ("b.jpg", str(n - 1))], jpegs)
+    with pytest.raises(ValueError, match="too large to be a class index"):
+        open_source(lst)
+    s = open_source(lst, classes=n)
+    assert s.labels.tolist() == [3, n - 1] and len(s.classes) == n
+    root = _shards(tmp_path / "wds", [("a", "cls", "3"), ("b", "cls", str(n - 1))], jpegs)
+    with pytest.raises(DatasetRootError, match="too large to be a class index"):
+        open_source(root)
+    assert open_source(root, classes=n).labels.tolist() == [3, n - 1]

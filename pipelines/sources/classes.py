@@ -91,6 +91,12 @@ def class_names(classes: tuple[str, ...] | int) -> list[str]:
     return [str(i) for i in range(classes)] if isinstance(classes, int) else list(classes)
 
 
+def count_of(classes: tuple[str, ...] | int | None) -> int:
+    """How many classes a checked ``classes`` holds, ``0`` for ``None``: every id below it is
+    valid, so no source refuses one as too large (``pipelines.sources.lists.index_limit``)."""
+    return 0 if classes is None else classes if isinstance(classes, int) else len(classes)
+
+
 def _short(v: Any) -> str:
     return reprlib.repr(v)
 

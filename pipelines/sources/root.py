@@ -32,7 +32,13 @@ from PIL import Image
 
 from pipelines.sources import remote, remote_index
 from pipelines.sources.cache import cached_listing
-from pipelines.sources.classes import check_classes, check_empty, fix_listing, fix_shards
+from pipelines.sources.classes import (
+    check_classes,
+    check_empty,
+    count_of,
+    fix_listing,
+    fix_shards,
+)
 from pipelines.sources.classes import check_target as check_classes_target
 from pipelines.sources.folder import (
     IMAGE_EXTENSIONS,
@@ -208,7 +214,8 @@ def open_source(root, *, allow_empty: bool = False,
         return _remote_source(root, extensions, skip_bad, storage or remote.Storage(), target,
                               classes)
     if is_shard_root(root):
-        s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target)
+        s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target,
+                        min_limit=count_of(classes))
         s, skipped = fix_shards(s, classes, skip_bad, f"root={remote.shown(root)!r}")
         labels, targets = _split_targets(s.labels)
         return Source(SourceKind.SHARDS, s.names, labels, s.classes,
@@ -246,7 +253,8 @@ def _remote_source(root, extensions, skip_bad: bool, storage: remote.Storage,
         raise ValueError(f"target={target!r} is read from each sample's label members, which "
                          "remote shards do not serve yet; use target='class', 'none' or a "
                          "target_fn, or copy the shards to a local folder")
-    s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target)
+    s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target,
+                    min_limit=count_of(classes))
     s, skipped = fix_shards(s, classes, skip_bad, f"root={remote.shown(root)!r}")
     labels, targets = _split_targets(s.labels)
     known = remote_index.STAMPS
@@ -286,7 +294,8 @@ def _list_files(root, allow_empty: bool, extensions, skip_bad: bool, target: obj
     list when ``classes`` is given (``pipelines.sources.classes``)."""
     where = f"root={str(root)!r}"
     if root is not None and not isinstance(root, bool) and is_file_list(root):
-        paths, labels, own, _ = list_file(root, skip_bad=skip_bad, target=target)
+        paths, labels, own, _ = list_file(root, skip_bad=skip_bad, target=target,
+                                          min_limit=count_of(classes))
         return fix_listing(paths, labels, own, classes, by_name=False, skip_bad=skip_bad,
                            where=where)
     extensions = check_extensions(extensions)

@@ -398,10 +398,12 @@ class ShardSet:
 
 
 def list_shards(root, extensions: Sequence[str], skip_bad: bool = False,
-                target: object = "class") -> ShardSet:
+                target: object = "class", min_limit: int = 0) -> ShardSet:
     """The samples of the shards of ``root`` (module NOTEs [index] and [bad input]); with a
     ``"multilabel"`` or column ``target`` the ``labels`` are float32 ``N x C`` / ``N x K``
     (``pipelines.sources.targets``), and without ``"class"`` a sample needs no class label.
+    ``min_limit``: labels below it are never too large (``index_limit``): the length of
+    ``LoaderConfig.classes``, whose ids are all valid.
 
     Raises:
         ShardError: no shard matches; or, without ``skip_bad``, a bad shard or sample (a
@@ -446,7 +448,7 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False,
             dropped.append(f"{path}/{k}: {why}")
         usable.append((s, path, idx, np.flatnonzero(keep)))
     total = sum(len(rows) for *_, rows in usable)
-    limit = index_limit(total)
+    limit = max(index_limit(total), min_limit)
     for s, path, idx, rows in usable:
         if from_source(target):
             rows = _read_targets(path, idx, rows, target, limit, values, dropped, skip_bad)
