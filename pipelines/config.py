@@ -213,6 +213,13 @@ class LoaderConfig:
             dataset indices) or a callable ``target_fn(relative_path) -> int | sequence of
             float``, called once per sample when the loader is built
             (``pipelines.sources.targets``).
+        classes: one class list for every split: a sequence of distinct class names (id =
+            position, e.g. ``train_loader.classes``) or a count ``n`` (integer ids ``0 .. n-1``).
+            Every source's labels are mapped onto it (a folder's class folders and a list's
+            names by name, integer labels as ids), so a split that lacks a class keeps the ids;
+            a class outside it raises naming it, or its samples are skipped and counted under
+            ``on_bad_file="skip"`` (``pipelines.sources.classes``). Default ``None``: each split
+            numbers the classes it holds.
         storage_options: remote roots: keyword arguments of ``s3fs.S3FileSystem``
             (``{"key": ..., "secret": ..., "endpoint_url": ...}``); default: the AWS
             environment variables.
@@ -246,6 +253,7 @@ class LoaderConfig:
     shuffle_window: int = 8192
     mix: Any = None
     target: Any = "class"
+    classes: Any = None
     storage_options: Any = field(default=None, hash=False, repr=False)  # may hold secrets
     read_timeout: float = 60.0
     shard_cache: str | None = None
@@ -276,6 +284,7 @@ class LoaderConfig:
             shuffle_window: int = 8192,
             mix: Any = None,
             target: Any = "class",
+            classes: Sequence[str] | int | None = None,
             storage_options: dict[str, Any] | None = None,
             read_timeout: float = 60.0,
             shard_cache: str | os.PathLike[str] | None = None,
@@ -310,6 +319,10 @@ class LoaderConfig:
         s("mix", as_mix_spec(self.mix))
         from pipelines.sources.targets import check_target
         s("target", check_target(self.target))
+        from pipelines.sources.classes import check_classes
+        from pipelines.sources.classes import check_target as check_classes_target
+        s("classes", check_classes(self.classes))
+        check_classes_target(self.classes, self.target)
         if self.mix is not None and not (self.target == "class" or self.target == "multilabel"):
             raise ValueError(f"mix mixes class and multi-label targets; target={self.target!r} "
                              "is neither: drop mix, or mix the targets in your step")

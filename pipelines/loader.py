@@ -250,7 +250,8 @@ class LoaderBase:
         self.data_source = from_rank0(functools.partial(  # NOTE [listing once]
             open_source, config.root, allow_empty=config.allow_empty_classes,
             extensions=config.extensions, skip_bad=config.on_bad_file is BadFilePolicy.SKIP,
-            target=config.target, storage=config.storage()), self.placement)
+            target=config.target, storage=config.storage(), classes=config.classes),
+            self.placement)
         self.paths, self.labels, self.classes = (self.data_source.names, self.data_source.labels,
                                                  self.data_source.classes)
         check_nonempty(len(self.paths), config)
@@ -283,6 +284,7 @@ class LoaderBase:
             raise ValueError(f"mix: num_classes={self.mix.num_classes} but the dataset has "
                              f"{len(self.classes)} classes; leave num_classes=None to use them")
         self.stats = BadFileStats()
+        self.stats.add(self.data_source.skipped)  # classes outside LoaderConfig.classes
         self.last_indices: np.ndarray | None = None
         self.epoch = 0
         self.sampler = EpochHook(self)  # Lightning's per-epoch set_epoch call lands here

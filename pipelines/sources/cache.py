@@ -21,6 +21,10 @@ The cache folder is ``$GPU_FEED_LISTING_CACHE``, else ``$GPU_FEED_CACHE/listings
 ``$XDG_CACHE_HOME/gpu-feed/listings`` (``~/.cache``); ``GPU_FEED_LISTING_CACHE=off`` turns it
 off.
 
+An entry holds the walk's own classes (the sorted class folders): ``LoaderConfig.classes`` is
+applied to the listing after it is read (``pipelines.sources.classes``), so one entry serves
+every class list, and a listing made for one list is never served to another.
+
 The cache can only cost a walk, never change or refuse a listing. An entry that cannot be read
 for any reason (zero bytes, truncated, not an ``.npz``, arrays missing, of the wrong type or of
 inconsistent lengths, a label outside the classes) is a miss: the folder is walked and the entry

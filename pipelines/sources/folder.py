@@ -20,6 +20,9 @@ skipped, counted and named in one warning. Beyond that:
   same warning); the target is listed under its real class.
 * A class folder with no image raises, as in ``ImageFolder``, unless ``allow_empty=True``
   (``LoaderConfig.allow_empty_classes``).
+* ``LoaderConfig.classes`` fixes the class ids instead of the sorted folders
+  (``pipelines.sources.classes``, applied to this listing): a missing class folder keeps the
+  ids, and a class folder outside the list is refused or skipped.
 * A root with no class folder raises, unless ``flat=True`` (``LoaderConfig.target="none"`` or a
   callable: no class is needed): its image files are then the samples, with no classes.
 """

@@ -12,7 +12,9 @@ NOTE [file lists]
 
 Paths are relative to the list file's folder (absolute ones are kept). Labels are integers (the
 class indices as given; ``classes`` are their names ``"0" .. "max"``) or class names (sorted,
-then indexed, as ``ImageFolder`` does with folders); one list may not mix the two. An
+then indexed, as ``ImageFolder`` does with folders); one list may not mix the two.
+``LoaderConfig.classes`` fixes the class list instead (``pipelines.sources.classes``): an
+integer label is then an id into it, a name is looked up in it. An
 integer-valued number written as a float (``3.0``, ``3.00``, ``3e0``: what pandas writes for an
 int column that held a NaN) is the integer: an index, not a name. A row with an empty or
 malformed label is refused under ``on_bad_file="error"`` (one ``ValueError`` naming the file and
@@ -122,7 +124,7 @@ def _rows(path: Path, target: Any = "class") -> list[tuple[int, str, tuple[str, 
     return out
 
 
-def list_file(path, skip_bad: bool = False, target: Any = "class"
+def list_file(path, skip_bad: bool = False, target: Any = "class", min_limit: int = 0
               ) -> tuple[list[str], np.ndarray, list[str], list[str]]:
     """List a file-list dataset (module NOTE).
 
@@ -130,6 +132,8 @@ def list_file(path, skip_bad: bool = False, target: Any = "class"
         path: the list file.
         skip_bad: drop bad rows (counted and named in one warning) instead of raising.
         target: ``LoaderConfig.target``: which columns are read, and how (module NOTE).
+        min_limit: index labels below it are never too large (``index_limit``): the length
+            of ``LoaderConfig.classes``, whose ids are all valid.
 
     Returns:
         ``(paths, labels, classes, dropped)``: ``labels`` are int64 class indices, or float32
@@ -167,11 +171,11 @@ def list_file(path, skip_bad: bool = False, target: Any = "class"
     if not good:
         raise ValueError(f"root={str(path)!r}: the file list names no sample")
     if from_source(target):
-        good, labels, classes = _targets(good, target, bad, f"root={str(path)!r}")
+        good, labels, classes = _targets(good, target, bad, f"root={str(path)!r}", min_limit)
     elif not good[0][2]:  # no label column: "none" or a target_fn
         labels, classes = np.zeros(len(good), np.int64), []
     else:
-        good, labels, classes = _classes(good, bad, path)
+        good, labels, classes = _classes(good, bad, path, min_limit)
     if dropped:
         more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
         warnings.warn(f"root={str(path)!r}: dropped {len(dropped)} rows with a bad label or "
@@ -182,10 +186,10 @@ def list_file(path, skip_bad: bool = False, target: Any = "class"
 Row = tuple[int, str, tuple[str, ...]]
 
 
-def _targets(good: list[Row], target: Any, bad: Callable[[int, str], None], where: str
-             ) -> tuple[list[Row], np.ndarray, list[str]]:
+def _targets(good: list[Row], target: Any, bad: Callable[[int, str], None], where: str,
+             min_limit: int = 0) -> tuple[list[Row], np.ndarray, list[str]]:
     """The rows whose multi-label cell or columns parse, and their float32 targets."""
-    limit = index_limit(len(good))
+    limit = max(index_limit(len(good)), min_limit)
     keep: list[Row] = []
     values: list[Any] = []
     for row in good:
@@ -206,7 +210,7 @@ def _targets(good: list[Row], target: Any, bad: Callable[[int, str], None], wher
     return keep, hot, classes
 
 
-def _classes(good: list[Row], bad: Callable[[int, str], None], path: Path
+def _classes(good: list[Row], bad: Callable[[int, str], None], path: Path, min_limit: int = 0
              ) -> tuple[list[Row], np.ndarray, list[str]]:
     """The rows whose class label is valid, their int64 class indices and the classes."""
     ints = [as_int(cells[0]) for _, _, cells in good]
@@ -215,7 +219,7 @@ def _classes(good: list[Row], bad: Callable[[int, str], None], path: Path
         if min(known) < 0:
             raise ValueError(f"root={str(path)!r}: label {min(known)} is negative; integer "
                              "labels are class indices >= 0")
-        limit = index_limit(len(good))
+        limit = max(index_limit(len(good)), min_limit)
         keep: list[tuple[Row, int]] = []
         for row, i in zip(good, known):
             if i >= limit:

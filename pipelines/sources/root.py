@@ -4,9 +4,11 @@ A root is a folder in ImageFolder layout (``pipelines.sources.folder``), a file 
 (``pipelines.sources.lists``: CSV, TSV or "path label" text) or WebDataset tar shards
 (``pipelines.sources.shards``). Each gives names, labels and classes, and a ``read(i) -> bytes``; the
 epoch plan, sharding, bad-file policy and resume are the same for all three (shards add
-``groups``, the samples of each shard, to the plan). Files are read by path (DALI reads them
-in its own threads); shard samples by offset. A folder's listing and each shard's index are
-cached (``pipelines.sources.cache``): made once, then read back while the files are unchanged.
+``groups``, the samples of each shard, to the plan), and so is ``LoaderConfig.classes``, one
+class list that each source's labels are mapped onto (``pipelines.sources.classes``). Files
+are read by path (DALI reads them in its own threads); shard samples by offset. A folder's
+listing and each shard's index are cached (``pipelines.sources.cache``): made once, then read
+back while the files are unchanged.
 
 Tar shards may also be remote: ``http(s)://``, ``s3://`` or ``pipe:`` URLs with brace ranges,
 or a list of them (``pipelines.sources.remote``), indexed once (``remote_index``) and read from
@@ -30,6 +32,14 @@ from PIL import Image
 
 from pipelines.sources import remote, remote_index
 from pipelines.sources.cache import cached_listing
+from pipelines.sources.classes import (
+    check_classes,
+    check_empty,
+    count_of,
+    fix_listing,
+    fix_shards,
+)
+from pipelines.sources.classes import check_target as check_classes_target
 from pipelines.sources.folder import (
     IMAGE_EXTENSIONS,
     DatasetRootError,
@@ -145,11 +155,14 @@ class Source:
         names: each sample's path (for shards ``<shard>/<key>.<ext>``): messages, bad-file
             reports and the resume fingerprint.
         labels, classes: the labels and the class names (index = label); with no class
-            (a flat folder, a path-only list, column targets) zeros and ``[]``.
+            (a flat folder, a path-only list, column targets) zeros and ``[]``. With
+            ``LoaderConfig.classes``, that list (``pipelines.sources.classes``).
         read: ``read(i) -> bytes``, sample ``i``'s encoded image (picklable).
         groups: samples per shard, in order (the plan's ``groups``); ``None`` unless shards.
         targets: the float32 targets read from the files for a ``"multilabel"`` or column
             ``target`` (``pipelines.sources.targets``), else ``None``.
+        skipped: ``(name, why)`` of the samples left out because their class is not in
+            ``LoaderConfig.classes`` (``on_bad_file="skip"``), for ``loader.stats``.
     """
 
     kind: SourceKind
@@ -159,6 +172,7 @@ class Source:
     read: Callable[[int], bytes]
     groups: np.ndarray | None = None
     targets: np.ndarray | None = None
+    skipped: tuple[tuple[str, str], ...] = ()
 
     @property
     def by_path(self) -> bool:
@@ -178,32 +192,44 @@ def source_kind(root) -> SourceKind:
 
 def open_source(root, *, allow_empty: bool = False,
                 extensions: tuple[str, ...] = IMAGE_EXTENSIONS, skip_bad: bool = False,
-                target: object = "class", storage: remote.Storage | None = None) -> Source:
+                target: object = "class", storage: remote.Storage | None = None,
+                classes: object = None) -> Source:
     """The ``Source`` of ``root`` (arguments as ``list_dataset``'s; ``target`` as
     ``LoaderConfig.target``: which labels the files must hold, ``pipelines.sources.targets``;
-    ``storage``: how remote shards are reached, ``pipelines.sources.remote``).
+    ``storage``: how remote shards are reached, ``pipelines.sources.remote``; ``classes`` as
+    ``LoaderConfig.classes``: the class list the labels are mapped onto,
+    ``pipelines.sources.classes``).
 
     Raises:
-        ValueError: naming ``target``: a ``"multilabel"`` or column target for a folder root.
+        ValueError: naming ``target``: a ``"multilabel"`` or column target for a folder root;
+            naming ``classes``: a bad list, or a class of ``root`` outside it
+            (``DatasetRootError``, unless ``skip_bad``).
     """
     check_local_root(root)
+    classes = check_classes(classes)
+    check_classes_target(classes, target)
     if isinstance(root, (str, os.PathLike)) and not isinstance(root, str):
         root = unfold(os.fspath(root))
     if remote.is_remote(root):
-        return _remote_source(root, extensions, skip_bad, storage or remote.Storage(), target)
+        return _remote_source(root, extensions, skip_bad, storage or remote.Storage(), target,
+                              classes)
     if is_shard_root(root):
-        s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target)
+        s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target,
+                        min_limit=count_of(classes))
+        s, skipped = fix_shards(s, classes, skip_bad, f"root={remote.shown(root)!r}")
         labels, targets = _split_targets(s.labels)
         return Source(SourceKind.SHARDS, s.names, labels, s.classes,
-                      ShardReader(s.shards, s.shard_of, s.offsets, s.sizes), s.groups, targets)
+                      ShardReader(s.shards, s.shard_of, s.offsets, s.sizes), s.groups, targets,
+                      skipped)
     kind = source_kind(root)
     if kind is SourceKind.FOLDER and from_source(target):
         raise ValueError(f"target={target!r} needs a file list or tar shards; root={str(root)!r} is "
                          "a folder, which gives one class per image (use target='class', 'none' "
                          "or a target_fn)")
-    paths, labels, classes = _list_files(root, allow_empty, extensions, skip_bad, target)
+    paths, labels, names, skipped = _list_files(root, allow_empty, extensions, skip_bad, target,
+                                                classes)
     labels, targets = _split_targets(labels)
-    return Source(kind, paths, labels, classes, FileReader(paths), None, targets)
+    return Source(kind, paths, labels, names, FileReader(paths), None, targets, skipped)
 
 
 def _split_targets(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -215,7 +241,7 @@ def _split_targets(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _remote_source(root, extensions, skip_bad: bool, storage: remote.Storage,
-                   target: object = "class") -> Source:
+                   target: object = "class", classes=None) -> Source:
     """Remote shards (``pipelines.sources.remote``), read from their spooled copies."""
     from pipelines.sources.spool import SpoolReader
 
@@ -227,14 +253,16 @@ def _remote_source(root, extensions, skip_bad: bool, storage: remote.Storage,
         raise ValueError(f"target={target!r} is read from each sample's label members, which "
                          "remote shards do not serve yet; use target='class', 'none' or a "
                          "target_fn, or copy the shards to a local folder")
-    s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target)
+    s = list_shards(root, check_extensions(extensions), skip_bad=skip_bad, target=target,
+                    min_limit=count_of(classes))
+    s, skipped = fix_shards(s, classes, skip_bad, f"root={remote.shown(root)!r}")
     labels, targets = _split_targets(s.labels)
     known = remote_index.STAMPS
     stamps = np.stack([known[n] if n in known else remote.stamp(n) for n in s.shards])
     files = [remote_index.spool_key(n, st) + ".tar" for n, st in zip(s.shards, stamps)]
     return Source(SourceKind.SHARDS, s.names, labels, s.classes,
                   SpoolReader(s.shards, files, s.shard_of, s.offsets, s.sizes, stamps,
-                              storage.timeout), s.groups, targets)
+                              storage.timeout), s.groups, targets, skipped)
 
 
 def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
@@ -260,19 +288,34 @@ def list_dataset(root: str | os.PathLike, *, allow_empty: bool = False,
     return s.names, s.labels, s.classes
 
 
-def _list_files(root, allow_empty: bool, extensions, skip_bad: bool, target: object = "class"
-                ) -> tuple[list[str], np.ndarray, list[str]]:
+def _list_files(root, allow_empty: bool, extensions, skip_bad: bool, target: object = "class",
+                classes=None) -> tuple[list[str], np.ndarray, list[str], tuple]:
+    """``(paths, labels, classes, skipped)`` of a file list or a folder, on the fixed class
+    list when ``classes`` is given (``pipelines.sources.classes``)."""
+    where = f"root={str(root)!r}"
     if root is not None and not isinstance(root, bool) and is_file_list(root):
-        paths, labels, classes, _ = list_file(root, skip_bad=skip_bad, target=target)
-        return paths, labels, classes
+        paths, labels, own, _ = list_file(root, skip_bad=skip_bad, target=target,
+                                          min_limit=count_of(classes))
+        return fix_listing(paths, labels, own, classes, by_name=False, skip_bad=skip_bad,
+                           where=where)
     extensions = check_extensions(extensions)
     try:
         missing = not os.path.isdir(root)
     except TypeError:
         missing = True
     if missing:  # no cache entry for what is not a folder: the walk gives the error
-        return walk_folder(root, allow_empty, extensions)[0]
+        return (*walk_folder(root, allow_empty, extensions)[0], ())
     # "none" and a target_fn need no class: a folder without class folders is then flat
     flat = target != "class" and not class_folders(root)
-    return cached_listing(root, extensions, allow_empty,
-                          lambda: walk_folder(root, allow_empty, extensions, flat), flat)
+    # with classes, empty folders are judged after the mapping (check_empty): the walk keeps them
+    walk_empty = allow_empty or classes is not None
+    paths, labels, own = cached_listing(
+        root, extensions, walk_empty, lambda: walk_folder(root, walk_empty, extensions, flat), flat)
+    if classes is None:
+        return paths, labels, own, ()
+    fixed = fix_listing(paths, labels, own, classes, by_name=True, skip_bad=skip_bad,
+                        where=where)
+    check_empty(own, labels, classes, allow_empty=allow_empty, skip_bad=skip_bad, where=where,
+                kinds="/".join(extensions))
+    return fixed
+

@@ -8,7 +8,8 @@ up to the first ``.`` of its base name, WebDataset's convention): one image (an 
 (an object with an integer ``"label"`` or ``"cls"``). An integer-valued float (``2.0``) is that
 integer. The class names are ``"0"`` to the largest label, so a label must be a plausible class
 index: below ``pipelines.sources.lists.index_limit`` of the set's sample count (a label at or above it
-is a bad label, NOTE [bad input]). With another ``LoaderConfig.target``
+is a bad label, NOTE [bad input]); ``LoaderConfig.classes`` fixes the class list instead, a
+label being an id into it (``pipelines.sources.classes``). With another ``LoaderConfig.target``
 (``pipelines.sources.targets``) a sample needs no class label: ``"multilabel"`` reads its
 ``KEY.txt``, ``KEY.cls`` or ``KEY.json`` (the first present), a tuple of keys reads its
 ``KEY.json``, and ``"none"`` or a callable read nothing; a sample whose target is missing or bad
@@ -397,10 +398,12 @@ class ShardSet:
 
 
 def list_shards(root, extensions: Sequence[str], skip_bad: bool = False,
-                target: object = "class") -> ShardSet:
+                target: object = "class", min_limit: int = 0) -> ShardSet:
     """The samples of the shards of ``root`` (module NOTEs [index] and [bad input]); with a
     ``"multilabel"`` or column ``target`` the ``labels`` are float32 ``N x C`` / ``N x K``
     (``pipelines.sources.targets``), and without ``"class"`` a sample needs no class label.
+    ``min_limit``: labels below it are never too large (``index_limit``): the length of
+    ``LoaderConfig.classes``, whose ids are all valid.
 
     Raises:
         ShardError: no shard matches; or, without ``skip_bad``, a bad shard or sample (a
@@ -445,7 +448,7 @@ def list_shards(root, extensions: Sequence[str], skip_bad: bool = False,
             dropped.append(f"{path}/{k}: {why}")
         usable.append((s, path, idx, np.flatnonzero(keep)))
     total = sum(len(rows) for *_, rows in usable)
-    limit = index_limit(total)
+    limit = max(index_limit(total), min_limit)
     for s, path, idx, rows in usable:
         if from_source(target):
             rows = _read_targets(path, idx, rows, target, limit, values, dropped, skip_bad)

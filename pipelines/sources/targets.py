@@ -11,7 +11,9 @@ listed, so every backend yields the same targets for the same indices.
   by whitespace, ``;`` or ``|`` (``"3;7"``, ``"cat dog"``). Ids are used as given (``C`` = the
   largest id + 1, classes ``"0" ..``); names are sorted into the class list, as folder classes
   are. One dataset may not mix ids and names; an empty cell, a negative id or one too large to
-  be a class index (``pipelines.sources.lists.index_limit``) is a bad row.
+  be a class index (``pipelines.sources.lists.index_limit``) is a bad row. ``LoaderConfig.classes``
+  fixes ``C`` and the columns instead: ids index it, names are looked up in it
+  (``pipelines.sources.classes``).
 * a tuple of column names or JSON keys, e.g. ``("age", "score")`` (regression): float32
   ``N x K``, those columns of a CSV / TSV list's header (any case) or those keys of each shard
   sample's ``KEY.json``. A missing, empty, non-numeric or non-finite value is a bad row.
