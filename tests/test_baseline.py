@@ -2,7 +2,6 @@
 batch or per sample than that recipe, so the speed-ups measured against it are not inflated."""
 import pytest
 import torch
-from torch.multiprocessing import reductions
 
 from compare.reference import ImageFolderReference
 from pipelines import AugmentSpec, LoaderConfig, create_loader
