@@ -189,7 +189,7 @@ class TorchLoaderBase(LoaderBase):
             if images is None:
                 carry.dropped += 1
                 continue
-            carry.indices = idx.numpy()
+            carry.indices = idx  # numpy (collate_skipping)
             yield images, labels, carry
             carry = _Bad()
         if carry.files:

@@ -167,11 +167,15 @@ def collate_skipping(batch: list):
     """Collate ``(image, label, index)`` samples, replacing ``Bad`` ones (see ``BadFilePolicy``).
 
     Returns ``(images, labels, indices, bad)``; ``images`` is ``None`` when no sample was good.
+    ``indices`` is a numpy ``int64`` array, not a tensor: a worker hands every tensor of its
+    batch to the main process as one more shared-memory file, one more descriptor passed over a
+    socket and one more round trip to the worker's sharing thread, so the batch carries the two
+    tensors of ``ImageFolder``'s recipe (images, labels) and the indices travel pickled with it.
     """
     bad = [b for b in batch if isinstance(b, Bad)]
     _check_shapes(batch)
     if not bad:
-        return (*default_collate(batch), [])
+        return (*_collate(batch), [])
     good = [b for b in batch if not isinstance(b, Bad)]
     if not good:
         return None, None, None, [tuple(b) for b in bad]
@@ -182,7 +186,14 @@ def collate_skipping(batch: list):
             b = nxt if nxt is not None else good[k % len(good)]
             k += 1
         filled.append(b)
-    return (*default_collate(filled), [tuple(b) for b in bad])
+    return (*_collate(filled), [tuple(b) for b in bad])
+
+
+def _collate(samples: list) -> tuple:
+    """``(images, labels, indices)`` of good samples: ``default_collate`` of ``(image, label)``,
+    as ``ImageFolder``'s recipe collates, and the indices as a numpy array."""
+    images, labels = default_collate([(s[0], s[1]) for s in samples])
+    return images, labels, np.fromiter((s[2] for s in samples), np.int64, len(samples))
 
 
 def _check_shapes(batch: list) -> None:
