@@ -129,6 +129,31 @@ class Fed:
         return cls([], np.empty(0, np.int64), round=round)
 
 
+_SPENT = ()  # a ``Lane``'s warm-up batch, once served
+
+
+class Lane:
+    """Pipeline ``k``'s batch callable (``PlanSource.lane``): ``warm``, if given, alone, then
+    ``StopIteration`` until ``serve()``, then the source's lane ``k``."""
+
+    __slots__ = ("source", "k", "warm")
+
+    def __init__(self, source: PlanSource, k: int, warm: tuple | None = None):
+        self.source, self.k, self.warm = source, k, warm
+
+    def serve(self) -> None:
+        """From now on, serve the source's lane ``k`` (drop the warm-up batch)."""
+        self.warm = None
+
+    def __call__(self, info):
+        if self.warm is None:
+            return self.source._serve(self.k, info)
+        warm, self.warm = self.warm, _SPENT
+        if warm is _SPENT:
+            raise StopIteration
+        return warm
+
+
 class PlanSource:
     """DALI batch callable: ``source(batch_info) -> (paths, meta, draws)``.
 
@@ -384,12 +409,20 @@ class PlanSource:
         return rows, bad, True, encoded, draws
 
     # -- serving (DALI's side) ------------------------------------------------------------------
-    def lane(self, k: int) -> Callable:
-        """The DALI batch callable of pipeline ``k`` of ``lanes``: it serves the epoch's batches
-        ``k, k + lanes, k + 2 * lanes, ...`` (see NOTE [lanes])."""
-        if not 0 <= k < self.lanes:
+    def lane(self, k: int, ahead: bool = False) -> Lane:
+        """The DALI batch callable of pipeline ``k``: it serves the epoch's batches ``k,
+        k + lanes, k + 2 * lanes, ...`` (see NOTE [lanes]). ``ahead``: for pipelines built
+        ahead of a switch to another count (``pipelines.dali.calibrate`` NOTE
+        [calibration]), so ``k`` may reach past the lanes running now; it serves the last
+        batch fed (``last_fed``, a warm-up) alone, then the end of the data, until
+        ``Lane.serve()``."""
+        if not 0 <= k < (k + 1 if ahead else self.lanes):
             raise ValueError(f"lane k={k!r} must be in [0, lanes={self.lanes})")
-        return lambda info: self._serve(k, info)
+        return Lane(self, k, (self.last_fed() or _SPENT) if ahead else None)
+
+    def last_fed(self) -> tuple | None:
+        """The last batch fed to any lane, kept alive (``no_copy``), or ``None``."""
+        return self._alive[-1] if self._alive else None
 
     def _cancel_pending(self) -> None:
         for f in self._pending.values():
