@@ -30,11 +30,12 @@ batch whose files are all bad is not fed; its record rides with the next fed bat
 
 NOTE [feeding cost]
 The per-batch feed runs on the consumer's thread (inside ``next()``), so it is kept small:
-labels and indices travel as one dense ``N x 2`` array, and the path buffers are handed over
-with ``no_copy=True`` (``python -m tools.microbench feed``). ``no_copy`` makes us responsible
-for keeping every fed buffer alive until DALI has consumed it: the last ``keep_alive`` batches are
-held in a ring (at least ``prefetch_queue_depth`` + 1, per DALI's ``external_source``
-documentation).
+the read-ahead pool makes each batch's fed arrays with its checks and draws (``_load``), so a
+call only takes a ready batch; labels and indices travel as one dense ``N x 2`` array, and
+the path buffers are handed over with ``no_copy=True`` (``python -m tools.microbench feed``).
+``no_copy`` makes us responsible for keeping every fed buffer alive until DALI has consumed
+it: the last ``keep_alive`` batches are held in a ring (at least ``prefetch_queue_depth`` + 1,
+per DALI's ``external_source`` documentation).
 
 NOTE [bytes]
 Tar shards (``read`` given: ``Source.read``, one ``os.pread`` per sample) cannot be read by
@@ -376,6 +377,9 @@ class PlanSource:
         return raws[starts[k]:starts[k + 1]]
 
     def _load(self, epoch: int, pos: int, batches: list[np.ndarray], size=None):
+        """Batch ``pos`` of ``epoch`` as the lane serves it, made in the read-ahead pool (NOTE
+        [feeding cost]): ``(rows, bad, fed, nbytes)``, ``fed`` the ``(paths, meta, draws)``
+        DALI is given (``None``: every file was bad), ``nbytes`` the files' bytes."""
         idx = batches[pos]
         data: dict[int, bytes] = {}
         for i in idx[self._status[idx] == _UNKNOWN]:
@@ -401,12 +405,17 @@ class PlanSource:
                     take[k] = later[0] if len(later) else good[n % len(good)]
                     rows[k] = rows[take[k]]
         if is_bad.all():
-            return rows, bad, False, None, None
-        encoded = [data[i] for i in rows.tolist()] if self.read is not None else None
+            return rows, bad, None, 0
+        if self.read is not None:  # NOTE [bytes]
+            paths = [np.frombuffer(data[i], dtype=np.uint8) for i in rows.tolist()]
+        else:
+            paths = [np.frombuffer(os.fsencode(self.paths[i]), dtype=np.uint8)
+                     for i in rows.tolist()]
+        meta = np.stack([self.labels[rows], rows], axis=1).astype(np.int64, copy=False)
         plan = self._draws
         raws = self._raws_of(epoch, pos, batches)[take]
         draws = plan.rows(raws, self._hw[rows] if plan.needs_size else None, size)
-        return rows, bad, True, encoded, draws
+        return rows, bad, (paths, np.ascontiguousarray(meta), draws), int(self._size[rows].sum())
 
     # -- serving (DALI's side) ------------------------------------------------------------------
     def lane(self, k: int, ahead: bool = False) -> Lane:
@@ -474,24 +483,18 @@ class PlanSource:
                 if (epoch, q) not in self._pending:
                     self._pending[(epoch, q)] = self._pool.submit(self._load, epoch, q, batches,
                                                                   self._out_size(epoch))
-            rows, bad, any_good, encoded, draws = self._pending.pop((epoch, pos)).result()
+            rows, bad, out, nbytes = self._pending.pop((epoch, pos)).result()
             self._lane_pos[k] += self.lanes
             carry.positions.append(pos)
             carry.bad += bad
-            if any_good:
+            if out is not None:
                 break
             carry.dropped += 1  # every file of this batch was bad: skip the batch
         carry.rows = rows
         self._fed[k].append(carry)
         self._carry[k] = Fed.empty(carry.round)
-        if encoded is not None:
-            paths = [np.frombuffer(d, dtype=np.uint8) for d in encoded]
-        else:
-            paths = [np.frombuffer(os.fsencode(self.paths[i]), dtype=np.uint8) for i in rows]
-        meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
-        out = (paths, meta, draws)
-        self.bytes_read += int(self._size[rows].sum())
-        self.samples_read += len(paths)
+        self.bytes_read += nbytes
+        self.samples_read += len(rows)
         self._alive.append(out)
         return out
 
