@@ -208,7 +208,8 @@ class DaliOptions(Options):
             ``"auto"`` (default): tuned where it can be; ``None``: tuned, and an error with
             ``decode_on="cpu"``, which has no share to tune. On a GPU with the hardware decoder the
             loader times the consumer's own loop on the first batches, tries the shares and
-            pipeline counts of ``pipelines.dali.calibrate.GRID``, keeps the fastest, decides
+            pipeline counts of ``pipelines.dali.calibrate.GRID`` (each built in the background
+            when tried; only the chosen one is kept), keeps the fastest, decides
             again when the loop's pace changes, and caches the choice per machine, data and
             step time (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
             ``tuning`` says whether it tunes, ``setting`` what runs now and

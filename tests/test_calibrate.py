@@ -1,6 +1,8 @@
 """The self-tuning default of DaliOptions (NOTE [calibration] in pipelines.dali.calibrate): the
 tuner's decisions on a fake clock, the loader's switches between (share, pipelines) settings,
 and the hints sized from the data."""
+import gc
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -64,17 +66,17 @@ def _calibrator(periods, cache=None, lag=0, key="k"):
     return c, clock
 
 
-def test_the_grid_holds_the_issues_rows_and_a_pinned_axis_stays():
-    """The candidates start at the rule's default, hold every row measured for the issue, and
-    keep a pinned share or count at its value; counts are capped by the threads."""
-    rows = {(0.0, 1), (0.0, 2), (0.0, 3), (0.5, 2), (0.65, 2), (0.65, 1), (1.0, 2)}
-    assert rows <= set(GRID) and GRID[0] == A
+def test_the_grid_holds_the_rows_that_win_and_a_pinned_axis_stays():
+    """The candidates start at the rule's default and hold the rows that were fastest in
+    some use (share 0 on one pipeline, 0.65 and 1 on two); a held share tries one to three
+    pipelines; a pinned share or count keeps its value; counts are capped by the threads."""
+    assert GRID == (A, Setting(0.65, 2), B)
     assert grid(A, loads=True, lanes=True, max_lanes=14) == GRID
     first = Setting(0.5, 4)  # large photos' rule
-    assert grid(first, loads=True, lanes=True, max_lanes=14)[0] == first
+    assert grid(first, loads=True, lanes=True, max_lanes=14) == (first, *GRID)
     assert grid(A, loads=False, lanes=True, max_lanes=14) == (A, C, Setting(0.0, 3))
     assert grid(Setting(1.0, 2), loads=True, lanes=False, max_lanes=14) == tuple(
-        Setting(x, 2) for x in (1.0, 0.0, 0.5, 0.65))
+        Setting(x, 2) for x in (1.0, 0.0, 0.65))
     assert grid(A, loads=False, lanes=False, max_lanes=14) == (A,)  # both pinned: no tuning
     assert {s.pipelines for s in grid(A, loads=True, lanes=True, max_lanes=2)} == {1, 2}
 
@@ -217,11 +219,33 @@ def _epochs(ld, clock=None, epochs=2, stop=None):
 FORCED = {Setting(0.0, 1): 0.050, Setting(1.0, 2): 0.030, Setting(0.5, 3): 0.040}
 
 
-def _forced(ld):
+def _forced(ld, background=False):
     clock = Clock(FORCED)
     clock.calib = Calibrator(settle=1, timer=clock, window=2, candidates=tuple(FORCED))
-    ld.tune_with(clock.calib)
+    ld.tune_with(clock.calib, background=background)
     return clock
+
+
+class Pipes:
+    """Every DALI pipeline the loader module builds, by weak reference: ``live()`` counts
+    those not yet released."""
+
+    def __init__(self, monkeypatch):
+        from pipelines.dali import loader
+
+        self.refs, real = [], loader.build_pipeline
+
+        def build(*a, **kw):
+            pipe = real(*a, **kw)
+            self.refs.append(weakref.ref(pipe))
+            return pipe
+
+        monkeypatch.setattr(loader, "build_pipeline", build)
+
+    def live(self, collect=True) -> int:
+        if collect:
+            gc.collect()
+        return sum(r() is not None for r in self.refs)
 
 
 @pytest.mark.dali
@@ -236,26 +260,67 @@ def test_tuning_is_off_on_cpu_operators_and_the_loader_says_so(tiny_root):
 def test_forced_switches_change_no_batch(tiny_root):
     """Switches between pipeline counts (1, 2, 3) mid-epoch, forced by a fake clock: every
     epoch's indices, labels and pixels (random crops and flips) are those of a loader that
-    never switched, and a switch back reuses the pipelines built up front."""
+    never switched; each switch builds its setting's pipelines then (none up front)."""
     cfg = _cfg(tiny_root)
     with make("dali", cfg, pipelines=1, hw_decoder_load=0.0) as ld:
         assert ld.calibrator is None and ld.tuning.startswith("off")
         want = _epochs(ld, epochs=3)
     with make("dali", cfg, pipelines=1, hw_decoder_load=0.0) as ld:
         clock = _forced(ld)
-        assert sorted(s.label for s in ld._spare) == ["hw 0.5 x3", "hw 1 x2"]
         built, switched = [], []
         real_build, real_switch = ld._pipes_for, ld._switch
-        ld._pipes_for = lambda s: (built.append(s), real_build(s))[1]
-        ld._switch = lambda old, e: (switched.append(ld.calibrator.setting),
-                                     real_switch(old, e))[1]
+        ld._pipes_for = lambda s, ahead=False: (built.append(s), real_build(s, ahead))[1]
+        ld._switch = lambda e: (switched.append(ld.calibrator.setting), real_switch(e))[1]
         got = _epochs(ld, clock, epochs=3)
-        assert switched == [Setting(1.0, 2), Setting(0.5, 3), Setting(1.0, 2)]
-        assert ld.setting == Setting(1.0, 2) and len(ld.pipes) == 2 and built == []
+        assert switched == [Setting(1.0, 2), Setting(0.5, 3), Setting(1.0, 2)] == built
+        assert ld.setting == Setting(1.0, 2) and len(ld.pipes) == 2
         assert ld.calibrator.decisions[0].setting == Setting(1.0, 2)
     for (xa, ya, ia), (xb, yb, ib) in zip(want, got):
         assert ia == ib and sorted(ia) == list(range(37))
         assert torch.equal(ya, yb) and torch.equal(xa, xb)
+
+
+@pytest.mark.dali
+def test_the_default_builds_one_setting_and_keeps_only_the_chosen_one(tiny_root, monkeypatch):
+    """A tuned loader builds only its first setting's pipelines; a trial holds at most the
+    running setting's and the one being built (here 2 + 3), and after the decision only the
+    chosen setting's are alive. With builds in the background the batches are still those of
+    a loader that never switched."""
+    from pipelines.dali.loader import DaliLoader
+
+    cfg = _cfg(tiny_root)
+    clock = Clock(FORCED)
+
+    def tuned(self, config, options, candidates):
+        clock.calib = Calibrator(settle=1, timer=clock, window=2, candidates=candidates)
+        return clock.calib
+
+    monkeypatch.setattr(DaliLoader, "_settings", lambda self, config, options: (
+        Setting(0.0, 1), tuple(FORCED), "on: forced"))
+    monkeypatch.setattr(DaliLoader, "_calibrator", tuned)
+    pipes = Pipes(monkeypatch)
+    with make("dali", cfg) as ld:  # the default: tuned
+        assert ld.calibrator is clock.calib and pipes.live() == 1 == len(pipes.refs)
+        peak, got = 0, []
+        for e in range(8):
+            ld.set_epoch(e)
+            xs, ys = [], []
+            for x, y in ld:
+                clock.t += clock.periods[ld.setting]
+                xs.append(x.clone())
+                ys.append(y.clone())
+                peak = max(peak, pipes.live(collect=False))  # the loader collects cycles
+            got.append((torch.cat(xs), torch.cat(ys), ld.last_indices.tolist()))
+            if ld.calibrator.decisions and ld._ahead is None:
+                break
+        assert ld.calibrator.decisions[0].setting == Setting(1.0, 2) == ld.setting
+        assert pipes.live() == 2 == len(ld.pipes) and peak <= 5 and len(pipes.refs) == 8
+    assert pipes.live() == 0  # closed: every pipeline released
+    monkeypatch.undo()
+    with make("dali", cfg, pipelines=1, hw_decoder_load=0.0) as ld:
+        want = _epochs(ld, epochs=len(got))
+    for (xa, ya, ia), (xb, yb, ib) in zip(want, got, strict=True):
+        assert ia == ib and torch.equal(ya, yb) and torch.equal(xa, xb)
 
 
 @pytest.mark.dali
@@ -289,7 +354,7 @@ class _FakeGpu(SimpleNamespace):
     ((9, 0), {}, GRID),
     ((9, 0), {"hw_decoder_load": None}, GRID),
     ((9, 0), {"hw_decoder_load": 1.0}, tuple(Setting(1.0, n) for n in (1, 2, 3))),
-    ((9, 0), {"pipelines": 2}, tuple(Setting(x, 2) for x in (0.0, 0.5, 0.65, 1.0))),
+    ((9, 0), {"pipelines": 2}, tuple(Setting(x, 2) for x in (0.0, 0.65, 1.0))),
     ((9, 0), {"decode_on": "cpu"}, tuple(Setting(0.0, n) for n in (1, 2, 3))),
     ((8, 6), {}, tuple(Setting(0.0, n) for n in (1, 2, 3))),  # no hardware decoder
     ((9, 0), {"hw_decoder_load": 0.0, "pipelines": 2}, None),

@@ -18,7 +18,9 @@ behind design choices quoted in the README and docstrings (single thread, median
   of the additions alone.
 * ``validate``: ``pipelines.sources.validate.check_image_bytes`` per file.
 * ``feed``: DALI external-source feed cost per batch of JPEGs: labels as per-sample arrays vs
-  one dense array, and copied vs ``no_copy`` buffers.
+  one dense array, and copied vs ``no_copy`` buffers; ``serve_ms_per_batch``: the consumer
+  thread's time in ``PlanSource``'s lane call per batch (``pipelines.dali.source`` NOTE
+  [feeding cost]).
 * ``listing``: ``pipelines.sources.root.list_dataset`` on a folder of ``--files`` empty ``.jpg`` files in
   ``--classes`` folders, made in a temp dir: the first listing (a walk, then cached) and the
   next (from the listing cache, ``pipelines.sources.cache``). One run each, not a median.
@@ -246,7 +248,40 @@ def feed(paths, repeats, batch=256, iters=60):
 
         return 1e3 * _median(run, repeats) / iters
 
-    return {f"{m}_ms_per_batch": one(m) for m in ("lists", "dense", "dense_no_copy")}
+    res = {f"{m}_ms_per_batch": one(m) for m in ("lists", "dense", "dense_no_copy")}
+    res["serve_ms_per_batch"] = serve(paths, repeats, batch, iters)
+    return res
+
+
+def serve(paths, repeats, batch=256, iters=60, step_s=0.01):
+    """The consumer thread's share of the feed: one ``PlanSource`` lane call (DALI's external
+    source callback, run inside ``next()``) per batch of ``batch`` files, the read-ahead pool
+    given ``step_s`` (a consumer's step) to finish first, after a first epoch (every file
+    checked). Milliseconds per batch, median over the calls of ``repeats`` epochs."""
+    from types import SimpleNamespace
+
+    from pipelines.dali.source import PlanSource
+    from pipelines.transforms.draws import DrawPlan, Step
+
+    many = [paths[i % len(paths)] for i in range(batch * iters)]
+    order = np.arange(len(many))
+    src = PlanSource(many, np.arange(len(many), dtype=np.int64) % 1000,
+                     lambda e: np.split(np.random.default_rng(e).permutation(order), iters),
+                     readahead=3, threads=2, keep_alive=4)
+    src.draw(DrawPlan((Step("window"), Step("coin"))), 0)  # a crop window and a flip
+    lane, times = src.lane(0), []
+    try:
+        for e in range(repeats + 1):
+            src.start_epoch(e)
+            for i in range(iters):
+                time.sleep(step_s)
+                t0 = time.perf_counter()
+                lane(SimpleNamespace(iteration=i))
+                if e:  # the first epoch checks every file
+                    times.append(time.perf_counter() - t0)
+    finally:
+        src.close()
+    return 1e3 * statistics.median(times)
 
 
 PROG = "python -m tools.microbench"

@@ -10,8 +10,14 @@ a heavy one's (docs/backends.md#dalioptions-dali). Only the consumer's loop show
 Every random draw is made on the host per sample (``pipelines.dali.loader`` NOTE [resume]), so
 no setting changes a sample, a label, an index or a pixel: the loader can choose by measuring.
 A ``Setting`` is one ``(hw_decoder_load, pipelines)`` pair; ``grid`` makes the candidates from
-``GRID``, the first being the rules' default (``DaliOptions.load_for``, ``lanes_for``), with an
-axis the user pinned held at its value. The loader:
+``GRID`` where the share is tuned (else the counts of ``COUNTS``), the first being the rules'
+default (``DaliOptions.load_for``, ``lanes_for``), with an axis the user pinned held at its
+value. The grid is small because every candidate costs a build and a trial: share 0 on one
+pipeline (the rule, which heavy models train fastest with: the hardware decoder's queue waits
+for their step), and shares 0.65 and 1 on two pipelines (light models and the loader alone);
+the rows between them were never the fastest in either use
+(docs/backends.md#the-self-tuning-default).
+The loader:
 
 1. starts with the first candidate and times windows of ``WINDOW`` batches, from the
    consumer's side: the time from handing out one batch to handing out the next holds the
@@ -26,13 +32,18 @@ axis the user pinned held at its value. The loader:
    sooner. Each other candidate in turn takes over the lanes, ``settle`` batches run untimed,
    then one window is timed. The fastest wins; the first candidate is kept unless another is
    more than ``MARGIN`` faster, so noise does not flip the choice.
-   Every candidate's pipelines are built with the loader and decode one batch there (memory
-   for each: the nvJPEG paddings of ``DaliOptions``), because a rebuild, or a set's first
-   use, costs seconds that would fall inside the timed windows
-   (docs/investigations/dali-hardware-decoder.md). A switch stops the running pipelines,
-   drains what they hold (those batches are made again) and hands the plan, from its first
-   batch not yet handed out, to the other setting's pipelines, reset; a new pipeline count
-   re-deals the positions to its lanes (``PlanSource.start_epoch(lanes=...)``).
+   Only the running setting's pipelines exist when the loader is built. A candidate's are
+   built when the tuner moves to it: the graph is traced on the consumer's thread (quick),
+   and DALI's build and one warm-up batch (the last batch fed) run in a background thread on
+   the loader's device, because a build, or a set's first use, costs seconds
+   (docs/investigations/dali-hardware-decoder.md). Meanwhile the running setting serves and
+   the calibrator is not ticked, so no timed window and no consumer step waits for a build.
+   A switch stops the running pipelines, drains what they hold (those batches are made
+   again), releases them, and hands the plan, from its first batch not yet handed out, to
+   the new setting's pipelines; a new pipeline count re-deals the positions to its lanes
+   (``PlanSource.start_epoch(lanes=...)``). So at most two settings' pipelines exist at
+   once (the running one and the one being built), only the chosen one's after a decision,
+   and a later trial builds again.
 3. The choice is cached per machine (``CalibrationCache``: GPU, DALI version, data, recipe,
    batch and the candidates), with each candidate's period: the period at the running setting
    is the use's step-time band. A later job, or a later use in the same job, whose first
@@ -75,9 +86,10 @@ class Setting(NamedTuple):
         return f"hw {self.load:g} x{self.pipelines}"
 
 
-# the settings tried (the first is replaced by the rules' default: ``grid``)
-GRID: tuple[Setting, ...] = (Setting(0.0, 1), Setting(0.0, 2), Setting(0.0, 3), Setting(0.5, 2),
-                             Setting(0.65, 2), Setting(0.65, 1), Setting(1.0, 2))
+# the settings tried where the share is tuned (the first is replaced by the rules' default:
+# ``grid``), and the pipeline counts tried where it is held; why these: NOTE [calibration]
+GRID: tuple[Setting, ...] = (Setting(0.0, 1), Setting(0.65, 2), Setting(1.0, 2))
+COUNTS: tuple[int, ...] = (1, 2, 3)
 WINDOW = 16    # batches per timed window
 MARGIN = 0.03  # another candidate must be this much faster (period) to replace the first
 DRIFT = 0.25   # a window this far from the chosen setting's period is a new use ...
@@ -168,18 +180,18 @@ def cache_key(*parts: object) -> str:
 
 
 def grid(first: Setting, *, loads: bool, lanes: bool, max_lanes: int) -> tuple[Setting, ...]:
-    """The tuner's candidates: ``first`` (the rules' default), then ``GRID``'s settings, the
-    share held at ``first``'s unless ``loads`` (it is tuned) and the count likewise unless
-    ``lanes``, at most ``max_lanes`` pipelines, without repeats. One candidate: nothing to
-    tune.
+    """The tuner's candidates: ``first`` (the rules' default), then ``GRID``'s settings when
+    the share is tuned (``loads``), else ``COUNTS`` at ``first``'s share; the count is held
+    at ``first``'s unless ``lanes`` (it is tuned), at most ``max_lanes`` pipelines, without
+    repeats. One candidate: nothing to tune.
 
     Example: ``first = hw 0 x1``, the share pinned (``loads=False``), ``max_lanes=2`` ->
     ``(hw 0 x1, hw 0 x2)``.
     """
+    rows = GRID if loads else tuple(Setting(first.load, n) for n in COUNTS)
     out = [first]
-    for g in GRID:
-        s = Setting(g.load if loads else first.load,
-                    max(1, min(g.pipelines, max_lanes)) if lanes else first.pipelines)
+    for g in rows:
+        s = Setting(g.load, max(1, min(g.pipelines, max_lanes)) if lanes else first.pipelines)
         if s not in out:
             out.append(s)
     return tuple(out)
@@ -339,5 +351,5 @@ class Calibrator:
         return setting
 
 
-__all__ = ["GRID", "CalibrationCache", "Calibrator", "Decision", "EventTimer", "HostTimer",
+__all__ = ["COUNTS", "GRID", "CalibrationCache", "Calibrator", "Decision", "EventTimer", "HostTimer",
            "Setting", "cache_key", "grid", "window_for"]

@@ -56,6 +56,7 @@ import contextlib
 import functools
 import gc
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
 import torch
@@ -74,7 +75,7 @@ from pipelines.dali.calibrate import (
 )
 from pipelines.dali.graph import OUTPUTS, build_pipeline, conditional, decodes_on_gpu
 from pipelines.dali.probe import DecodeProbe
-from pipelines.dali.source import PlanSource
+from pipelines.dali.source import Lane, PlanSource
 from pipelines.device import HW_JPEG_DECODERS, resolve_device
 from pipelines.epoch_plan import MAX_EPOCH, config_len
 from pipelines.loader import LoaderBase
@@ -136,13 +137,13 @@ class DaliLoader(LoaderBase):
                                  size_of=functools.partial(_fed_size, self._sizes))
         self.pipes: list = []
         self._its: list[DALIGenericIterator] | None = None
-        # NOTE [calibration]: the other candidates' pipelines, built up front and idle, as
-        # ``{setting: (pipes, iterators or None)}``; a switch swaps them in without a rebuild
-        self._spare: dict[Setting, tuple] = {}
+        # NOTE [calibration]: the setting the tuner moves to, its pipelines and lanes, and
+        # the background build (and warm-up) of its iterators; only the running set otherwise
+        self._ahead: tuple[Setting, list, list[Lane], Future] | None = None
+        self._builder: ThreadPoolExecutor | None = None
+        self.background = True  # build ahead in a thread (``tune_with`` may turn it off)
         with self._on_device():
             self._build()
-            if self.calibrator is not None:
-                self._spares()
         self._probe: DecodeProbe | None = None
         self._in_epoch = False  # the pipelines may hold batches: drain before a fresh start
         self._last_epoch: int | None = None  # the epoch the last iter() read
@@ -213,17 +214,19 @@ class DaliLoader(LoaderBase):
                           cache=CalibrationCache.default(), key=key, candidates=candidates,
                           window=window_for(config_len(len(self.paths), config), settle))
 
-    def tune_with(self, calibrator: Calibrator) -> None:
-        """Tune with ``calibrator`` (its first candidate must be the running setting) and build
-        its other settings' pipelines: how tests force switches with a fake clock, on CPU
-        operators too (NOTE [calibration])."""
+    def tune_with(self, calibrator: Calibrator, background: bool = True) -> None:
+        """Tune with ``calibrator`` (its first candidate must be the running setting): how
+        tests force switches with a fake clock, on CPU operators too (NOTE [calibration]).
+        ``background=False`` builds a candidate's pipelines at the batch the calibrator
+        moves to it, so switches happen at batches the clock alone decides."""
         if calibrator.setting != self.setting:
             raise ValueError(f"calibrator's first setting {calibrator.setting.label} must be "
                              f"the running one, {self.setting.label}")
-        self.calibrator = calibrator
+        if self._ahead is not None:
+            raise RuntimeError("tune_with: a candidate's pipelines are being built; call it "
+                               "before the loader tunes")
+        self.calibrator, self.background = calibrator, background
         self.tuning = f"on: {len(calibrator.candidates)} settings (installed by tune_with)"
-        with self._on_device():
-            self._spares()
 
     @property
     def setting(self) -> Setting:
@@ -247,20 +250,20 @@ class DaliLoader(LoaderBase):
         return f"nvJPEG hw {self.hw_decoder_load:g}"
 
     def _build(self) -> None:
-        self.pipes = self._pipes_for(self.setting)
+        self.pipes = self._pipes_for(self.setting)[0]
         self._its = None
         self._ran_on: int | None = None  # the epoch every lane ran on into (NOTE [running on])
 
-    def _pipes_for(self, setting: Setting) -> list:
-        """One pipeline per lane of ``setting`` (the source must have that many lanes), with
-        its hardware decoder's share; the source fills the rows of draws by their graph's
-        layout."""
+    def _pipes_for(self, setting: Setting, ahead: bool = False) -> tuple[list, list[Lane]]:
+        """One pipeline per lane of ``setting`` (the source must have that many lanes, unless
+        ``ahead``: ``PlanSource.lane``), with its hardware decoder's share, and their lanes;
+        the source fills the rows of draws by their graph's layout."""
         opts = self.options.replace(hw_decoder_load=setting.load, pipelines=setting.pipelines)
-        pipes = [build_pipeline(self.config, opts, self.plan_dali, self.source.lane(k),
-                                self.device_id, encoded=not self.data_source.by_path)
-                 for k in range(setting.pipelines)]
-        self.source.draw(pipes[0].draw_plan, self.config.seed)
-        return pipes
+        lanes = [self.source.lane(k, ahead) for k in range(setting.pipelines)]
+        pipes = [build_pipeline(self.config, opts, self.plan_dali, lane, self.device_id,
+                                encoded=not self.data_source.by_path) for lane in lanes]
+        self.source.draw(pipes[0].draw_plan, self.config.seed)  # the same graph: unchanged
+        return pipes, lanes
 
     def _iterators(self, pipes: list | None = None) -> list[DALIGenericIterator]:
         return [DALIGenericIterator(p, list(OUTPUTS), size=-1, auto_reset=False,
@@ -268,29 +271,83 @@ class DaliLoader(LoaderBase):
                                     prepare_first_batch=False)
                 for p in (self.pipes if pipes is None else pipes)]
 
-    def _spares(self) -> None:
-        """Build the other candidates' pipelines and run one batch through each set, so that
-        their first use (nvJPEG's and the hardware decoder's set-up, which fell inside a timed
-        window: docs/investigations/dali-hardware-decoder.md) is paid while
-        the loader is built (NOTE [calibration]). The batch is epoch 0's first, dropped; a set
-        that fails on it is left to be built at its first switch, where a bad file is found
-        as usual."""
-        assert self.calibrator is not None  # only built with one
-        for s in self.calibrator.candidates:
-            if s == self.setting or s in self._spare:
-                continue
-            self.source.start_epoch(0, lanes=s.pipelines)
-            pipes = self._pipes_for(s)
+    # -- the tuner's switches (NOTE [calibration]) -------------------------------------------
+    def _tune(self, calib: Calibrator) -> bool:
+        """Tick ``calib`` as a batch is handed out; whether to switch to its setting now. The
+        setting's pipelines are traced when it moves to one, then built and warmed up in the
+        background (``_build_ahead``) while the running ones serve; ``calib`` is not ticked
+        until they are ready, so no window spans the wait."""
+        if self._ahead is None:
+            if calib.tick() is None:
+                return False
+            self._build_ahead(calib.setting)
+        return cast(tuple, self._ahead)[3].done()
+
+    def _build_ahead(self, setting: Setting) -> None:
+        """Trace ``setting``'s pipelines here (the graph's builders are not thread-safe) and
+        build and warm them up in a thread (``background``), or here."""
+        pipes, lanes = self._pipes_for(setting, ahead=True)
+        fut: Future = Future()
+        if self.background:
+            if self._builder is None:
+                self._builder = ThreadPoolExecutor(1, thread_name_prefix="dali-build")
+            fut = self._builder.submit(self._warmed, pipes)
+        else:
+            fut.set_result(self._warmed(pipes))
+        self._ahead = (setting, pipes, lanes, fut)
+
+    def _warmed(self, pipes: list) -> list[DALIGenericIterator] | None:
+        """Build ``pipes`` and run their lanes' warm-up batch through them on a side stream of
+        this loader's GPU, dropping it, so their first use is paid outside any timed window
+        (docs/investigations/dali-hardware-decoder.md); their iterators, or ``None`` when
+        DALI failed on that batch (the switch builds them again)."""
+        stream = torch.cuda.Stream(self.device) if self.gpu else None
+        with self._on_device(), (torch.cuda.stream(stream) if stream is not None
+                                 else contextlib.nullcontext()):
             its = self._iterators(pipes)
             try:
                 for it in its:
-                    next(it, None)
-            except Exception:  # noqa: BLE001 - see the docstring
-                self.source.stop()
-                continue
-            if self._drain(its):  # drained: a switch resets them (as a set it swaps out)
-                self._spare[s] = (pipes, its)
-        self.source.start_epoch(0, lanes=self.setting.pipelines)  # the running set's lanes
+                    for _ in it:
+                        pass
+            except Exception:  # noqa: BLE001 - a batch nobody sees; see the docstring
+                return None
+            if stream is not None:
+                stream.synchronize()  # this thread only: the outputs it dropped are written
+        return its
+
+    def _switch(self, epoch: int) -> int:
+        """Hand the plan from the running pipelines to those built ahead for the calibrator's
+        setting (NOTE [calibration]) and return the first position not yet handed out, where
+        the new lanes go on. The old ones are stopped, drained (their batches in flight are
+        dropped, and made again by the new ones) and released. Each lane keeps its place when
+        the count stays; a new count deals the positions from the first one not yet handed
+        out. A build that failed raises here, on the consumer's thread."""
+        setting, pipes, lanes, fut = cast(tuple, self._ahead)
+        self._ahead = None
+        its = fut.result()
+        self._drain(self._its or [])  # a failure there: a batch nobody will see
+        resume = self.source.resume_positions()
+        first = min(resume)
+        self._its = None
+        self._drop_pipes()
+        self.options = self.options.replace(hw_decoder_load=setting.load,
+                                            pipelines=setting.pipelines)
+        if setting.pipelines != len(resume):
+            resume = _dealt(first, setting.pipelines)
+        self.source.start_epoch(epoch, resume=resume, lanes=setting.pipelines)
+        for lane in lanes:
+            lane.serve()
+        if its is None:  # DALI failed on the warm-up batch: built again; a bad file is found
+            del pipes, lanes, fut  # as usual when the lanes reach it
+            self._build()
+            self._its = self._iterators()
+        else:
+            self.pipes = pipes
+            for it in its:
+                it.reset()
+            self._its = its
+        cast(Calibrator, self.calibrator).restart()
+        return first
 
     def _drain(self, its) -> bool:
         """Stop the source and run ``its`` dry, dropping the batches they hold; ``False`` when
@@ -388,39 +445,6 @@ class DaliLoader(LoaderBase):
         if self.calibrator is not None:
             self.calibrator.restart()
 
-    def _switch(self, old: Setting, epoch: int) -> int:
-        """Hand the plan from the pipelines of setting ``old`` to those of the calibrator's new
-        one (NOTE [calibration]) and return the first position not yet handed out, where the
-        new lanes go on. The old ones are stopped and drained (their batches in flight are
-        dropped, and made again by the new ones), then set aside for a later switch back,
-        which resets them. Each lane keeps its place when the count stays; a new count deals
-        the positions from the first one not yet handed out. No pipeline is rebuilt, unless
-        the drain fails (then the old ones are dropped and a bad file is found, as usual, when
-        the new ones reach it)."""
-        assert self.calibrator is not None  # a switch is the calibrator's
-        keep = self._drain(self._its or [])
-        resume = self.source.resume_positions()
-        first = min(resume)
-        if keep:
-            self._spare[old] = (self.pipes, self._its)
-        new = self.calibrator.setting
-        self.options = self.options.replace(hw_decoder_load=new.load, pipelines=new.pipelines)
-        if new.pipelines != len(resume):
-            resume = _dealt(first, new.pipelines)
-        self.source.start_epoch(epoch, resume=resume, lanes=new.pipelines)
-        pipes, its = self._spare.pop(new, (None, None))
-        if pipes is None:
-            pipes, its = self._pipes_for(new), None
-        self.pipes, self._its = pipes, None
-        if its is None:
-            self._its = self._iterators()
-        else:
-            for it in its:
-                it.reset()
-            self._its = its
-        self.calibrator.restart()
-        return first
-
     def _account(self, k: int) -> None:
         """Count (``skip``) or raise (``error``) the bad files of lane ``k``'s next batch."""
         fed = self.source.take(k)
@@ -508,14 +532,13 @@ class DaliLoader(LoaderBase):
             self._account(k)
             yield Batch(x, y), idx
             calib = self.calibrator  # tune_with may have installed one
-            if calib is not None:  # the consumer asks for the next batch: NOTE [calibration]
+            # the consumer asks for the next batch: NOTE [calibration]
+            if calib is not None and self._tune(calib):
                 with self._on_device():
-                    old = calib.setting
-                    if calib.tick() is not None:
-                        turn = self._switch(old, epoch)
-                        n = len(self._its)  # the new setting's lanes, all live again
-                        live, ran_on = [True] * n, [True] * n
-                        ended, held = [False] * n, [None] * n  # the new pipelines make them again
+                    turn = self._switch(epoch)
+                n = len(self._its)  # the new setting's lanes, all live again
+                live, ran_on = [True] * n, [True] * n
+                ended, held = [False] * n, [None] * n  # the new pipelines make them again
         self._in_epoch = any(ran_on)  # those lanes' pipelines hold the next pass's batches
         if all(ran_on):
             self._ran_on = self.source.target
@@ -533,9 +556,11 @@ class DaliLoader(LoaderBase):
     def _release(self) -> None:
         """Release the pipelines, their threads and their GPU memory."""
         self._its = None
+        if self._builder is not None:  # a build under way ends first
+            self._builder.shutdown(wait=True)
         self.source.close()
-        spare = [weakref.ref(p) for pipes, _ in self._spare.values() for p in pipes]
-        self._spare = {}
+        spare = [weakref.ref(p) for p in self._ahead[1]] if self._ahead is not None else []
+        self._ahead = None
         self._probe = None
         self._drop_pipes(spare)
 

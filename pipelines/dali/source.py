@@ -30,11 +30,12 @@ batch whose files are all bad is not fed; its record rides with the next fed bat
 
 NOTE [feeding cost]
 The per-batch feed runs on the consumer's thread (inside ``next()``), so it is kept small:
-labels and indices travel as one dense ``N x 2`` array, and the path buffers are handed over
-with ``no_copy=True`` (``python -m tools.microbench feed``). ``no_copy`` makes us responsible
-for keeping every fed buffer alive until DALI has consumed it: the last ``keep_alive`` batches are
-held in a ring (at least ``prefetch_queue_depth`` + 1, per DALI's ``external_source``
-documentation).
+the read-ahead pool makes each batch's fed arrays with its checks and draws (``_load``), so a
+call only takes a ready batch; labels and indices travel as one dense ``N x 2`` array, and
+the path buffers are handed over with ``no_copy=True`` (``python -m tools.microbench feed``).
+``no_copy`` makes us responsible for keeping every fed buffer alive until DALI has consumed
+it: the last ``keep_alive`` batches are held in a ring (at least ``prefetch_queue_depth`` + 1,
+per DALI's ``external_source`` documentation).
 
 NOTE [bytes]
 Tar shards (``read`` given: ``Source.read``, one ``os.pread`` per sample) cannot be read by
@@ -127,6 +128,31 @@ class Fed:
     @classmethod
     def empty(cls, round: int = 0) -> Fed:
         return cls([], np.empty(0, np.int64), round=round)
+
+
+_SPENT = ()  # a ``Lane``'s warm-up batch, once served
+
+
+class Lane:
+    """Pipeline ``k``'s batch callable (``PlanSource.lane``): ``warm``, if given, alone, then
+    ``StopIteration`` until ``serve()``, then the source's lane ``k``."""
+
+    __slots__ = ("source", "k", "warm")
+
+    def __init__(self, source: PlanSource, k: int, warm: tuple | None = None):
+        self.source, self.k, self.warm = source, k, warm
+
+    def serve(self) -> None:
+        """From now on, serve the source's lane ``k`` (drop the warm-up batch)."""
+        self.warm = None
+
+    def __call__(self, info):
+        if self.warm is None:
+            return self.source._serve(self.k, info)
+        warm, self.warm = self.warm, _SPENT
+        if warm is _SPENT:
+            raise StopIteration
+        return warm
 
 
 class PlanSource:
@@ -351,6 +377,9 @@ class PlanSource:
         return raws[starts[k]:starts[k + 1]]
 
     def _load(self, epoch: int, pos: int, batches: list[np.ndarray], size=None):
+        """Batch ``pos`` of ``epoch`` as the lane serves it, made in the read-ahead pool (NOTE
+        [feeding cost]): ``(rows, bad, fed, nbytes)``, ``fed`` the ``(paths, meta, draws)``
+        DALI is given (``None``: every file was bad), ``nbytes`` the files' bytes."""
         idx = batches[pos]
         data: dict[int, bytes] = {}
         for i in idx[self._status[idx] == _UNKNOWN]:
@@ -376,20 +405,33 @@ class PlanSource:
                     take[k] = later[0] if len(later) else good[n % len(good)]
                     rows[k] = rows[take[k]]
         if is_bad.all():
-            return rows, bad, False, None, None
-        encoded = [data[i] for i in rows.tolist()] if self.read is not None else None
+            return rows, bad, None, 0
+        if self.read is not None:  # NOTE [bytes]
+            paths = [np.frombuffer(data[i], dtype=np.uint8) for i in rows.tolist()]
+        else:
+            paths = [np.frombuffer(os.fsencode(self.paths[i]), dtype=np.uint8)
+                     for i in rows.tolist()]
+        meta = np.stack([self.labels[rows], rows], axis=1).astype(np.int64, copy=False)
         plan = self._draws
         raws = self._raws_of(epoch, pos, batches)[take]
         draws = plan.rows(raws, self._hw[rows] if plan.needs_size else None, size)
-        return rows, bad, True, encoded, draws
+        return rows, bad, (paths, np.ascontiguousarray(meta), draws), int(self._size[rows].sum())
 
     # -- serving (DALI's side) ------------------------------------------------------------------
-    def lane(self, k: int) -> Callable:
-        """The DALI batch callable of pipeline ``k`` of ``lanes``: it serves the epoch's batches
-        ``k, k + lanes, k + 2 * lanes, ...`` (see NOTE [lanes])."""
-        if not 0 <= k < self.lanes:
+    def lane(self, k: int, ahead: bool = False) -> Lane:
+        """The DALI batch callable of pipeline ``k``: it serves the epoch's batches ``k,
+        k + lanes, k + 2 * lanes, ...`` (see NOTE [lanes]). ``ahead``: for pipelines built
+        ahead of a switch to another count (``pipelines.dali.calibrate`` NOTE
+        [calibration]), so ``k`` may reach past the lanes running now; it serves the last
+        batch fed (``last_fed``, a warm-up) alone, then the end of the data, until
+        ``Lane.serve()``."""
+        if not 0 <= k < (k + 1 if ahead else self.lanes):
             raise ValueError(f"lane k={k!r} must be in [0, lanes={self.lanes})")
-        return lambda info: self._serve(k, info)
+        return Lane(self, k, (self.last_fed() or _SPENT) if ahead else None)
+
+    def last_fed(self) -> tuple | None:
+        """The last batch fed to any lane, kept alive (``no_copy``), or ``None``."""
+        return self._alive[-1] if self._alive else None
 
     def _cancel_pending(self) -> None:
         for f in self._pending.values():
@@ -441,24 +483,18 @@ class PlanSource:
                 if (epoch, q) not in self._pending:
                     self._pending[(epoch, q)] = self._pool.submit(self._load, epoch, q, batches,
                                                                   self._out_size(epoch))
-            rows, bad, any_good, encoded, draws = self._pending.pop((epoch, pos)).result()
+            rows, bad, out, nbytes = self._pending.pop((epoch, pos)).result()
             self._lane_pos[k] += self.lanes
             carry.positions.append(pos)
             carry.bad += bad
-            if any_good:
+            if out is not None:
                 break
             carry.dropped += 1  # every file of this batch was bad: skip the batch
         carry.rows = rows
         self._fed[k].append(carry)
         self._carry[k] = Fed.empty(carry.round)
-        if encoded is not None:
-            paths = [np.frombuffer(d, dtype=np.uint8) for d in encoded]
-        else:
-            paths = [np.frombuffer(os.fsencode(self.paths[i]), dtype=np.uint8) for i in rows]
-        meta = np.ascontiguousarray(np.stack([self.labels[rows], rows], axis=1))
-        out = (paths, meta, draws)
-        self.bytes_read += int(self._size[rows].sum())
-        self.samples_read += len(paths)
+        self.bytes_read += nbytes
+        self.samples_read += len(rows)
         self._alive.append(out)
         return out
 
