@@ -9,12 +9,13 @@ stray bytes between its header segments or a marker inside its scan data that a 
 (NOTE [one verdict]), or a Huffman-coded one whose scan is too short for the pixels its header
 claims (a forged or truncated header); a PNG with other than one IHDR chunk, or whose image data
 is too short for its header even at deflate's best ratio, or inflates to fewer bytes than its
-rows need; a header with a zero or bomb-sized (> ``max_pixels``) dimension. So a file that one
-backend's decoder refuses is refused by the check on every backend, under ``error`` and
-``skip`` alike (NOTE [one verdict]). The walk accepts fill bytes between segments and data after
-the end-of-image marker. The torch backends also treat a decoder exception as bad; DALI finds a
-file that fails inside its decoder by its recovery (``pipelines.dali.loader`` NOTE [recovery]).
-``python -m tools.fuzz`` checks that every backend gives every file of its corpus one verdict.
+rows need; a header with a zero or bomb-sized (> ``max_pixels``) dimension. So the files that the
+backends' decoders disagree on (found by ``python -m tools.fuzz``) are refused on every backend,
+under ``error`` and ``skip`` alike (NOTE [one verdict]). The walk accepts fill bytes between
+segments and data after the end-of-image marker. The torch backends also treat a decoder
+exception as bad; DALI finds a file that fails inside its decoder by its recovery
+(``pipelines.dali.loader`` NOTE [recovery]). ``python -m tools.fuzz`` checks that every backend
+gives every file of its corpus one verdict.
 """
 from __future__ import annotations
 
