@@ -104,17 +104,27 @@ class DecodeOn(str, enum.Enum):
 
 
 class OutputDType(str, enum.Enum):
-    """The dtype of ``Batch.images``."""
+    """The dtype of ``Batch.images``.
+
+    * ``FLOAT32``, ``BFLOAT16``, ``FLOAT16``: normalised with ``AugmentSpec.mean`` and ``std``.
+    * ``UINT8``: the augmented crop's pixels, 0..255, not normalised (the model normalises:
+      ``(x / 255 - mean) / std``); ``AugmentSpec.mean`` and ``std`` are not applied. Layout and
+      ``channels_last`` as for the float dtypes. Refused with ``mix`` (MixUp/CutMix blend
+      images into fractions) and with a ``transform`` that ends in a float dtype.
+
+    Example: ``LoaderConfig(root, dtype="uint8")`` gives ``N x 3 x H x W`` uint8 batches, a
+    quarter of float32's bytes from host to device.
+    """
 
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"
     FLOAT16 = "float16"
+    UINT8 = "uint8"
 
     @property
     def torch(self) -> torch.dtype:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
-            self.value
-        ]
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                "uint8": torch.uint8}[self.value]
 
 
 def usable_cores() -> int:
@@ -177,7 +187,9 @@ class LoaderConfig:
             explicit ``"partial"`` there warns: ranks with unequal steps hang DDP).
         num_workers: CPU workers (torch backends) or decoder threads (DALI). Default: this rank's
             share of the cores, minus 2 (``default_workers``).
-        dtype: an ``OutputDType`` (or its name) for ``Batch.images``.
+        dtype: an ``OutputDType`` (or its name) for ``Batch.images``: normalised float32
+            (default), bfloat16 or float16, or ``"uint8"``, the crop's pixels with the
+            normalisation left to the model (``mean`` / ``std`` not applied).
         channels_last: return images with channels-last strides.
         device: ``"cuda"`` (``cuda:LOCAL_RANK`` under torchrun), ``"cuda:N"`` or ``"cpu"``.
         rank, world_size: the shard to read. Default: resolved when the loader is built, from
@@ -270,7 +282,7 @@ class LoaderConfig:
             seed: int = 0,
             last_batch: LastBatchPolicy | Literal["drop", "partial", "pad"] | None = None,
             num_workers: int | None = None,
-            dtype: OutputDType | Literal["float32", "bfloat16", "float16"] = OutputDType.FLOAT32,
+            dtype: OutputDType | Literal["float32", "bfloat16", "float16", "uint8"] = OutputDType.FLOAT32,
             channels_last: bool = False,
             device: str = "cuda",
             rank: int | None = None,
@@ -335,6 +347,9 @@ class LoaderConfig:
         if self.transform is not None:  # a ToDtype(bfloat16) that dtype would silently undo
             from pipelines.transforms.migrate import check_output_dtype
             check_output_dtype(self.transform, self.dtype.torch)
+        if self.mix is not None and self.dtype is OutputDType.UINT8:
+            raise ValueError("mix blends images into fractions, which dtype='uint8' cannot "
+                             "hold; drop mix or use a float dtype")
         s("on_bad_file", enum_option(BadFilePolicy, "on_bad_file", self.on_bad_file))
         for k in ("shuffle", "channels_last", "debug_indices", "allow_empty_classes"):
             if not isinstance(getattr(self, k), bool):

@@ -186,3 +186,136 @@ def test_regenerating_a_corpus_replaces_it_whole(tmp_path):
     m = make_bad_inputs(d, good=4, seed=1)  # the same kind: no force needed
     assert set(_files(d)) == set(m["files"]) | {BAD_MANIFEST, "manifest.json"}
     assert len([p for p in m["files"] if "img_" in p]) == 4
+
+
+# --- one verdict per file (pipelines.sources.validate NOTE [one verdict]) --------------------
+
+def _decoders_disagree() -> dict[str, bytes]:
+    """Files on which the decoders disagree (found by ``python -m tools.fuzz``), each of which
+    the byte check must refuse: ``name -> bytes``."""
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+    from utils import jpeg
+
+    from pipelines.sources.validate import sof_offset
+
+    base = jpeg(96, 64, seed=1)
+    sof = sof_offset(base)
+    sos = base.find(b"\xff\xda", sof)  # PIL writes the scan after the frame and the tables
+    scan = sos + 2 + struct.unpack(">H", base[sos + 2:sos + 4])[0]
+    mid = (scan + len(base)) // 2
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(jpeg(40, 30))).save(buf, "PNG")
+    png = buf.getvalue()
+    tall = bytearray(png)
+    tall[20:24] = struct.pack(">I", 60)  # twice the rows its data holds, a valid header CRC
+    tall[29:33] = struct.pack(">I", zlib.crc32(bytes(tall[12:29])))
+    return {
+        "stray_bytes.jpg": base[:sof] + b"\x00\x00\x13" + base[sof:],  # libjpeg skips, DALI not
+        "ff00_in_header.jpg": base[:sof] + b"\xff\x00" + base[sof:],
+        "marker_in_scan.jpg": base[:mid] + b"\xff\x85" + base[mid:],  # DALI decodes, libjpeg not
+        "com_in_scan.jpg": base[:mid] + b"\xff\xfe" + base[mid:],  # PIL decodes, torchvision not
+        "second_sos.jpg": base[:scan] + base[sos:scan] + base[scan:],
+        "two_ihdr.png.jpg": png[:33] + png[8:33] + png[33:],  # PIL decodes, DALI not
+        "short_rows.png.jpg": bytes(tall),
+    }
+
+
+def _valid_variants() -> dict[str, bytes]:
+    import io
+
+    from PIL import Image
+    from utils import jpeg
+
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(jpeg(96, 64))).save(buf, "JPEG", restart_marker_rows=1)
+    return {"restart_markers.jpg": buf.getvalue(), "progressive.jpg": jpeg(96, 64, progressive=True),
+            "mpf.jpg": jpeg(96, 64) + jpeg(32, 32, seed=9), "fill.jpg": jpeg(96, 64)}
+
+
+def _decodes(data: bytes) -> dict[str, bool]:
+    """Whether each decoder reads ``data``: torchvision's, PIL's, and DALI's CPU one."""
+    import numpy as np
+
+    from pipelines import dali_available
+    from pipelines.torch_backend.dataset import decode_rgb
+    from pipelines.torch_backend.decode import pil_image
+
+    out = {}
+    for name, f in (("torchvision", decode_rgb), ("pil", pil_image)):
+        try:
+            f(data)
+            out[name] = True
+        except Exception:  # noqa: BLE001 - any refusal counts
+            out[name] = False
+    if dali_available():
+        from nvidia.dali import fn, pipeline_def, types
+
+        @pipeline_def(batch_size=1, num_threads=1, device_id=None, exec_pipelined=False,
+                      exec_async=False, prefetch_queue_depth=1)
+        def pipe():
+            return fn.decoders.image(fn.external_source(name="j", dtype=types.UINT8),
+                                     device="cpu", output_type=types.RGB)
+
+        p = pipe()
+        p.build()
+        try:
+            p.feed_input("j", [np.frombuffer(data, np.uint8)])
+            p.run()
+            out["dali"] = True
+        except Exception:  # noqa: BLE001
+            out["dali"] = False
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_decoders_disagree()))
+def test_the_check_refuses_what_any_decoder_refuses(name):
+    data = _decoders_disagree()[name]
+    reason = check_image_bytes(data)
+    assert reason is not None and "\n" not in reason, name
+    got = _decodes(data)
+    assert not all(got.values()), (name, got)  # some decoder refuses it: so must every backend
+
+
+@pytest.mark.parametrize("name", sorted(_valid_variants()))
+def test_valid_variants_pass_the_check_and_every_decoder(name):
+    data = _valid_variants()[name]
+    if name == "fill.jpg":
+        from pipelines.sources.validate import sof_offset
+
+        i = sof_offset(data)
+        data = data[:i] + b"\xff" * 7 + data[i:]
+    assert check_image_bytes(data) is None, name
+    assert all(_decodes(data).values()), name
+
+
+@pytest.mark.slow
+def test_every_backend_gives_every_file_one_verdict_under_both_policies(tmp_path):
+    """The files the decoders disagree on, among good ones, through each backend's loader under
+    ``skip`` and ``error`` (``tools.fuzz``'s driver, each run in a child process): the same
+    bad set everywhere, exactly the disagreeing files."""
+    from pipelines import dali_available
+    from tools import fuzz
+
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    for k, (name, data) in enumerate(sorted({**_decoders_disagree(),
+                                              **_valid_variants()}.items())):
+        (root / ("a", "b")[k % 2] / name).write_bytes(data)
+    from utils import jpeg
+
+    for k in range(6):
+        (root / ("a", "b")[k % 2] / f"good_{k}.jpg").write_bytes(jpeg(64, 48, seed=20 + k))
+    backends = ["pageable", "pinned"] + (["dali"] if dali_available() else [])
+    want = sorted(_decoders_disagree())
+    for b in backends:
+        for policy in fuzz.POLICIES:
+            r = fuzz.run_backend(b, root, policy, timeout=300)
+            assert r["failures"] == [] and r["crash"] == {}, (b, policy, r["failures"])
+            bad = sorted(Path(r["files"][int(k)]).name for k in r["bad"])
+            assert bad == want, (b, policy)
+            assert len(r["decoded"]) == len(r["files"]) - len(want), (b, policy)

@@ -163,9 +163,15 @@ def test_evaluate_measures_agreement_and_flags_skip_error_differences():
     ev = fuzz.evaluate(recs, runs)
     assert ev["agreement"] == {"agree": 2, "compared": 3, "rate": 2 / 3}
     assert [d["file"] for d in ev["disagreements"]] == ["c/b.jpg"]
-    (f,) = ev["invariant_failures"]
+    f, g = ev["invariant_failures"]
     assert (f["backend"], f["policy"], f["file"], f["mutation"]) == \
         ("x", "skip/error", "c/b.jpg", "bitflip@1")
+    # one verdict per file: backends that disagree are a failure too, naming the file
+    assert (g["backend"], g["policy"], g["file"], g["mutation"]) == \
+        ("x,y", "verdict", "c/b.jpg", "bitflip@1")
+    assert "backends disagree" in g["error"] and "x: decoded" in g["error"]
+    agreeing = [run("x", p, [0], [1, 2]) for p in ("skip", "error")] + runs[2:]
+    assert fuzz.evaluate(recs, agreeing)["invariant_failures"] == []
 
 
 @pytest.mark.parametrize("policy", ["skip", "error"])
@@ -226,7 +232,7 @@ def test_cli_bad_arguments_give_one_line_and_exit_2(argv, want, tmp_path, capsys
 @pytest.mark.slow
 def test_fixed_seed_run_keeps_every_invariant_on_every_backend(tmp_path, capsys):
     """40 cases (every mutation kind, 5 of each on average) x (pageable, pinned, dali when
-    installed) x (skip, error), through the CLI."""
+    installed) x (skip, error), through the CLI; one verdict per file among them."""
     backends = ["pageable", "pinned"] + (["dali"] if dali_available() else [])
     code = fuzz.main(["--cases", "40", "--seed", "0", "--out", str(tmp_path),
                       "--backends", ",".join(backends), "--timeout", "400",
@@ -242,6 +248,7 @@ def test_fixed_seed_run_keeps_every_invariant_on_every_backend(tmp_path, capsys)
                      + [r["files"][int(k)] for k in (*r["bad"], *r["crash"])])
         assert r["complete"] and got == sorted(files), (r["backend"], r["policy"])
     assert "agreement:" in out and f"{result['agreement']['agree']}/" in out
+    assert result["disagreements"] == [] and result["agreement"]["rate"] == 1.0, out
     # deterministic in what it checks: the same corpus bytes and the same skip verdicts again
     again = tmp_path / "again"
     assert fuzz.make_corpus(again, 40, seed=0) == \

@@ -18,11 +18,13 @@ def jpeg(w: int = 48, h: int = 40, seed: int = 0, **kw) -> bytes:
 
 def broken_huffman(data: bytes) -> bytes:
     """A JPEG that passes ``check_image_bytes`` but that every decoder rejects: the body of its
-    first Huffman table (DHT) is overwritten with 0xFF bytes ("Bogus Huffman table")."""
+    first Huffman table (DHT) is overwritten with 0xFF bytes ("Bogus Huffman table"), within
+    its segment (bytes past it would break the marker walk, which the check refuses)."""
     b = bytearray(data)
     i = b.find(b"\xff\xc4")
     assert i > 0
-    b[i + 4 : i + 40] = b"\xff" * 36
+    n = min(36, int.from_bytes(b[i + 2:i + 4], "big") - 2)
+    b[i + 4 : i + 4 + n] = b"\xff" * n
     return bytes(b)
 
 

@@ -32,11 +32,13 @@ from pipelines.options import DaliOptions
 from pipelines.transforms.migrate import Op, Problem, TvPlan, UnsupportedTransformError
 from pipelines.transforms.migrate.ops import build, entry
 
-# uint8 -> normalised output dtype that DALI can produce directly (bf16 is cast in torch).
+# uint8 -> the output dtype that DALI can produce directly (bf16 is cast in torch); uint8 output
+# is not normalised (OutputDType.UINT8).
 DALI_DTYPE = {
     OutputDType.FLOAT32: types.FLOAT,
     OutputDType.BFLOAT16: types.FLOAT,
     OutputDType.FLOAT16: types.FLOAT16,
+    OutputDType.UINT8: types.UINT8,
 }
 OUTPUTS = ("images", "labels", "indices")
 
@@ -69,7 +71,8 @@ def decoder_kwargs(opt: DaliOptions, gpu: bool) -> dict:
 
 def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
             mixed: bool | None = None):
-    """The augmentation graph on encoded JPEGs, from a ``TvPlan``; returns normalised images.
+    """The augmentation graph on encoded JPEGs, from a ``TvPlan``; returns normalised images
+    (the crop's uint8 pixels with ``OutputDType.UINT8``).
 
     Each op is built by its op registry entry (``pipelines.transforms.migrate.ops``). A leading op whose
     entry can ``decode`` (random-resized-crop: only the crop window is decoded) is fused into
@@ -98,9 +101,12 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
         _building(last)
         kw["mirror"] = cast("Callable[[Op], Any]", entry(last).mirror)(last)  # checked above
     _building(None)
+    mean, std = plan.mean, plan.std
+    if cfg.dtype is OutputDType.UINT8 and cfg.transform is None:  # the model normalises
+        mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     return fn.crop_mirror_normalize(
         images, dtype=DALI_DTYPE[cfg.dtype], output_layout="HWC" if cfg.channels_last else "CHW",
-        mean=list(plan.mean), std=list(plan.std), **kw)
+        mean=list(mean), std=list(std), **kw)
 
 
 def conditional(plan: TvPlan) -> bool:

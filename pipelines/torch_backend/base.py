@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import torch
 
-from pipelines.config import CpuBinding, Decoder, LoaderConfig
+from pipelines.config import CpuBinding, Decoder, LoaderConfig, OutputDType
 from pipelines.loader import LoaderBase
 from pipelines.options import TorchOptions
 from pipelines.torch_backend import affinity, shm
@@ -58,7 +58,10 @@ class TorchLoaderBase(LoaderBase):
                  pin_memory: bool):
         super().__init__(config, options)
         r = self.transform_plan
-        steps = r.full if in_workers == "full" else r.head
+        # dtype="uint8": AugmentSpec's recipe without its normalisation (the head) in the workers
+        part = "head" if config.dtype is OutputDType.UINT8 and config.transform is None \
+            else in_workers
+        steps = r.full if part == "full" else r.head
         self.decoder = self._decoder(options, in_workers, steps)
         self.dataset = JpegDataset(self.paths, self.labels, steps, config.seed,
                                    max_pixels=config.max_image_pixels,
@@ -66,13 +69,13 @@ class TorchLoaderBase(LoaderBase):
                                    else self.data_source.read,
                                    decoder=self.decoder)
         if config.transform is None:  # set_resolution: the recipe at another size, in workers
-            self.dataset.sized = functools.partial(_sized_steps, config.augment, in_workers)
+            self.dataset.sized = functools.partial(_sized_steps, config.augment, part)
         self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
         if config.transform is None:  # set_resolution: each epoch's size goes with its keys
             self.plan_sampler.size_of = functools.partial(_key_size, self._sizes)
         self._stream: Iterator[Any] | None = None  # the DataLoader iterator over epoch after epoch (NOTE)
         self._next: int | None = None  # the epoch the stream reaches next, at its start
-        self.sample_bytes = r.sample_bytes(in_workers=in_workers) or self._measured_bytes()
+        self.sample_bytes = r.sample_bytes(in_workers=part) or self._measured_bytes()
         nw, prefetch = shm.fitted(cast(int, config.num_workers), options.prefetch_factor,
                                   config.batch_size * self.sample_bytes)
         self.num_workers, self.prefetch_factor = nw, prefetch

@@ -29,10 +29,14 @@ so a segfault or a hang ends that epoch only, and what it leaves behind is seen:
 
 A crash or hang is pinned to a file by bisection (``skip`` epochs over halves of the files that
 can have been in flight), recorded as that file's ``crash`` verdict with the exception, and the
-search goes on without it, up to ``--max-crashes`` files. Any breach is an invariant failure
-(exit code 1), reported with the file's case and mutation: the reproducer. Backends that
-disagree on a file (one decodes it, another calls it bad) are not failures: they are measured
-(the agreement rate) and listed in ``fuzz.json``, grouped by which backends differ and why.
+search goes on without it, up to ``--max-crashes`` files.
+
+* One verdict per file: every backend decodes the file, or every backend calls it bad, under
+  ``skip`` and ``error`` alike (``pipelines.sources.validate`` NOTE [one verdict]).
+
+Any breach is an invariant failure (exit code 1), reported with the file's case and mutation:
+the reproducer. Disagreements are also listed in ``fuzz.json``, grouped by which backends
+differ and why, with the agreement rate.
 """
 from .child import POLICIES, run_backend
 from .cli import main

@@ -1,6 +1,6 @@
 """The verdicts of a suite's runs: per file, per backend (``evaluate``), and the text report
-(``summary``): agreement between backends, disagreements grouped by which backends differ and
-why, invariant failures with their reproducers."""
+(``summary``): agreement between backends, disagreements (each also an invariant failure)
+grouped by which backends differ and why, invariant failures with their reproducers."""
 from __future__ import annotations
 
 import re
@@ -33,8 +33,10 @@ def evaluate(records: list[dict], runs: list[dict]) -> dict:
     """Per-file verdicts, the agreement rate, the disagreements and the invariant failures.
 
     A file's verdict for a backend is its ``skip`` verdict (its ``error`` verdict where the skip
-    run did not reach it). Every invariant failure that names a file carries the file's case
-    and mutation: the reproducer.
+    run did not reach it). One verdict per file: backends that disagree on a file (one decodes
+    it, another calls it bad), or a backend whose ``skip`` and ``error`` verdicts differ, are
+    invariant failures (``pipelines.sources.validate`` NOTE [one verdict]). Every invariant
+    failure that names a file carries the file's case and mutation: the reproducer.
     """
     by_file = {r["file"]: r for r in records}
     failures = []
@@ -72,6 +74,12 @@ def evaluate(records: list[dict], runs: list[dict]) -> dict:
         vs = {p["verdict"] for p in per.values()}
         if "unknown" not in vs and len(vs) > 1:
             disagreements.append(rec)
+            why = "; ".join(f"{b}: {p['verdict']} {_clean(p['reason'])[:100]!r}"
+                            for b, p in per.items())
+            failures.append({"backend": ",".join(backends), "policy": "verdict",
+                             "file": rec["file"], "error": f"backends disagree: {why}",
+                             "case": rec.get("case"), "mutation": rec.get("mutation"),
+                             "seed_file": rec.get("seed_file")})
     known = [r for r in out_records
              if all(p["verdict"] != "unknown" for p in r["verdicts"].values())]
     agree = len(known) - len(disagreements)

@@ -50,7 +50,8 @@ def check_output_dtype(transform, dtype) -> None:
     Every backend casts the Compose's output to ``LoaderConfig.dtype``. A Compose ending in
     float32 (the ``ToDtype(torch.float32, scale=True)`` of every recipe) is cast so; one ending
     in another float dtype (a ``ToDtype(torch.bfloat16)``, ``float16``, ``float64``) must end in
-    ``LoaderConfig.dtype``, since the cast would silently drop what it asks for.
+    ``LoaderConfig.dtype``, since the cast would silently drop what it asks for. With
+    ``dtype="uint8"`` the Compose must end in an integer dtype: a float end is refused.
 
     Args:
         transform: the flat v2 Compose ``check_transform`` returned (or ``None``).
@@ -68,14 +69,18 @@ def check_output_dtype(transform, dtype) -> None:
     want = getattr(dtype, "torch", dtype)
     steps, _ = walk(transform)
     end = steps[-1].after.dtype if steps else None
-    if end is None or not end.is_floating_point or end in (torch.float32, want):
+    if end is None or not end.is_floating_point or \
+            want.is_floating_point and end in (torch.float32, want):
         return
-    pos = max(st.pos for st in steps if st.name in ("ToDtype", "ConvertImageDtype")
-              and st.after.dtype == end)
+    # the step that made the image ``end``: the last whose input was another dtype
+    pos = next((st.pos for st in reversed(steps) if st.before.dtype != end), steps[-1].pos)
     name = str(end).replace("torch.", "")
-    fix = (f"set dtype={name!r} or end the transform in that dtype or float32"
-           if end in (torch.bfloat16, torch.float16) else
-           "end the transform in float32, bfloat16 or float16 (LoaderConfig.dtype's choices)")
+    if want == torch.uint8:
+        fix = "end the transform in uint8 (no float ToDtype or Normalize) or set a float dtype"
+    elif end in (torch.bfloat16, torch.float16):
+        fix = f"set dtype={name!r} or end the transform in that dtype or float32"
+    else:
+        fix = "end the transform in float32, bfloat16 or float16 (LoaderConfig.dtype's float choices)"
     raise ValueError(f"transform's #{pos} {steps[pos].name} gives {end} images but "
                      f"LoaderConfig.dtype={str(want).replace('torch.', '')!r}: {fix}")
 
