@@ -217,6 +217,9 @@ class LoaderBase:
     Attributes:
         paths, labels, classes: the listing (dataset index ``i`` is ``paths[i]``).
         epoch: the epoch the next ``iter()`` reads (``set_epoch``, ``load_state_dict``).
+        sampler: the hook Lightning calls ``set_epoch`` on at each epoch (``EpochHook``).
+        batch_sampler: ``None``: a framework looking for a ``DataLoader``'s batch sampler (as
+            Lightning does for every loader it is given) finds that there is none to wrap.
         position: ``(epoch, plan positions of it consumed)`` (NOTE [positions]).
         last_indices, last_batch_indices: with ``LoaderConfig.debug_indices``, the dataset
             indices of the last full epoch and of the batch yielded last (``BatchLoader``).
@@ -310,6 +313,9 @@ class LoaderBase:
 
     def __len__(self) -> int:
         return config_len(len(self.paths), self.config)
+
+    #: no ``DataLoader`` batch sampler to inspect or wrap (Lightning reads it for every loader)
+    batch_sampler = None
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next ``iter()`` reads (its order and augmentation seeds)."""
