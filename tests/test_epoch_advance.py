@@ -106,7 +106,7 @@ def test_a_resumed_run_without_set_epoch_joins_the_uninterrupted_one(backend, ti
     with _open(backend, tiny_root) as ld:
         states = []
         for _ in range(3):  # the uninterrupted run: three iter()s, a state after each batch
-            for b in ld:
+            for _b in ld:
                 states.append(ld.state_dict())
         assert ld.epoch == 2
         for k, state in enumerate(states):
