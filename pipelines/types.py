@@ -96,7 +96,8 @@ class BatchLoader(Protocol):
         classes: the class names, index = label.
         paths: the listing: dataset index ``i`` is ``paths[i]`` (remote roots redacted).
         stats: the bad files skipped (``pipelines.stats.BadFileStats``).
-        epoch: the epoch the next ``iter()`` reads (``set_epoch``, ``load_state_dict``).
+        epoch: the epoch being read, or read last; the next ``iter()`` reads the one after it,
+            unless ``set_epoch`` or ``load_state_dict`` named one since (then that one).
         resolution: the output ``(height, width)`` of the epoch the next ``iter()`` runs.
         last_indices: the dataset index of every sample of the last full epoch, when
             ``LoaderConfig.debug_indices`` is set (else ``None``): an int64 numpy array, the
