@@ -57,6 +57,21 @@ when they start the next epoch without reading it past ``len()`` (Lightning's fi
 ``_produce`` at once (as a ``break`` does; not whenever the garbage collector reaches an iterator
 a framework still holds), checks before it asks ``_produce`` for a batch, and ``_produce`` of the
 new one starts as after an early end. ``close()`` ends the live iterator the same way.
+
+NOTE [epochs advance]
+An ``iter()`` reads ``epoch`` when its first batch is asked for (so a ``set_epoch`` between
+``iter()`` and the first ``next()`` still counts). If an earlier iterator began an epoch (its
+first ``next()`` ran: to its end, left early, ended by a later ``iter()``, or raised) and
+neither ``set_epoch`` nor ``load_state_dict`` came after that, the new one first advances
+``epoch`` by one: each epoch read without ``set_epoch`` is a new one, as each ``iter()`` of a
+shuffling ``DataLoader`` is a new permutation. An ``iter()`` never read (Lightning makes one only
+to check that the loader is iterable) advances nothing. ``set_epoch(n)`` and an accepted state
+name the next epoch exactly, so code that calls ``set_epoch`` every epoch (Lightning's fit loop,
+Accelerate, a ``DistributedSampler`` loop) reads the same epochs as before. Between epochs
+``epoch`` and ``state_dict()`` still name the epoch read last (``batches == len()`` once it ran
+to its end): a state resumes the epoch it was taken in, and a loader resumed from a state taken
+at an epoch's end reads the empty rest of that epoch at its first ``iter()`` and the next epoch
+at its second, as the uninterrupted loader would at its next ``iter()``.
 """
 from __future__ import annotations
 
@@ -231,7 +246,11 @@ class LoaderBase:
 
     Attributes:
         paths, labels, classes: the listing (dataset index ``i`` is ``paths[i]``).
-        epoch: the epoch the next ``iter()`` reads (``set_epoch``, ``load_state_dict``).
+        epoch: the epoch being read, or read last; the next ``iter()`` reads the one after it
+            unless ``set_epoch`` or ``load_state_dict`` named it since (NOTE [epochs advance]).
+        sampler: the hook Lightning calls ``set_epoch`` on at each epoch (``EpochHook``).
+        batch_sampler: ``None``: a framework looking for a ``DataLoader``'s batch sampler (as
+            Lightning does for every loader it is given) finds that there is none to wrap.
         position: ``(epoch, plan positions of it consumed)`` (NOTE [positions]).
         last_indices, last_batch_indices: with ``LoaderConfig.debug_indices``, the dataset
             indices of the last full epoch and of the batch yielded last (``BatchLoader``).
@@ -287,6 +306,7 @@ class LoaderBase:
         self.stats.add(self.data_source.skipped)  # classes outside LoaderConfig.classes
         self.last_indices: np.ndarray | None = None
         self.epoch = 0
+        self._advance = False  # an epoch began since set_epoch: NOTE [epochs advance]
         self.sampler = EpochHook(self)  # Lightning's per-epoch set_epoch call lands here
         self._pos: tuple[int, int] = (0, 0)  # (epoch, plan positions consumed: NOTE [positions])
         self._dropped = 0  # wholly-bad batches reported since the last hand-over
@@ -334,9 +354,15 @@ class LoaderBase:
     def __len__(self) -> int:
         return config_len(len(self.paths), self.config)
 
+    #: no ``DataLoader`` batch sampler to inspect or wrap (Lightning reads it for every loader)
+    batch_sampler = None
+
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next ``iter()`` reads (its order and augmentation seeds)."""
+        """The epoch the next ``iter()`` reads (its order and augmentation seeds). Without it,
+        each ``iter()`` after the first reads the epoch after the last one begun (NOTE [epochs
+        advance])."""
         self.epoch = as_epoch(epoch)
+        self._advance = False
         if self._resume is not None and self._resume[0] != self.epoch:
             self._resume = None
 
@@ -392,6 +418,7 @@ class LoaderBase:
         self._end_live("load_state_dict()")
         self._sizes.load(*sizes)
         self.epoch = epoch
+        self._advance = False
         self._resume = (epoch, done)
 
     def _checked(self, state: Any) -> tuple[int, int]:
@@ -457,7 +484,7 @@ class LoaderBase:
     @property
     def resolution(self) -> tuple[int, int]:
         """The output ``(height, width)`` of the epoch the next ``iter()`` runs."""
-        return self._sizes.at(self.epoch).hw
+        return self._sizes.at(self.epoch + self._advance).hw
 
     # -- the epoch (NOTE [one iterator]) ------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
@@ -480,6 +507,9 @@ class LoaderBase:
     def _epoch(self, token: int) -> Iterator[Batch]:
         if token != self._token:
             raise _ended(self._ended_by)
+        if self._advance:  # an epoch began and nothing named the next: NOTE [epochs advance]
+            self.epoch = as_epoch(self.epoch + 1)
+        self._advance = True
         epoch = self.epoch
         self._res = self._sizes.at(epoch)  # the backend makes the epoch at this size
         start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0

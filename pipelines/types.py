@@ -30,7 +30,10 @@ class Batch(_Pair):
             ranks; mask the others out of evaluation metrics (docs/loader.md#evaluation).
 
     ``indices`` and ``valid`` are made on the device when first read, so a loop that never
-    reads them pays nothing for them.
+    reads them pays nothing for them. ``batch.to(device)`` moves the batch and keeps both: it is
+    what Lightning's and Accelerate's device transfer call. A ``Batch`` rebuilt from its two
+    fields (``Batch(images, labels)``, ``_make``) has neither, and reading either raises
+    ``AttributeError`` rather than counting every row as valid.
     """
 
     _idx: Any = None    # numpy int64, the rows' dataset indices
@@ -43,12 +46,31 @@ class Batch(_Pair):
         self._idx, self._ok, self._device = indices, valid, images.device
         return self
 
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """This batch on ``device``, ``indices`` and ``valid`` kept (the transfer hook that
+        Lightning's ``move_data_to_device`` and Accelerate's ``send_to_device`` call).
+
+        Args:
+            device: where ``images`` and ``labels`` go (and ``indices``/``valid`` are made).
+            non_blocking: passed to ``Tensor.to``.
+
+        Returns:
+            A new ``Batch``; its ``indices`` and ``valid`` are those of this one.
+        """
+        return Batch(self.images.to(device, non_blocking=non_blocking),
+                     self.labels.to(device, non_blocking=non_blocking), self._idx, self._ok)
+
+    def _made(self, what: str) -> None:
+        if self._idx is None:
+            raise AttributeError(
+                f"this batch has no {what}: it was not made by a loader, or was rebuilt from "
+                "(images, labels); move a batch with batch.to(device), which keeps them")
+
     @property
     def indices(self) -> torch.Tensor:
         got = self.__dict__.get("_indices_t")
         if got is None:
-            if self._idx is None:
-                raise AttributeError("this batch was not made by a loader: it has no indices")
+            self._made("indices")
             got = torch.as_tensor(np.asarray(self._idx, dtype=np.int64)).to(self._device)
             self.__dict__["_indices_t"] = got
         return got
@@ -57,6 +79,7 @@ class Batch(_Pair):
     def valid(self) -> torch.Tensor:
         got = self.__dict__.get("_valid_t")
         if got is None:
+            self._made("valid")
             n = len(self.images)
             ok = np.ones(n, bool) if self._ok is None else np.asarray(self._ok, bool)
             got = torch.as_tensor(ok).to(self._device)
@@ -73,7 +96,8 @@ class BatchLoader(Protocol):
         classes: the class names, index = label.
         paths: the listing: dataset index ``i`` is ``paths[i]`` (remote roots redacted).
         stats: the bad files skipped (``pipelines.stats.BadFileStats``).
-        epoch: the epoch the next ``iter()`` reads (``set_epoch``, ``load_state_dict``).
+        epoch: the epoch being read, or read last; the next ``iter()`` reads the one after it,
+            unless ``set_epoch`` or ``load_state_dict`` named one since (then that one).
         resolution: the output ``(height, width)`` of the epoch the next ``iter()`` runs.
         last_indices: the dataset index of every sample of the last full epoch, when
             ``LoaderConfig.debug_indices`` is set (else ``None``): an int64 numpy array, the
