@@ -34,7 +34,7 @@ from nvidia.dali import fn, pipeline_def, types
 from pipelines.config import DecodeOn, LoaderConfig, OutputDType
 from pipelines.dali import draws, geometry
 from pipelines.options import DaliOptions
-from pipelines.transforms.draws import DrawPlan
+from pipelines.transforms.draws import DrawPlan, Step
 from pipelines.transforms.migrate import Op, Problem, TvPlan, UnsupportedTransformError
 from pipelines.transforms.migrate.ops import build, entry
 
@@ -115,7 +115,9 @@ def augment_views(jpegs, row, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu
         images = images.gpu()
     ops = list(plan.ops)
     first = ops.pop(0) if ops and entry(ops[0]).decode is not None else None
-    outs, steps, width = [], (), 0
+    outs: list = []
+    steps: tuple[Step, ...] = ()
+    width = 0
     for v in range(views):
         with draws.building(row if v == 0 else row[v * width:(v + 1) * width]) as fed:
             x = images
