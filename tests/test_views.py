@@ -198,3 +198,28 @@ def test_resume_with_views_is_exact(tiny_root, backend):
             for (ia, xa), (ib, xb) in zip(got, want):
                 assert np.array_equal(ia, ib) and torch.equal(xa, xb)
     assert not torch.equal(whole[0][0][1], whole[1][0][1])  # another epoch, other crops
+
+
+# -- with the rest of the loader ----------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_views_follow_set_resolution_and_skip_bad_files(tmp_path, tiny_root, backend):
+    """At another size the views are the recipe's at that size; a bad file's row stands in
+    for it in every view, and ``valid`` stays one flag per sample."""
+    from tests.utils import broken_huffman, copy_root
+
+    root = copy_root(tiny_root, tmp_path / "root")
+    bad = sorted(root.rglob("*.jpg"))[3]
+    bad.write_bytes(broken_huffman(bad.read_bytes()))
+    cfg = LoaderConfig(root=root, batch_size=8, num_workers=1, device="cpu",
+                       on_bad_file="skip", augment=AugmentSpec(size=SIZE, views=2))
+    with make(backend, cfg) as ld:
+        ld.set_resolution(24)
+        rows = valid = 0
+        with pytest.warns(RuntimeWarning, match="skipped 1 bad files"):
+            for batch in ld:
+                x, y = batch
+                assert x.shape == (2 * len(y), 3, 24, 24) and len(batch.valid) == len(y)
+                rows += len(x)
+                valid += int(batch.valid.sum())
+        assert ld.stats.bad_files == 1
+    assert rows == 2 * 37 and valid == 36

@@ -132,6 +132,17 @@ def augment_views(jpegs, row, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu
     return fn.stack(*outs), DrawPlan(steps, views)
 
 
+def _augmented(jpegs, row, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
+               mixed: bool):
+    """``(images, draw_plan)``: :func:`augment`, or :func:`augment_views` for ``views`` > 1,
+    taking its random numbers from the fed ``row``."""
+    if cfg.augment.views > 1:
+        return augment_views(jpegs, row, plan, cfg, dec_kw, gpu, mixed, cfg.augment.views)
+    with draws.building(row) as fed:
+        images = augment(jpegs, plan, cfg, dec_kw, gpu, mixed)
+    return images, fed.plan()
+
+
 def _decode(jpegs, dec: str, dec_kw: dict):
     return fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
                              jpeg_fancy_upsampling=True, **dec_kw)
@@ -241,14 +252,7 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         # default (DaliOptions.use_mmap; docs/results/h200/dali-io-probe).
         jpegs = paths if encoded else fn.io.file.read(paths, dont_use_mmap=not opt.use_mmap)
         labels, indices = meta[0:1], meta[1:2]
-        mixed = decodes_on_gpu(opt, gpu)
-        if cfg.augment.views > 1:
-            images, drawn = augment_views(jpegs, row, plan, cfg, dec_kw, gpu, mixed,
-                                          cfg.augment.views)
-        else:
-            with draws.building(row) as fed:
-                images = augment(jpegs, plan, cfg, dec_kw, gpu, mixed)
-            drawn = fed.plan()
+        images, drawn = _augmented(jpegs, row, plan, cfg, dec_kw, gpu, decodes_on_gpu(opt, gpu))
         rows.append(drawn)
         if gpu:
             labels = labels.gpu()
