@@ -223,3 +223,23 @@ def test_views_follow_set_resolution_and_skip_bad_files(tmp_path, tiny_root, bac
                 valid += int(batch.valid.sum())
         assert ld.stats.bad_files == 1
     assert rows == 2 * 37 and valid == 36
+
+
+@pytest.mark.cuda
+def test_dali_views_on_the_gpu_are_pinneds(tiny_root):
+    """nvJPEG's one whole decode, sliced per view on the GPU, against ``pinned``'s views:
+    decoder and resampling rounding only."""
+    def on_gpu(backend):
+        cfg = LoaderConfig(root=tiny_root, batch_size=8, num_workers=2, device="cuda",
+                           debug_indices=True, augment=AugmentSpec(size=SIZE, views=2))
+        xs, idx = [], []
+        with make(backend, cfg) as ld:
+            for x, y in ld:
+                assert x.shape == (2 * len(y), 3, SIZE, SIZE) and x.is_cuda
+                xs.append(x.float().cpu().view(len(y), 2, 3, SIZE, SIZE))
+                idx.append(ld.last_batch_indices.copy())
+        return torch.cat(xs)[np.argsort(np.concatenate(idx))]
+
+    d, p = on_gpu("dali"), on_gpu("pinned")
+    assert _per_image(d, p).max() < 0.1
+    assert _per_image(d[:, 1], d[:, 0]).mean() > 0.3
