@@ -14,7 +14,7 @@ from pipelines.placement import Placement, local_device, local_world_size, place
 from pipelines.sources.folder import IMAGE_EXTENSIONS, check_extensions
 from pipelines.sources.validate import DEFAULT_MAX_PIXELS
 from pipelines.transforms.mix import as_mix_spec
-from pipelines.transforms.spec import AugmentSpec
+from pipelines.transforms.spec import AugmentSpec, check_views
 
 
 class LastBatchPolicy(str, enum.Enum):
@@ -341,6 +341,7 @@ class LoaderConfig:
         s("extensions", check_extensions(self.extensions))
         if not isinstance(self.augment, AugmentSpec):
             raise TypeError(f"augment={self.augment!r} must be an AugmentSpec")
+        check_views(self.augment, self.transform, self.mix)
         if self.last_batch is not None:
             s("last_batch", enum_option(LastBatchPolicy, "last_batch", self.last_batch))
         s("dtype", enum_option(OutputDType, "dtype", self.dtype))

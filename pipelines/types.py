@@ -18,7 +18,8 @@ class Batch(_Pair):
 
     Attributes:
         images: ``N x 3 x H x W`` on the configured device, normalised, in the configured dtype
-            (``channels_last`` strides when asked for).
+            (``channels_last`` strides when asked for); with ``AugmentSpec(views=k)``,
+            ``(N * k) x 3 x H x W``, the views of a sample adjacent.
         labels: the targets on the same device (``LoaderConfig.target``): ``int64`` class ids
             of length ``N`` by default; with ``LoaderConfig.mix``, float32 ``N x C`` soft
             targets whose rows sum to 1 (``pipelines.transforms.mix``).
@@ -80,7 +81,7 @@ class Batch(_Pair):
         got = self.__dict__.get("_valid_t")
         if got is None:
             self._made("valid")
-            n = len(self.images)
+            n = len(self.labels)  # not images: with AugmentSpec.views, N * views rows
             ok = np.ones(n, bool) if self._ok is None else np.asarray(self._ok, bool)
             got = torch.as_tensor(ok).to(self._device)
             self.__dict__["_valid_t"] = got

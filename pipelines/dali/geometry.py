@@ -112,6 +112,16 @@ def decode_random_resized_crop(jpegs, op: Op, device: str, dec_kw: dict):
     return resize(images, fed(op, "hw"), op)
 
 
+def window_random_resized_crop(images, op: Op):
+    """A leading ``RandomResizedCrop`` on an image decoded whole (``AugmentSpec.views`` > 1:
+    every view crops the one decode): the window drawn on the host as
+    :func:`decode_random_resized_crop` draws it, sliced, then resized."""
+    start, shape = draws.window(op["scale"], op["ratio"])
+    images = fn.slice(images, start, shape, axis_names="HW", normalized_anchor=False,
+                      normalized_shape=False)
+    return resize(images, fed(op, "hw"), op)
+
+
 def flip(images, op: Op):
     """``RandomHorizontalFlip`` (``hflip``) or ``RandomVerticalFlip`` (``vflip``)."""
     coin = fn.cast(draws.coin(op["p"]), dtype=types.INT32)

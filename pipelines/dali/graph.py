@@ -12,6 +12,11 @@ every random number is a column of the row fed with each sample (``pipelines.dal
 sizes are columns of that row too (the epoch's, ``pipelines.resolution``), so one graph serves
 every size ``set_resolution`` sets, with no rebuild.
 
+With ``AugmentSpec(views=k)``, k > 1 (:func:`augment_views`), the decoder cannot fuse the crop:
+each image is decoded whole, once, and each view slices its own fed window from it, resizes and
+normalises; the k views are stacked per sample, which the loader turns into ``N * k`` rows
+(``pipelines.transforms.draws`` NOTE [views]).
+
 On a GPU the decoder is ``device="mixed"`` (nvJPEG, with the hardware JPEG decoder taking
 ``hw_decoder_load`` of the images where the GPU has one) and the rest runs on the GPU; with
 ``DaliOptions.decode_on="cpu"`` the decoder (with a fused crop and its resize) runs on the CPU
@@ -27,8 +32,9 @@ from typing import Any, cast
 from nvidia.dali import fn, pipeline_def, types
 
 from pipelines.config import DecodeOn, LoaderConfig, OutputDType
-from pipelines.dali import draws
+from pipelines.dali import draws, geometry
 from pipelines.options import DaliOptions
+from pipelines.transforms.draws import DrawPlan, Step
 from pipelines.transforms.migrate import Op, Problem, TvPlan, UnsupportedTransformError
 from pipelines.transforms.migrate.ops import build, entry
 
@@ -89,10 +95,66 @@ def augment(jpegs, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
         _building(op)
         images = cast("Callable[..., Any]", entry(op).decode)(jpegs, op, dec, dec_kw)  # checked above
     else:
-        images = fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
-                                   jpeg_fancy_upsampling=True, **dec_kw)
+        images = _decode(jpegs, dec, dec_kw)
     if gpu and not mixed:
         images = images.gpu()  # DecodeOn.CPU: the rest of the recipe runs on the GPU
+    return _finish(images, ops, plan, cfg)
+
+
+def augment_views(jpegs, row, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
+                  mixed: bool, views: int):
+    """``AugmentSpec.views`` > 1: each image decoded whole once, then the plan run on it once
+    per view, view ``v`` taking its columns of the fed ``row`` (the ``v``-th block of
+    ``width`` columns; ``pipelines.transforms.draws`` NOTE [views]). A leading op that
+    :func:`augment` fuses into the decoder slices its host-drawn window from the decoded
+    image instead (``geometry.window_random_resized_crop``).
+
+    Returns:
+        ``(images, draw_plan)``: per sample the ``views`` normalised images stacked on a new
+        leading axis, and the row layout (a ``DrawPlan`` with ``views``).
+    """
+    images = _decode(jpegs, "mixed" if mixed else "cpu", dec_kw)
+    if gpu and not mixed:
+        images = images.gpu()
+    ops = list(plan.ops)
+    first = ops.pop(0) if ops and entry(ops[0]).decode is not None else None
+    outs: list = []
+    steps: tuple[Step, ...] = ()
+    width = 0
+    for v in range(views):
+        with draws.building(row if v == 0 else row[v * width:(v + 1) * width]) as fed:
+            x = images
+            if first is not None:
+                _building(first)
+                x = geometry.window_random_resized_crop(x, first)
+            outs.append(_finish(x, ops, plan, cfg))
+        if v == 0:
+            steps, width = tuple(fed.steps), fed.width
+        elif tuple(fed.steps) != steps:  # pragma: no cover - the same ops take the same steps
+            raise RuntimeError(f"view {v} draws other numbers than view 0")
+    return fn.stack(*outs), DrawPlan(steps, views)
+
+
+def _augmented(jpegs, row, plan: TvPlan, cfg: LoaderConfig, dec_kw: dict, gpu: bool,
+               mixed: bool):
+    """``(images, draw_plan)``: :func:`augment`, or :func:`augment_views` for ``views`` > 1,
+    taking its random numbers from the fed ``row``."""
+    if cfg.augment.views > 1:
+        return augment_views(jpegs, row, plan, cfg, dec_kw, gpu, mixed, cfg.augment.views)
+    with draws.building(row) as fed:
+        images = augment(jpegs, plan, cfg, dec_kw, gpu, mixed)
+    return images, fed.plan()
+
+
+def _decode(jpegs, dec: str, dec_kw: dict):
+    return fn.decoders.image(jpegs, device=dec, output_type=types.RGB,
+                             jpeg_fancy_upsampling=True, **dec_kw)
+
+
+def _finish(images, ops: list[Op], plan: TvPlan, cfg: LoaderConfig):
+    """The plan's ``ops`` after the decode on ``images``, then ``crop_mirror_normalize`` (a
+    trailing flip fused as its mirror)."""
+    ops = list(ops)
     kw = {}
     last = ops.pop() if ops and entry(ops[-1]).mirror is not None else None
     for op in ops:
@@ -196,9 +258,8 @@ def build_pipeline(cfg: LoaderConfig, opt: DaliOptions, plan: TvPlan, source: Ca
         # default (DaliOptions.use_mmap; docs/results/h200/dali-io-probe).
         jpegs = paths if encoded else fn.io.file.read(paths, dont_use_mmap=not opt.use_mmap)
         labels, indices = meta[0:1], meta[1:2]
-        with draws.building(row) as fed:
-            images = augment(jpegs, plan, cfg, dec_kw, gpu, decodes_on_gpu(opt, gpu))
-        rows.append(fed.plan())
+        images, drawn = _augmented(jpegs, row, plan, cfg, dec_kw, gpu, decodes_on_gpu(opt, gpu))
+        rows.append(drawn)
         if gpu:
             labels = labels.gpu()
         return images, labels, indices

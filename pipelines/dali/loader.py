@@ -547,6 +547,8 @@ class DaliLoader(LoaderBase):
         """The batch's ``(images, labels)`` from DALI's outputs ``d``: images in the config's
         layout and dtype, labels on the device (the graph copies them there on a GPU)."""
         x, y = d["images"], d["labels"].view(-1)
+        if x.dim() == 5:  # AugmentSpec.views: N x views x ... -> the views as adjacent rows
+            x = x.flatten(0, 1)
         if self.config.channels_last:
             x = x.permute(0, 3, 1, 2)  # NHWC memory == NCHW with channels_last strides
         if cast:

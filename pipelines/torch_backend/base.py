@@ -67,7 +67,7 @@ class TorchLoaderBase(LoaderBase):
                                    max_pixels=config.max_image_pixels,
                                    read=None if self.data_source.by_path
                                    else self.data_source.read,
-                                   decoder=self.decoder)
+                                   decoder=self.decoder, views=r.views)
         if config.transform is None:  # set_resolution: the recipe at another size, in workers
             self.dataset.sized = functools.partial(_sized_steps, config.augment, part)
         self.plan_sampler = PlanBatchSampler(self.plan_of, len(self))
@@ -85,7 +85,8 @@ class TorchLoaderBase(LoaderBase):
         self.loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_sampler=self.plan_sampler,
-            collate_fn=collate_skipping,
+            collate_fn=(collate_skipping if r.views == 1
+                        else functools.partial(collate_skipping, views=r.views)),
             num_workers=nw,
             pin_memory=pin_memory,
             # one stream serves every epoch (NOTE); persistent workers only matter when it

@@ -17,6 +17,7 @@ except ImportError:  # pragma: no cover - a torchvision that has dropped it
 from pipelines.config import Decoder
 from pipelines.epoch_plan import sample_seed
 from pipelines.sources.validate import DEFAULT_MAX_PIXELS, check_image_bytes
+from pipelines.transforms.draws import view_seed
 from pipelines.transforms.migrate.run import Steps, as_steps
 
 warnings.filterwarnings(
@@ -79,14 +80,17 @@ class JpegDataset(torch.utils.data.Dataset):
 
     Items are addressed by ``(epoch, index)`` pairs (produced by :class:`PlanBatchSampler`), so
     persistent workers never hold a stale epoch and the augmentation of a sample does not depend
-    on which worker decoded it.
+    on which worker decoded it. With ``views`` > 1 (``AugmentSpec.views``) an item's image is
+    ``views x 3 x H x W``: the image decoded once, then the transform run once per view, view
+    ``v`` seeded from ``(seed, epoch, index, v)`` (``pipelines.transforms.draws`` NOTE [views]).
     """
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray, transform: Callable, seed: int,
                  max_pixels: int = DEFAULT_MAX_PIXELS,
                  read: Callable[[int], bytes] | None = None,
-                 decoder: Decoder = Decoder.TORCHVISION):
+                 decoder: Decoder = Decoder.TORCHVISION, views: int = 1):
         self.paths = list(paths)
+        self.views = views
         self.read = read  # ``Source.read`` (tar shards: by offset); None: open the path
         self.labels = labels
         self.seed = seed
@@ -101,7 +105,9 @@ class JpegDataset(torch.utils.data.Dataset):
         self.transform = transform
         # Decoder.SCALED: the recipe's RandomResizedCrop (eval: Resize) runs in the decoder, the
         # rest after it
-        crop = first_crop(self.transform) if self.decoder is Decoder.SCALED else None
+        # (views > 1: one full decode that every view crops, NOTE [views])
+        crop = (first_crop(self.transform) if self.decoder is Decoder.SCALED and self.views == 1
+                else None)
         self._crop = crop
         self._pil = takes_pil(self.transform)  # hand the PIL image over, else a tensor of it
         self._rest = (Steps(self.transform.transforms[1:], self.transform.offset + 1,
@@ -160,10 +166,21 @@ class JpegDataset(torch.utils.data.Dataset):
         if steps is self.transform:  # the scaled path has drawn its crop already
             seed_cpu(seed)
         assert steps is not None  # _decode gives steps (self._rest is set with self._crop)
+        if self.views > 1:
+            return self._views(img, steps, path, epoch, index), int(self.labels[index]), index
         return as_tensor(steps(img, where=path)), int(self.labels[index]), index
 
+    def _views(self, img, steps, path: str, epoch: int, index: int) -> torch.Tensor:
+        """The decoded ``img`` augmented once per view, ``views x 3 x H x W`` (view 0 as
+        ``views=1`` gives it; ``pipelines.transforms.draws`` NOTE [views])."""
+        out = []
+        for v in range(self.views):
+            seed_cpu(view_seed(self.seed, epoch, index, v))
+            out.append(as_tensor(steps(img, where=path)))
+        return torch.stack(out)
 
-def collate_skipping(batch: list):
+
+def collate_skipping(batch: list, views: int = 1):
     """Collate ``(image, label, index)`` samples, replacing ``Bad`` ones (see ``BadFilePolicy``).
 
     Returns ``(images, labels, indices, bad)``; ``images`` is ``None`` when no sample was good.
@@ -171,11 +188,13 @@ def collate_skipping(batch: list):
     batch to the main process as one more shared-memory file, one more descriptor passed over a
     socket and one more round trip to the worker's sharing thread, so the batch carries the two
     tensors of ``ImageFolder``'s recipe (images, labels) and the indices travel pickled with it.
+    With ``views`` > 1 each sample's ``views x 3 x H x W`` image becomes ``views`` adjacent
+    rows: ``images`` is ``(N * views) x 3 x H x W`` (``AugmentSpec.views``).
     """
     bad = [b for b in batch if isinstance(b, Bad)]
     _check_shapes(batch)
     if not bad:
-        return (*_collate(batch), [])
+        return (*_views_as_rows(_collate(batch), views), [])
     good = [b for b in batch if not isinstance(b, Bad)]
     if not good:
         return None, None, None, [tuple(b) for b in bad]
@@ -186,7 +205,7 @@ def collate_skipping(batch: list):
             b = nxt if nxt is not None else good[k % len(good)]
             k += 1
         filled.append(b)
-    return (*_collate(filled), [tuple(b) for b in bad])
+    return (*_views_as_rows(_collate(filled), views), [tuple(b) for b in bad])
 
 
 def _collate(samples: list) -> tuple:
@@ -194,6 +213,14 @@ def _collate(samples: list) -> tuple:
     as ``ImageFolder``'s recipe collates, and the indices as a numpy array."""
     images, labels = default_collate([(s[0], s[1]) for s in samples])
     return images, labels, np.fromiter((s[2] for s in samples), np.int64, len(samples))
+
+
+def _views_as_rows(collated, views: int):
+    """``N x views x 3 x H x W`` images as ``(N * views) x 3 x H x W`` (a view of them)."""
+    if views == 1:
+        return collated
+    images, *rest = collated
+    return (images.flatten(0, 1), *rest)
 
 
 def _check_shapes(batch: list) -> None:

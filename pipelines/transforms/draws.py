@@ -26,6 +26,15 @@ records what each column is: a :class:`Step`).
 The row depends on ``(seed, epoch, index)`` only: not on the pipeline count, the hardware
 decoder's share, what ran before, or the rank. So a ``dali`` loader's state is its position,
 and a resumed or rebuilt loader draws what an uninterrupted one draws.
+
+NOTE [views]
+With ``AugmentSpec(views=k)`` each image is decoded once and augmented ``k`` times. View ``v``
+draws from its own seed, :func:`view_seed`: the ``SeedSequence`` of ``(seed, epoch, index,
+v)``. numpy pads a short entropy with zeros, so view 0's seed is ``sample_seed(seed, epoch,
+index)`` itself: view 0 of ``k`` is the single view of ``views=1``, and a view's draws depend
+on nothing but its key, on every backend. ``dali``'s row is then ``k`` rows of the same
+:class:`Step` s side by side (a :class:`DrawPlan` with ``views=k``), view ``v``'s made from
+view ``v``'s seed.
 """
 from __future__ import annotations
 
@@ -46,10 +55,20 @@ _MIX_L, _MIX_R = 0xCA01F9DD, 0x4973F715
 _M32 = 0xFFFFFFFF
 
 
-def sample_seeds(seed: int, epoch: int, indices) -> np.ndarray:
-    """``pipelines.epoch_plan.sample_seed(seed, epoch, i)`` for every ``i`` of ``indices``, at
-    once (numpy's ``SeedSequence`` hash, vectorised; ``tests/test_one_plan.py`` checks it
-    against ``sample_seed``). Returns ``uint64``."""
+def view_seed(seed: int, epoch: int, index: int, view: int = 0) -> int:
+    """The 63-bit seed of view ``view`` of a sample (NOTE [views]); view 0's is
+    ``pipelines.epoch_plan.sample_seed(seed, epoch, index)``."""
+    ss = np.random.SeedSequence((seed & _M32, epoch, index, view))
+    return int(ss.generate_state(1, dtype=np.uint64)[0]) >> 1
+
+
+def sample_seeds(seed: int, epoch: int, indices, view: int = 0) -> np.ndarray:
+    """``view_seed(seed, epoch, i, view)`` (view 0: ``pipelines.epoch_plan.sample_seed(seed,
+    epoch, i)``) for every ``i`` of ``indices``, at once (numpy's ``SeedSequence`` hash,
+    vectorised; ``tests/test_one_plan.py`` checks it against ``sample_seed``). Returns
+    ``uint64``."""
+    if not 0 <= view <= _M32:
+        raise ValueError(f"sample_seeds: view={view!r} must be in [0, 2**32)")
     idx = np.asarray(indices, dtype=np.uint64)
     if idx.size and int(idx.max()) > _M32:
         raise ValueError("sample_seeds: indices must be below 2**32")
@@ -71,7 +90,7 @@ def sample_seeds(seed: int, epoch: int, indices) -> np.ndarray:
         return r ^ (r >> np.uint64(16))
 
     entropy = [np.full(n, seed & _M32, np.uint64), np.full(n, epoch, np.uint64), idx,
-               np.zeros(n, np.uint64)]
+               np.full(n, view, np.uint64)]
     pool = [hashmix(e) for e in entropy]
     for src in range(4):
         for dst in range(4):
@@ -214,13 +233,20 @@ class Step:
 
 @dataclass(frozen=True)
 class DrawPlan:
-    """The row layout of a graph: its :class:`Step` s in the order they draw."""
+    """The row layout of a graph: its :class:`Step` s in the order they draw, once per view
+    (``views`` side by side, NOTE [views])."""
 
     steps: tuple[Step, ...]
+    views: int = 1
+
+    @property
+    def view_width(self) -> int:
+        """The columns of one view."""
+        return sum(s.width for s in self.steps)
 
     @property
     def width(self) -> int:
-        return sum(s.width for s in self.steps)
+        return self.views * self.view_width
 
     @property
     def needs_size(self) -> bool:
@@ -233,20 +259,26 @@ class DrawPlan:
 
     @property
     def raw_count(self) -> int:
-        """Raw outputs a sample may consume: 22 per window (ten attempts and the offsets),
-        one per coin or uniform number, none for the size."""
+        """Raw outputs a view of a sample may consume: 22 per window (ten attempts and the
+        offsets), one per coin or uniform number, none for the size."""
         return max(1, sum({"window": 22, "trivial": 3, "size": 0}.get(s.kind, s.count)
                           for s in self.steps))
 
     def raws(self, seed: int, epoch: int, indices) -> np.ndarray:
         """The raw outputs of the samples ``indices`` of ``epoch`` (:func:`mt_raws` of their
-        ``sample_seeds``); pass many at once."""
-        return mt_raws(sample_seeds(seed, epoch, indices), self.raw_count)
+        ``sample_seeds``), ``N x (views * raw_count)``, view by view; pass many at once."""
+        return np.concatenate([mt_raws(sample_seeds(seed, epoch, indices, v), self.raw_count)
+                               for v in range(self.views)], axis=1)
 
     def rows(self, raws: np.ndarray, sizes=None, out_size=None) -> np.ndarray:
         """The ``N x width`` float32 rows from the samples' :meth:`raws`; ``sizes``: ``N x 2``
         decoded ``(height, width)``, needed when a step is a window; ``out_size``: the
         ``(height, width, resize)`` of the samples' epoch, needed when a step is a size."""
+        if self.views > 1:
+            k = self.raw_count
+            one = DrawPlan(self.steps)
+            return np.concatenate([one.rows(raws[:, v * k:(v + 1) * k], sizes, out_size)
+                                   for v in range(self.views)], axis=1)
         n = len(raws)
         out = np.zeros((n, max(1, self.width)), np.float32)
         if self.needs_size and sizes is None:

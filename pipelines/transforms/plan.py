@@ -40,6 +40,8 @@ class TransformPlan:
         tail: the steps ``pinned`` runs on the device batch, or ``None`` for the fused uint8
             normalisation with ``spec``'s mean and std (``AugmentSpec``'s recipe).
         out_size: ``(H, W)`` of every output image, or ``None`` when it depends on the image.
+        views: the images each sample gives (``AugmentSpec.views``; decoded once, augmented
+            ``views`` times: ``pipelines.transforms.draws`` NOTE [views]).
     """
 
     spec: AugmentSpec
@@ -85,16 +87,20 @@ class TransformPlan:
                 steps[k - 1].after if k else State())
 
     @property
+    def views(self) -> int:
+        return self.spec.views
+
+    @property
     def out_size(self) -> tuple[int, int] | None:
         if self.user is None:
             return self.spec.hw
         return self._ends[0].size
 
     def sample_bytes(self, *, in_workers: str) -> int | None:
-        """Bytes of one sample as the workers return it: ``in_workers="full"`` (the whole
+        """Bytes of one sample (all its views) as the workers return it: ``in_workers="full"`` (the whole
         recipe) or ``"head"`` (``pinned``'s uint8 part); ``None`` when it depends on the image."""
-        if self.user is None:
-            px = 3 * self.spec.hw[0] * self.spec.hw[1]
+        if self.user is None:  # AugmentSpec's views: every view of the sample
+            px = 3 * self.spec.hw[0] * self.spec.hw[1] * self.spec.views
             return px * 4 if in_workers == "full" else px  # float32 / uint8
         return _nbytes(self._ends[0] if in_workers == "full" else self._ends[1])
 

@@ -43,11 +43,28 @@ class AugmentSpec:
             0.875).
         mean: per-channel mean on the 0..1 scale.
         std: per-channel std on the 0..1 scale.
+        views: crops of each image (self-supervised recipes: SimCLR, BYOL, DINO), train mode
+            only. Each image is decoded once and cropped and flipped ``views`` times, view
+            ``v`` with its own draws keyed by ``(seed, epoch, index, v)``; view 0 is the crop
+            ``views=1`` gives (``pipelines.transforms.draws`` NOTE [views]). ``Batch.images``
+            is then ``(N * views) x 3 x H x W``, the views of a sample adjacent (row
+            ``i * views + v`` is view ``v`` of sample ``i``), and ``labels``, ``indices`` and
+            ``valid`` keep length ``N``. Refused with ``LoaderConfig(transform=...)`` or
+            ``mix``.
 
     Example:
         >>> spec = AugmentSpec(mode="eval", size=224)
         >>> spec.resize_size
         256
+
+        Two views, 8 samples a batch: ``images`` is ``16 x 3 x 224 x 224``, rows
+        ``[s0v0, s0v1, s1v0, s1v1, ...]``; a list of the views, each ``8 x 3 x 224 x 224``:
+
+        >>> import torch
+        >>> images = torch.zeros(16, 3, 224, 224)
+        >>> v0, v1 = images.view(8, 2, 3, 224, 224).unbind(1)
+        >>> v0.shape
+        torch.Size([8, 3, 224, 224])
     """
 
     mode: Mode = Mode.TRAIN
@@ -58,6 +75,7 @@ class AugmentSpec:
     resize_size: int | None = None
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+    views: int = 1
 
     if TYPE_CHECKING:  # the constructor as users call it: ``mode`` also by its name (str)
 
@@ -71,6 +89,7 @@ class AugmentSpec:
             resize_size: int | None = None,
             mean: tuple[float, float, float] = IMAGENET_MEAN,
             std: tuple[float, float, float] = IMAGENET_STD,
+            views: int = 1,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -117,6 +136,11 @@ class AugmentSpec:
             raise ValueError(f"mean={self.mean!r} and std={self.std!r} need 3 values each")
         if any(s <= 0 for s in self.std):
             raise ValueError(f"std={self.std!r} must be positive")
+        if isinstance(self.views, bool) or not isinstance(self.views, int) or self.views < 1:
+            raise ValueError(f"views={self.views!r} must be an int >= 1")
+        if self.views > 1 and self.mode is not Mode.TRAIN:
+            raise ValueError(f"views={self.views} needs mode='train' (eval crops are all "
+                             "alike); use views=1")
 
     def at_size(self, size: int | tuple[int, int]) -> AugmentSpec:
         """This recipe at output ``size`` (progressive resizing); a default ``resize_size``
@@ -167,3 +191,14 @@ class AugmentSpec:
         if normalize:
             ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)]
         return v2.Compose(ops)
+
+
+def check_views(spec: AugmentSpec, transform, mix) -> None:
+    """Refuse what ``views`` > 1 does not support: a user ``transform`` (the views are the
+    built-in recipe's crops) and ``mix`` (it mixes one image per sample)."""
+    if spec.views == 1:
+        return
+    for name, value in (("transform", transform), ("mix", mix)):
+        if value is not None:
+            raise ValueError(f"views={spec.views} (AugmentSpec) does not support "
+                             f"LoaderConfig({name}=...): drop {name}, or use views=1")
