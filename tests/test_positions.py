@@ -108,3 +108,33 @@ def test_the_valid_mask_follows_the_plan_not_the_batch_count():
     assert _valid_rows(planned, 0, [4, 5, 6]) is None
     assert _valid_rows(planned, 0, [4, 6, 6]).tolist() == [True, False, True]
     assert _valid_rows(planned, 1, [7, 8, 4]).tolist() == [True, True, False]
+
+
+def test_a_trailing_dropped_batch_counts_after_the_batches_a_prefetcher_holds(tmp_path,
+                                                                              monkeypatch):
+    """``pinned`` on a GPU prefetches: it drains the CPU batches ahead of the consumer. The
+    epoch's trailing wholly-bad batch is a position consumed after every batch before it is
+    handed over, not when the prefetcher reaches the end (it was counted first, and the next
+    batch then stood at the wrong plan position)."""
+    from pipelines.torch_backend.pinned import PinnedLoader
+
+    generate(GenConfig(out=str(tmp_path), num_images=9, classes=2, seed=3, width_range=(24, 40),
+                       workers=1), progress=False)
+    cfg = _cfg(tmp_path, world_size=1, last_batch="partial")
+    with make("pageable", cfg) as ld:
+        plan, paths = ld.plan(0), list(ld.paths)
+    assert [len(b) for b in plan] == [3, 3, 3]
+    for i in plan[-1].tolist():  # the last batch is wholly bad
+        with open(paths[i], "wb") as f:
+            f.write(b"not an image" * 8)
+    drained = PinnedLoader._batches
+
+    def ahead(self, cpu_batches):  # as the CUDA prefetcher: read every CPU batch first
+        yield from drained(self, iter(list(cpu_batches)))
+
+    monkeypatch.setattr(PinnedLoader, "_batches", ahead)
+    with make("pinned", cfg) as ld:
+        got = _run(ld)
+        assert [g[0] for g in got] == [plan[0].tolist(), plan[1].tolist()]
+        assert [g[2] for g in got] == [1, 2]  # positions as each batch is handed over
+        assert ld.position == (0, 3) and ld.stats["bad_files"] == 3

@@ -145,9 +145,11 @@ class TorchLoaderBase(LoaderBase):
         return self.sample_bytes + 8.0  # the image and its int64 label
 
     def _produce(self, epoch: int, start: int):
-        for batch, bad in self._batches(self._cpu_batches(self._stream_at(epoch, start))):
+        tail = _Bad()  # the epoch's trailing wholly-bad batches: reported after its last batch
+        for batch, bad in self._batches(self._cpu_batches(self._stream_at(epoch, start), tail)):
             self._report(bad.files, bad.dropped)
             yield batch, bad.indices
+        self._report(tail.files, tail.dropped)
 
     def _stream_at(self, epoch: int, start: int):
         """The DataLoader items of ``epoch`` from batch ``start`` on, from the running stream
@@ -184,9 +186,12 @@ class TorchLoaderBase(LoaderBase):
             it._shutdown_workers()
         self.loader._iterator = None
 
-    def _cpu_batches(self, items):
+    def _cpu_batches(self, items, tail: _Bad):
         """``(images, labels, _Bad)`` per batch; a batch with no good sample is not yielded, its
-        bad files ride with the next batch (or come last, with no batch)."""
+        bad files ride with the next batch, or, after the last, are left in ``tail`` for the
+        consumer's side to report once it has taken every batch (a prefetcher drains this
+        generator batches ahead of the consumer: reported here, they would count as positions
+        before the batches still in flight)."""
         carry = _Bad()
         for images, labels, idx, bad in items:
             carry.files += bad
@@ -196,8 +201,7 @@ class TorchLoaderBase(LoaderBase):
             carry.indices = idx  # numpy (collate_skipping)
             yield images, labels, carry
             carry = _Bad()
-        if carry.files:
-            self._report(carry.files, carry.dropped)
+        tail.files, tail.dropped = carry.files, carry.dropped
 
     def _batches(self, cpu_batches) -> Iterator[tuple[Batch, _Bad]]:  # pragma: no cover - abstract
         """``(Batch, _Bad)`` for each ``(images, labels, _Bad)`` of ``cpu_batches``."""
