@@ -152,3 +152,13 @@ class FaultyServer(ThreadingHTTPServer):
             self.gets.clear()
             self.sent.clear()
         time.sleep(0)
+
+
+def moto_reset(endpoint: str) -> None:
+    """Empty moto's S3 state. Moto keeps it per process, not per server, so two test modules
+    that each start a ``ThreadedMotoServer`` in one xdist worker would otherwise see each
+    other's buckets (``fs.mkdir("bucket")``: ``FileExistsError``)."""
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"),
+                           timeout=10).close()

@@ -11,6 +11,7 @@ import pytest
 
 from data_gen import upload
 from data_gen.__main__ import main
+from tests.remote_server import moto_reset
 
 GEN = ["--format", "wds", "--num-images", "30", "--classes", "3", "--seed", "5", "--width-range",
        "40,64", "--shard-size", "8", "--workers", "1", "--quiet"]
@@ -29,6 +30,7 @@ def s3():
            "AWS_SECRET_ACCESS_KEY": "testing-secret-value", "AWS_DEFAULT_REGION": "us-east-1"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    moto_reset(env["AWS_ENDPOINT_URL"])  # moto's state is per process: another module's bucket
     try:
         fs = s3fs.S3FileSystem(endpoint_url=env["AWS_ENDPOINT_URL"], skip_instance_cache=True)
         fs.mkdir("bucket")

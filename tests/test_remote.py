@@ -19,7 +19,7 @@ from pipelines.sources.folder import DatasetRootError
 from pipelines.sources.remote import RemoteError, redact
 from pipelines.sources.root import list_dataset
 from pipelines.sources.shards import ShardError
-from tests.remote_server import FaultyServer
+from tests.remote_server import FaultyServer, moto_reset
 
 BACKENDS = ["dali", "pinned", "pageable"]
 N, SHARD = 37, 8
@@ -274,6 +274,7 @@ def s3(wds):
            "AWS_SECRET_ACCESS_KEY": "testing-secret-value", "AWS_DEFAULT_REGION": "us-east-1"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    moto_reset(env["AWS_ENDPOINT_URL"])  # moto's state is per process: another module's bucket
     try:
         import s3fs
 
