@@ -103,9 +103,9 @@ def check(batch_size: int, workers: int, prefetch: int, image_size: int,
 
         hw = HW_JPEG_DECODERS.get(tuple(cuda["cc"]))
         if hw:
-            out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI's defaults "
-                        "tune hw_decoder_load and pipelines on your loop; a number pins one "
-                        "(DaliOptions; the suite's summary prints the tuner's choice)"))
+            out.append(("OK", "JPEG hardware decoder", f"yes ({hw} class). DALI's default share is 0 "
+                        "(0.5 on large photos); hw_decoder_load=None tunes it and the pipelines "
+                        "on your loop (the suite's summary prints the tuner's choice)"))
         else:
             out.append(("INFO", "JPEG hardware decoder", "none on this GPU: DALI decodes with "
                         "nvJPEG's CUDA path (hw_decoder_load has no effect)"))

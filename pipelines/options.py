@@ -205,7 +205,8 @@ class DaliOptions(Options):
             batch is not ready until the GPU work queued before it, the consumer's step
             included, has finished, on any stream: it speeds up loader-bound work and can slow
             a heavy model's training (docs/investigations/dali-hardware-decoder.md).
-            ``"auto"`` (default): tuned where it can be; ``None``: tuned, and an error with
+            ``"auto"`` (default): the rule below, untuned; ``None``: tuned (opt-in: see
+            docs/backends.md#the-tuner-opt-in for why it is not the default), and an error with
             ``decode_on="cpu"``, which has no share to tune. On a GPU with the hardware decoder the
             loader times the consumer's own loop on the first batches, tries the shares and
             pipeline counts of ``pipelines.dali.calibrate.GRID`` (each built in the background
@@ -214,16 +215,16 @@ class DaliOptions(Options):
             step time (``pipelines.dali.calibrate`` NOTE [calibration]; the loader's
             ``tuning`` says whether it tunes, ``setting`` what runs now and
             ``calibrator.decisions`` what it tried and chose). No setting changes a sample,
-            so tuning costs no reproducibility. It starts at the rule: ``LARGE_PHOTO_HW_LOAD``
+            so tuning costs no reproducibility. The rule: ``LARGE_PHOTO_HW_LOAD``
             when nvJPEG decodes a dataset of large photos, else 0.0 (NOTE [large photos] in
             ``pipelines/dali/loader.py``), where it stays elsewhere (CPU operators, a GPU
             without the hardware decoder, ``decode_on="cpu"``). A number pins the share.
         pipelines: DALI pipelines side by side; each gets ``num_workers // pipelines`` decoder
             threads and every n-th batch of the plan, and the batches are yielded in the plan's
             order. The draws are the same whatever the count (they are made on the host per
-            sample). Must be ``<= num_workers``. ``None`` (default): tuned on a GPU, with the
-            share (above), among counts up to ``num_workers``; it starts at, and on CPU
-            operators stays at, the rule: up to ``LARGE_PHOTO_LANES`` when nvJPEG decodes a
+            sample). Must be ``<= num_workers``. ``None`` (default): the rule, or, with
+            ``hw_decoder_load=None`` on a GPU, tuned with the share (above) among counts up to
+            ``num_workers``, starting at the rule: up to ``LARGE_PHOTO_LANES`` when nvJPEG decodes a
             dataset of large photos, with ``LANE_BATCHES`` batches of an epoch or more for
             each (NOTE [large photos] in ``pipelines/dali/loader.py``); else 2 when the
             augmentation runs with conditional execution (the AutoAugment family,

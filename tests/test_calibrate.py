@@ -351,18 +351,20 @@ class _FakeGpu(SimpleNamespace):
 
 @pytest.mark.dali
 @pytest.mark.parametrize("cc, options, want", [
-    ((9, 0), {}, GRID),
+    ((9, 0), {}, None),  # the default: the rules' setting, not tuned
+    ((9, 0), {"hw_decoder_load": 1.0}, None),
+    ((9, 0), {"pipelines": 2}, None),
+    ((9, 0), {"decode_on": "cpu"}, None),
+    ((8, 6), {}, None),
     ((9, 0), {"hw_decoder_load": None}, GRID),
-    ((9, 0), {"hw_decoder_load": 1.0}, tuple(Setting(1.0, n) for n in (1, 2, 3))),
-    ((9, 0), {"pipelines": 2}, tuple(Setting(x, 2) for x in (0.0, 0.65, 1.0))),
-    ((9, 0), {"decode_on": "cpu"}, tuple(Setting(0.0, n) for n in (1, 2, 3))),
-    ((8, 6), {}, tuple(Setting(0.0, n) for n in (1, 2, 3))),  # no hardware decoder
-    ((9, 0), {"hw_decoder_load": 0.0, "pipelines": 2}, None),
+    ((9, 0), {"hw_decoder_load": None, "pipelines": 2}, tuple(Setting(x, 2) for x in (0.0, 0.65, 1.0))),
+    ((8, 6), {"hw_decoder_load": None}, tuple(Setting(0.0, n) for n in (1, 2, 3))),  # no hw decoder
 ])
-def test_the_default_tunes_on_a_gpu_and_a_pinned_value_stays(monkeypatch, tiny_root, cc,
-                                                             options, want):
-    """``DaliOptions()`` tunes the share (where a hardware decoder runs) and the count; a
-    number pins its axis, and both pinned turn the tuner off."""
+def test_hw_decoder_load_none_tunes_on_a_gpu_and_the_default_does_not(monkeypatch, tiny_root, cc,
+                                                                      options, want):
+    """``hw_decoder_load=None`` tunes the share (where a hardware decoder runs) and the count,
+    a number for ``pipelines`` pinning its axis; the default (``"auto"``) and any number run
+    the rules' setting untuned."""
     from pipelines.dali import loader
     from pipelines.dali.loader import DaliLoader
     from pipelines.options import DaliOptions
@@ -415,13 +417,14 @@ def test_hints_are_the_largest_image_when_the_hardware_decoder_may_run(tmp_path)
 @pytest.mark.cuda
 @pytest.mark.dali
 def test_gpu_tuning_decides_and_keeps_every_sample(gpu_root, tmp_path, monkeypatch):
-    """On the GPU (CUDA-event windows) the default loader tunes, decides within four epochs
+    """On the GPU (CUDA-event windows) a loader asked to tune decides within four epochs
     of 64 batches, caches the decision, and every epoch still holds every sample once."""
     monkeypatch.setenv("GPU_FEED_CALIBRATION_CACHE", str(tmp_path / "c.json"))
     cfg = LoaderConfig(root=gpu_root, batch_size=8, device="cuda", num_workers=4,
                        debug_indices=True)
     busy = torch.randn(2048, 2048, device="cuda")
-    with make("dali", cfg, preallocate_width_hint=None, preallocate_height_hint=None) as ld:
+    with make("dali", cfg, hw_decoder_load=None, preallocate_width_hint=None,
+              preallocate_height_hint=None) as ld:
         assert ld.calibrator is not None and ld.options.preallocate_width_hint > 0
         assert ld.tuning.startswith("on") and len(ld.calibrator.candidates) > 2
         for epoch in range(4):

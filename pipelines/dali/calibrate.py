@@ -1,5 +1,5 @@
-"""The self-tuning default of ``DaliOptions``: the hardware decoder's share and the pipeline count,
-chosen by timing the consumer's own loop.
+"""The tuner of ``DaliOptions(hw_decoder_load=None)`` (opt-in): the hardware decoder's share
+and the pipeline count, chosen by timing the consumer's own loop.
 
 NOTE [calibration]
 No one setting of ``hw_decoder_load`` and ``pipelines`` serves every use: with the hardware
@@ -16,7 +16,7 @@ value. The grid is small because every candidate costs a build and a trial: shar
 pipeline (the rule, which heavy models train fastest with: the hardware decoder's queue waits
 for their step), and shares 0.65 and 1 on two pipelines (light models and the loader alone);
 the rows between them were never the fastest in either use
-(docs/backends.md#the-self-tuning-default).
+(docs/backends.md#the-tuner-opt-in).
 The loader:
 
 1. starts with the first candidate and times windows of ``WINDOW`` batches, from the

@@ -180,16 +180,20 @@ class DaliLoader(LoaderBase):
         workers = cast(int, config.num_workers)
         mixed = decodes_on_gpu(options, self.gpu)
         hw_gpu = self.gpu and torch.cuda.get_device_capability(self.device_id) in HW_JPEG_DECODERS
-        tuned_load = options.hw_decoder_load in ("auto", None)
-        large = mixed and (tuned_load or options.pipelines is None) \
+        ruled = options.hw_decoder_load in ("auto", None)  # the share left to the library
+        tuned = options.hw_decoder_load is None  # asked for: the tuner (NOTE [calibration])
+        large = mixed and (ruled or options.pipelines is None) \
             and large_photos(self.data_source)
         load = options.replace(hw_decoder_load="auto").load_for(large and hw_gpu) \
-            if tuned_load else options.load_for()
+            if ruled else options.load_for()
         first = Setting(cast(float, load),
                         options.lanes_for(conditional(self.plan_dali), workers, large, len(self)))
         if not self.gpu:
             return first, (first,), "off: DALI's CPU operators (tuning times GPU work)"
-        loads, lanes = tuned_load and mixed and hw_gpu, options.pipelines is None
+        if not tuned:
+            return first, (first,), ("off: the rules' setting (hw_decoder_load=None tunes the "
+                                     "share and the pipeline count on your loop)")
+        loads, lanes = mixed and hw_gpu, options.pipelines is None
         candidates = grid(first, loads=loads, lanes=lanes,
                           max_lanes=max(1, min(workers, len(self))))
         if len(candidates) == 1:
