@@ -440,7 +440,9 @@ def test_gpu_tuning_decides_and_keeps_every_sample(gpu_root, tmp_path, monkeypat
             assert torch.equal(torch.stack(sums), later)  # no batch was overwritten
         print("decisions:", [d.describe() for d in ld.calibrator.decisions])
         assert ld.calibrator.decisions and ld.calibrator.decisions[0].how == "measured"
-        assert ld.setting == ld.calibrator.decisions[-1].setting
+        chosen = ld.calibrator.decisions[-1].setting  # running, or built in the background
+        ahead = ld._ahead  # to run from the first batch after its build (H200: it may lag)
+        assert ld.setting == chosen or (ahead is not None and ahead[0] == chosen)
     assert (tmp_path / "c.json").exists()
 
 
