@@ -5,10 +5,14 @@ HEAD refused, redirects to any URL, itself included). Each request is recorded w
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -154,11 +158,37 @@ class FaultyServer(ThreadingHTTPServer):
         time.sleep(0)
 
 
-def moto_reset(endpoint: str) -> None:
-    """Empty moto's S3 state. Moto keeps it per process, not per server, so two test modules
-    that each start a ``ThreadedMotoServer`` in one xdist worker would otherwise see each
-    other's buckets (``fs.mkdir("bucket")``: ``FileExistsError``)."""
+
+@contextlib.contextmanager
+def moto_s3():
+    """A moto S3 server on 127.0.0.1 with an empty ``bucket``, the AWS environment pointing at
+    it while the block runs; yields ``(env, fs)``. Moto keeps its state per process, not per
+    server, so it is reset first: two modules in one xdist worker never see each other's
+    objects."""
     import urllib.request
 
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"),
-                           timeout=10).close()
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed "
+                                                            "(pip install '.[dev]')")
+    s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install '.[remote]')")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    srv.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing-secret-value", "AWS_DEFAULT_REGION": "us-east-1"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{env['AWS_ENDPOINT_URL']}/moto-api/reset", method="POST"), timeout=10).close()
+        fs = s3fs.S3FileSystem(endpoint_url=env["AWS_ENDPOINT_URL"], skip_instance_cache=True)
+        fs.mkdir("bucket")
+        yield env, fs
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        srv.stop()

@@ -4,14 +4,11 @@ never replaces a foreign object silently (data_gen/upload.py NOTE [upload]). S3 
 server on loopback."""
 from __future__ import annotations
 
-import os
-import socket
-
 import pytest
 
 from data_gen import upload
 from data_gen.__main__ import main
-from tests.remote_server import moto_reset
+from tests.remote_server import moto_s3
 
 GEN = ["--format", "wds", "--num-images", "30", "--classes", "3", "--seed", "5", "--width-range",
        "40,64", "--shard-size", "8", "--workers", "1", "--quiet"]
@@ -19,29 +16,8 @@ GEN = ["--format", "wds", "--num-images", "30", "--classes", "3", "--seed", "5",
 
 @pytest.fixture(scope="module")
 def s3():
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
-    s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install '.[remote]')")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    srv.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing-secret-value", "AWS_DEFAULT_REGION": "us-east-1"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    moto_reset(env["AWS_ENDPOINT_URL"])  # moto's state is per process: another module's bucket
-    try:
-        fs = s3fs.S3FileSystem(endpoint_url=env["AWS_ENDPOINT_URL"], skip_instance_cache=True)
-        fs.mkdir("bucket")
+    with moto_s3() as (_, fs):
         yield fs
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        srv.stop()
 
 
 def _objects(fs, prefix: str) -> dict[str, bytes]:

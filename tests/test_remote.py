@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import threading
 import time
 
@@ -19,7 +18,7 @@ from pipelines.sources.folder import DatasetRootError
 from pipelines.sources.remote import RemoteError, redact
 from pipelines.sources.root import list_dataset
 from pipelines.sources.shards import ShardError
-from tests.remote_server import FaultyServer, moto_reset
+from tests.remote_server import FaultyServer, moto_s3
 
 BACKENDS = ["dali", "pinned", "pageable"]
 N, SHARD = 37, 8
@@ -262,34 +261,10 @@ def test_the_spool_stays_bounded_on_a_larger_set(cached, big, tmp_path, fresh_ca
 # -- s3 (moto) ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def s3(wds):
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed "
-                                                            "(pip install '.[dev]')")
-    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install '.[remote]')")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    srv.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing-secret-value", "AWS_DEFAULT_REGION": "us-east-1"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    moto_reset(env["AWS_ENDPOINT_URL"])  # moto's state is per process: another module's bucket
-    try:
-        import s3fs
-
-        fs = s3fs.S3FileSystem(endpoint_url=env["AWS_ENDPOINT_URL"], skip_instance_cache=True)
-        fs.mkdir("bucket")
+    with moto_s3() as (env, fs):
         for k in range(5):
             fs.put_file(str(wds / f"shard-{k:06d}.tar"), f"bucket/wds/shard-{k:06d}.tar")
         yield env
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        srv.stop()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

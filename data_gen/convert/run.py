@@ -22,6 +22,7 @@ from typing import IO, cast
 
 import numpy as np
 
+from data_gen.generate import _Hashing, _member  # one reproducible tar writer
 from pipelines.sources import remote
 from pipelines.sources.root import Source, SourceKind, open_source, root_base
 
@@ -157,28 +158,6 @@ def _label_members(source: Source, i: int, target) -> list[tuple[str, bytes]]:
 
 
 # -- writing a shard ---------------------------------------------------------------------------
-class _Hashing:
-    def __init__(self, f):
-        import hashlib
-
-        self.f, self.sha, self.n = f, hashlib.sha256(), 0
-
-    def write(self, b) -> int:
-        self.f.write(b)
-        self.sha.update(b)
-        self.n += len(b)
-        return len(b)
-
-    def tell(self) -> int:
-        return self.n
-
-
-def _member(name: str, size: int) -> tarfile.TarInfo:
-    ti = tarfile.TarInfo(name)
-    ti.size, ti.mtime, ti.mode, ti.type = size, 0, 0o644, tarfile.REGTYPE
-    ti.uid = ti.gid = 0
-    ti.uname = ti.gname = ""
-    return ti
 
 
 class ShardWriter:
