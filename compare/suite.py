@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import Backend, LoaderConfig, available_backends
+from pipelines import Backend, LoaderConfig, available_backends, from_torchvision
 from pipelines.epoch_plan import num_batches
 from pipelines.sources.remote import shown  # a remote root redacted: no secret in a message
 from pipelines.sources.root import SourceKind, source_kind
@@ -173,6 +173,7 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         if why is not None and any(v.reference and v.backend is Backend.DALI for v in variants):
             variants = [v for v in variants if not (v.reference and v.backend is Backend.DALI)]
             note(f"--reference: no DALI file-reader row: {why}")
+    variants = _runnable(a, transform, variants, note)
     configs = plan_variants(variants, base)
     if getattr(a, "reference", False):
         if base.mix is not None:
@@ -181,13 +182,6 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         if a.data and source_kind(a.data) is not SourceKind.FOLDER:
             raise ValueError(f"--reference reads an ImageFolder folder; --data {shown(a.data)} is a "
                              f"{source_kind(a.data).value}")
-    if transform is not None and any(v.backend is Backend.DALI for v in variants):
-        from pipelines import from_torchvision
-
-        try:
-            from_torchvision(transform)  # fail now, with the list of untranslatable transforms
-        except ValueError as e:
-            raise ValueError(f"--transform {a.transform} (for dali): {e}") from None
     classes = 0
     # --out is checked before the dataset is listed or anything is written (a probe included)
     cli.outside_data(a.out, a.data if a.data else gen.out, "--out",
@@ -207,6 +201,20 @@ def plan(a, note: Callable[[str], None]) -> Plan:
         note(line)
     out = cli.writable_dir(a.out, "--out")
     return Plan(variants, configs, base, out, gen, classes, resumed=saved)
+
+
+def _runnable(a, transform, variants: list[Variant], note: Callable[[str], None]) -> list[Variant]:
+    """The variants that can run ``--transform``: rows it cannot run are noted as not run."""
+    dali = [v for v in variants if v.backend is Backend.DALI]
+    try:
+        if transform is not None and dali:
+            from_torchvision(transform)
+    except ValueError as e:
+        if len(dali) == len(variants):
+            raise ValueError(f"--transform {a.transform} (for dali): {e}") from None
+        note(f"not run: {', '.join(v.label for v in dali)}: --transform {a.transform}: {e}")
+        return [v for v in variants if v.backend is not Backend.DALI]
+    return variants
 
 
 def plan_variants(variants: list[Variant], base: LoaderConfig) -> list[LoaderConfig]:

@@ -189,3 +189,33 @@ def test_help_and_usage_errors_do_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
     assert "default: 256 with CUDA, 32 without" in out.stdout
+
+
+def test_a_row_that_cannot_run_the_transform_is_reported_not_run(tiny_root, tmp_path, capsys,
+                                                                 monkeypatch):
+    """Issue 57, item 6: DALI cannot translate RandomPerspective, so its row is reported as not
+    run, with the reason, in the output and summary.md, and the other rows still run; with no
+    row left, the refusal is the one-line error it was."""
+    import sys
+    import types
+
+    import torch
+    from torchvision.transforms import v2
+
+    pytest.importorskip("nvidia.dali")
+    m = types.ModuleType("user_perspective")
+    m.t = v2.Compose([v2.RandomResizedCrop(32, antialias=True), v2.RandomPerspective(),
+                      v2.ToDtype(torch.float32, scale=True)])
+    monkeypatch.setitem(sys.modules, "user_perspective", m)
+    common = ["--data", str(tiny_root), "--steps", "2", "--warmup", "1", "--repeats", "1",
+              "--batch-size", "4", "--workers", "0", "--model", "none", "--device", "cpu",
+              "--no-ceiling", "--transform", "user_perspective:t"]
+    out = tmp_path / "out"
+    assert main([*common, "--backends", "dali,pinned", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "not run: dali: --transform user_perspective:t:" in err and "RandomPerspective" in err
+    assert [v.label for v in SuiteResult.load(out / "results.json").variants] == ["pinned"]
+    assert "not run: dali" in (out / "summary.md").read_text()
+    assert main([*common, "--backends", "dali", "--out", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "(for dali)" in err[0] and "RandomPerspective" in err[0]
