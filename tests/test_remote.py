@@ -517,11 +517,31 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _download_in_thread(name, dst):
+    """``remote.download(name, dst)`` in a thread: ``(stop event, exceptions raised, thread)``."""
+    import threading
+
+    from pipelines.sources import remote
+
+    stop = threading.Event()
+    out: list[BaseException] = []
+
+    def run():
+        try:
+            remote.download(name, str(dst), stop=stop)
+        except BaseException as e:  # noqa: BLE001 - checked by the caller
+            out.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return stop, out, t
+
+
+
 @pytest.mark.parametrize("end", ["timeout", "stop"])
 def test_a_pipe_command_leaves_no_process_behind(end, tmp_path):
     """A ``pipe:`` command and what it started (here a background ``sleep``) are killed as a
     process group when the copy times out or is stopped."""
-    import threading
 
     from pipelines.sources import remote
 
@@ -529,17 +549,7 @@ def test_a_pipe_command_leaves_no_process_behind(end, tmp_path):
     cmd = f"pipe:sleep 300 & echo $! > {pids}; echo $$ >> {pids}; wait"
     name = remote.register(cmd, remote.Storage(timeout=0.5 if end == "timeout" else 60,
                                                attempts=1))[0]
-    stop = threading.Event()
-    out: list[BaseException] = []
-
-    def run():
-        try:
-            remote.download(name, str(tmp_path / "copy.tar"), stop=stop)
-        except BaseException as e:  # noqa: BLE001 - checked below
-            out.append(e)
-
-    t = threading.Thread(target=run)
-    t.start()
+    stop, out, t = _download_in_thread(name, tmp_path / "copy.tar")
     deadline = time.monotonic() + 10
     while (not pids.exists() or len(pids.read_text().split()) < 2) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -558,24 +568,13 @@ def test_a_pipe_command_leaves_no_process_behind(end, tmp_path):
 
 
 def test_a_stop_ends_the_retries_and_no_request_follows(wds, http, tmp_path):
-    import threading
 
     from pipelines.sources import remote
 
     http.status["shard-000000.tar"] = [503] * 50
     name = remote.register(f"{http.url}/shard-000000.tar",
                            remote.Storage(attempts=50, retry_s=300))[0]
-    stop = threading.Event()
-    out: list[BaseException] = []
-
-    def run():
-        try:
-            remote.download(name, str(tmp_path / "copy.tar"), stop=stop)
-        except BaseException as e:  # noqa: BLE001 - checked below
-            out.append(e)
-
-    t = threading.Thread(target=run)
-    t.start()
+    stop, out, t = _download_in_thread(name, tmp_path / "copy.tar")
     while len(http.seen) < 3 and t.is_alive():  # into the back-off sleeps
         time.sleep(0.01)
     t0 = time.monotonic()
